@@ -1,0 +1,165 @@
+"""``@pf.fuse`` and :class:`FusedFunction`: tracing a Python function into a Fusion.
+
+Tracing calls the user's function once on symbolic :class:`Tensor` s built from the
+arguments' specs (shape, dtype, strides). Inputs become fusion inputs (a strided input
+gets an allocation domain that says how it lies in memory); the returned tensors become
+fusion outputs. Python numbers passed as arguments are constants of the trace.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any, overload
+
+import numpy as np
+
+from pyfuse.errors import FusionError
+from pyfuse.frontend.location import user_location
+from pyfuse.frontend.spec import Spec, spec_of
+from pyfuse.frontend.tensor import Tensor
+from pyfuse.ir import ops as ir_ops
+from pyfuse.ir.fusion import Fusion
+from pyfuse.ir.naming import source_location
+from pyfuse.ir.params import MatmulParams
+from pyfuse.ir.tensor import TensorView, make_tensor
+
+SUPPORTED_TARGETS = ("sm_90a",)
+
+
+def input_tensor(spec: Spec) -> TensorView:
+    """A fusion input for ``spec``: size-1 axes are broadcasts; non-row-major strides give an
+    allocation domain ordered by decreasing stride, with contiguity flags."""
+    tv = make_tensor(spec.shape, spec.dtype)
+    if spec.is_contiguous:
+        return tv
+    axes = tv.no_reductions
+    real = [i for i, axis in enumerate(axes) if not axis.is_broadcast]
+    # Decreasing stride; ties keep logical order (a stable sort on the negated stride).
+    order = sorted(real, key=lambda i: -spec.strides[i])
+    broadcasts = [i for i, axis in enumerate(axes) if axis.is_broadcast]
+    contiguity: list[bool | None] = [None] * len(broadcasts)
+    for position, index in enumerate(order):
+        if position + 1 < len(order):
+            inner = order[position + 1]
+            expected = spec.strides[inner] * spec.shape[inner]
+        else:
+            expected = 1
+        contiguity.append(spec.strides[index] == expected)
+    tv.set_allocation([axes[i] for i in broadcasts + order], contiguity)
+    return tv
+
+
+def _outputs_of(result: object) -> list[Tensor]:
+    items = list(result) if isinstance(result, tuple | list) else [result]
+    if not items:
+        raise FusionError("the fused function returned no tensors", op="fuse")
+    for item in items:
+        if not isinstance(item, Tensor):
+            raise FusionError(
+                f"the fused function must return traced tensors, got {type(item).__name__}",
+                op="fuse",
+            )
+    return items  # type: ignore[return-value]
+
+
+class FusedFunction:
+    """A Python function that pyfuse traces, compiles and runs as fused GPU kernels."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        matmul: MatmulParams | None = None,
+        target: str = "sm_90a",
+    ) -> None:
+        if target not in SUPPORTED_TARGETS:
+            raise FusionError(f"target must be one of {SUPPORTED_TARGETS}, got {target!r}",
+                              op="fuse")
+        if matmul is not None and not isinstance(matmul, MatmulParams):
+            raise FusionError(f"matmul must be a pf.MatmulParams, got {matmul!r}", op="fuse")
+        self.fn = fn
+        self.name = name or getattr(fn, "__name__", "fusion").replace("<lambda>", "lambda")
+        self.matmul = matmul
+        self.target = target
+        functools.update_wrapper(self, fn)
+
+    def __repr__(self) -> str:
+        return f"<pyfuse.FusedFunction {self.name}>"
+
+    def trace(self, *args: object) -> Fusion:
+        """The math IR of the function for arguments (arrays or ``pf.spec``), before any pass."""
+        fusion = Fusion(self.name)
+        where = user_location()
+        with fusion:
+            symbolic: list[object] = []
+            for index, argument in enumerate(args):
+                if isinstance(argument, bool | int | float):
+                    symbolic.append(argument)
+                    continue
+                try:
+                    spec = spec_of(argument)
+                except FusionError as error:
+                    raise FusionError(
+                        f"argument {index}: {error.bare_message}", op=self.name, where=where
+                    ) from None
+                symbolic.append(Tensor(fusion.add_input(input_tensor(spec))))
+            outputs = _outputs_of(self.fn(*symbolic))
+            seen: set[int] = set()
+            for out in outputs:
+                tv = out.tv
+                if fusion.is_input(tv) or id(tv) in seen:
+                    # An output is its own tensor: a returned input (or a tensor returned
+                    # twice) is written through a copy.
+                    with source_location(where):
+                        tv = ir_ops.set_copy(tv)
+                seen.add(id(tv))
+                fusion.add_output(tv)
+        return fusion
+
+    def reference(self, *arrays: object) -> Any:
+        """Evaluate on the CPU with NumPy (float64 math, results in the output dtypes)."""
+        from pyfuse.ir.interpreter import evaluate  # NumPy evaluation only when asked
+
+        fusion = self.trace(*arrays)
+        host = [np.asarray(a) for a in arrays if not isinstance(a, bool | int | float)]
+        results = evaluate(fusion, host)
+        return results[0] if len(results) == 1 else tuple(results)
+
+
+@overload
+def fuse(fn: Callable[..., Any], /) -> FusedFunction: ...
+
+
+@overload
+def fuse(
+    fn: None = None,
+    /,
+    *,
+    name: str | None = None,
+    matmul: MatmulParams | None = None,
+    target: str = "sm_90a",
+) -> Callable[[Callable[..., Any]], FusedFunction]: ...
+
+
+def fuse(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    matmul: MatmulParams | None = None,
+    target: str = "sm_90a",
+) -> FusedFunction | Callable[[Callable[..., Any]], FusedFunction]:
+    """Decorate a function to fuse: ``@pf.fuse`` or ``@pf.fuse(name=..., matmul=...)``."""
+    if fn is not None:
+        return FusedFunction(fn, name=name, matmul=matmul, target=target)
+
+    def decorate(function: Callable[..., Any]) -> FusedFunction:
+        return FusedFunction(function, name=name, matmul=matmul, target=target)
+
+    return decorate
+
+
+def specs_of(arrays: Sequence[object]) -> list[Spec]:
+    return [spec_of(a) for a in arrays]

@@ -1,0 +1,58 @@
+"""Where in the user's code an op was traced, and turning IR errors into user errors.
+
+Every public op runs under :func:`user_op`: it finds the first stack frame outside the
+pyfuse package (the user's line), attributes the exprs it creates to that line, and
+re-raises any :class:`FusionError` with the op's name and that line. A composite op
+(softmax) calls other ops; the outermost call's line wins, so the user sees their own
+line, never one inside pyfuse.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
+from pyfuse.errors import FusionError
+from pyfuse.ir.naming import current_source, source_location
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def user_location() -> str | None:
+    """``file:line`` of the innermost frame outside pyfuse (None when there is none)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = os.path.abspath(frame.f_code.co_filename)
+        if not filename.startswith(_PACKAGE_DIR + os.sep):
+            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        frame = frame.f_back  # type: ignore[assignment]
+    return None
+
+
+def user_op(name: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Decorate a public op: record the user's line and name the op in its errors."""
+
+    def decorate(fn: Callable[P, R]) -> Callable[P, R]:
+        @functools.wraps(fn)
+        def traced(*args: P.args, **kwargs: P.kwargs) -> R:
+            outer = current_source()
+            where = outer if outer is not None else user_location()
+            with source_location(where):
+                try:
+                    return fn(*args, **kwargs)
+                except FusionError as error:
+                    if outer is not None:
+                        raise  # the outermost op reports it
+                    raise FusionError(
+                        error.bare_message, op=error.op or name, where=where
+                    ) from None
+
+        return traced
+
+    return decorate

@@ -1,0 +1,357 @@
+"""The public ops, ``pf.add`` ... ``pf.rms_norm``, as called inside a fused function.
+
+Each op unwraps its :class:`Tensor` arguments, calls the IR builder in
+:mod:`pyfuse.ir.ops` and wraps the result. :func:`user_op` gives every error the op's
+name and the user's line. Composites (softmax, layer_norm, rms_norm) are traced from
+the primitive ops, with fp32 math for 16-bit inputs like torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pyfuse.errors import FusionError
+from pyfuse.frontend.location import user_op
+from pyfuse.frontend.tensor import Tensor
+from pyfuse.ir import dtypes
+from pyfuse.ir import ops as ir_ops
+from pyfuse.ir.dtypes import DType
+from pyfuse.ir.exprs import BinaryOpType, ReductionOpType, UnaryOpType
+from pyfuse.ir.tensor import TensorView
+
+Number = bool | int | float
+TensorLike = Tensor | Number
+Dims = int | Sequence[int] | None
+
+
+def _tensor(value: object, what: str = "input") -> TensorView:
+    if isinstance(value, Tensor):
+        return value.tv
+    raise FusionError(f"{what} must be a traced tensor, got {type(value).__name__}")
+
+
+def _operand(value: object) -> TensorView | Number:
+    if isinstance(value, Tensor):
+        return value.tv
+    if isinstance(value, bool | int | float):
+        return value
+    raise FusionError(f"operand must be a tensor or a Python number, got {type(value).__name__}")
+
+
+def _unary(op: UnaryOpType, x: Tensor) -> Tensor:
+    return Tensor(ir_ops.unary(op, _tensor(x)))
+
+
+def _binary(op: BinaryOpType, lhs: TensorLike, rhs: TensorLike) -> Tensor:
+    return Tensor(ir_ops.binary(op, _operand(lhs), _operand(rhs)))
+
+
+# ---- pointwise ------------------------------------------------------------------------------
+
+
+@user_op("add")
+def add(lhs: TensorLike, rhs: TensorLike) -> Tensor:
+    return _binary(BinaryOpType.ADD, lhs, rhs)
+
+
+@user_op("sub")
+def sub(lhs: TensorLike, rhs: TensorLike) -> Tensor:
+    return _binary(BinaryOpType.SUB, lhs, rhs)
+
+
+@user_op("mul")
+def mul(lhs: TensorLike, rhs: TensorLike) -> Tensor:
+    return _binary(BinaryOpType.MUL, lhs, rhs)
+
+
+@user_op("div")
+def div(lhs: TensorLike, rhs: TensorLike) -> Tensor:
+    """True division (integer inputs give a float result, like torch's ``/``)."""
+    return _binary(BinaryOpType.DIV, lhs, rhs)
+
+
+@user_op("pow")
+def pow(base: TensorLike, exponent: TensorLike) -> Tensor:  # noqa: A001 - torch's name
+    return _binary(BinaryOpType.POW, base, exponent)
+
+
+@user_op("maximum")
+def maximum(lhs: TensorLike, rhs: TensorLike) -> Tensor:
+    return _binary(BinaryOpType.MAXIMUM, lhs, rhs)
+
+
+@user_op("minimum")
+def minimum(lhs: TensorLike, rhs: TensorLike) -> Tensor:
+    return _binary(BinaryOpType.MINIMUM, lhs, rhs)
+
+
+@user_op("eq")
+def eq(lhs: TensorLike, rhs: TensorLike) -> Tensor:
+    return _binary(BinaryOpType.EQ, lhs, rhs)
+
+
+@user_op("ne")
+def ne(lhs: TensorLike, rhs: TensorLike) -> Tensor:
+    return _binary(BinaryOpType.NE, lhs, rhs)
+
+
+@user_op("lt")
+def lt(lhs: TensorLike, rhs: TensorLike) -> Tensor:
+    return _binary(BinaryOpType.LT, lhs, rhs)
+
+
+@user_op("le")
+def le(lhs: TensorLike, rhs: TensorLike) -> Tensor:
+    return _binary(BinaryOpType.LE, lhs, rhs)
+
+
+@user_op("gt")
+def gt(lhs: TensorLike, rhs: TensorLike) -> Tensor:
+    return _binary(BinaryOpType.GT, lhs, rhs)
+
+
+@user_op("ge")
+def ge(lhs: TensorLike, rhs: TensorLike) -> Tensor:
+    return _binary(BinaryOpType.GE, lhs, rhs)
+
+
+@user_op("logical_and")
+def logical_and(lhs: TensorLike, rhs: TensorLike) -> Tensor:
+    return _binary(BinaryOpType.LOGICAL_AND, lhs, rhs)
+
+
+@user_op("logical_or")
+def logical_or(lhs: TensorLike, rhs: TensorLike) -> Tensor:
+    return _binary(BinaryOpType.LOGICAL_OR, lhs, rhs)
+
+
+@user_op("logical_not")
+def logical_not(x: Tensor) -> Tensor:
+    return _unary(UnaryOpType.LOGICAL_NOT, x)
+
+
+@user_op("neg")
+def neg(x: Tensor) -> Tensor:
+    return _unary(UnaryOpType.NEG, x)
+
+
+@user_op("abs")
+def abs(x: Tensor) -> Tensor:  # noqa: A001 - torch's name
+    return _unary(UnaryOpType.ABS, x)
+
+
+@user_op("exp")
+def exp(x: Tensor) -> Tensor:
+    return _unary(UnaryOpType.EXP, x)
+
+
+@user_op("log")
+def log(x: Tensor) -> Tensor:
+    return _unary(UnaryOpType.LOG, x)
+
+
+@user_op("tanh")
+def tanh(x: Tensor) -> Tensor:
+    return _unary(UnaryOpType.TANH, x)
+
+
+@user_op("sigmoid")
+def sigmoid(x: Tensor) -> Tensor:
+    return _unary(UnaryOpType.SIGMOID, x)
+
+
+@user_op("relu")
+def relu(x: Tensor) -> Tensor:
+    return _unary(UnaryOpType.RELU, x)
+
+
+@user_op("gelu")
+def gelu(x: Tensor, approximate: str = "none") -> Tensor:
+    """GELU; ``approximate="tanh"`` is the tanh form (torch's names)."""
+    if approximate == "none":
+        return _unary(UnaryOpType.GELU, x)
+    if approximate == "tanh":
+        return _unary(UnaryOpType.GELU_TANH, x)
+    raise FusionError(f'approximate must be "none" or "tanh", got {approximate!r}')
+
+
+@user_op("silu")
+def silu(x: Tensor) -> Tensor:
+    return _unary(UnaryOpType.SILU, x)
+
+
+@user_op("sqrt")
+def sqrt(x: Tensor) -> Tensor:
+    return _unary(UnaryOpType.SQRT, x)
+
+
+@user_op("rsqrt")
+def rsqrt(x: Tensor) -> Tensor:
+    return _unary(UnaryOpType.RSQRT, x)
+
+
+@user_op("reciprocal")
+def reciprocal(x: Tensor) -> Tensor:
+    return _unary(UnaryOpType.RECIPROCAL, x)
+
+
+@user_op("sin")
+def sin(x: Tensor) -> Tensor:
+    return _unary(UnaryOpType.SIN, x)
+
+
+@user_op("cos")
+def cos(x: Tensor) -> Tensor:
+    return _unary(UnaryOpType.COS, x)
+
+
+@user_op("where")
+def where(condition: TensorLike, if_true: TensorLike, if_false: TensorLike) -> Tensor:
+    return Tensor(
+        ir_ops.where(_operand(condition), _operand(if_true), _operand(if_false))
+    )
+
+
+@user_op("cast")
+def cast(x: Tensor, dtype: DType) -> Tensor:
+    if not isinstance(dtype, DType):
+        raise FusionError(f"dtype must be a pyfuse dtype such as pf.bfloat16, got {dtype!r}")
+    return Tensor(ir_ops.cast(_tensor(x), dtype))
+
+
+# ---- reductions -----------------------------------------------------------------------------
+
+
+@user_op("sum")
+def sum(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # noqa: A001
+    return Tensor(ir_ops.reduce(ReductionOpType.SUM, _tensor(x), dim, keepdim))
+
+
+@user_op("max")
+def max(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # noqa: A001
+    return Tensor(ir_ops.reduce(ReductionOpType.MAX, _tensor(x), dim, keepdim))
+
+
+@user_op("min")
+def min(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # noqa: A001
+    return Tensor(ir_ops.reduce(ReductionOpType.MIN, _tensor(x), dim, keepdim))
+
+
+@user_op("mean")
+def mean(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
+    return Tensor(ir_ops.mean(_tensor(x), dim, keepdim))
+
+
+# ---- shape and metadata ---------------------------------------------------------------------
+
+
+@user_op("broadcast_to")
+def broadcast_to(x: Tensor, shape: Sequence[int]) -> Tensor:
+    return Tensor(ir_ops.broadcast_to(_tensor(x), tuple(shape)))
+
+
+@user_op("unsqueeze")
+def unsqueeze(x: Tensor, dim: int) -> Tensor:
+    return Tensor(ir_ops.unsqueeze(_tensor(x), dim))
+
+
+@user_op("squeeze")
+def squeeze(x: Tensor, dim: Dims = None) -> Tensor:
+    return Tensor(ir_ops.squeeze(_tensor(x), dim))
+
+
+@user_op("permute")
+def permute(x: Tensor, dims: Sequence[int]) -> Tensor:
+    return Tensor(ir_ops.permute(_tensor(x), tuple(dims)))
+
+
+@user_op("transpose")
+def transpose(x: Tensor, dim0: int, dim1: int) -> Tensor:
+    return Tensor(ir_ops.transpose(_tensor(x), dim0, dim1))
+
+
+@user_op("t")
+def t(x: Tensor) -> Tensor:
+    """``x.T``: reverses the axes (a transpose for 2-D, like torch)."""
+    tv = _tensor(x)
+    return Tensor(ir_ops.permute(tv, tuple(reversed(range(tv.ndim)))))
+
+
+@user_op("reshape")
+def reshape(x: Tensor, shape: Sequence[int]) -> Tensor:
+    return Tensor(ir_ops.reshape(_tensor(x), tuple(shape)))
+
+
+# ---- matmul ---------------------------------------------------------------------------------
+
+
+@user_op("matmul")
+def matmul(a: Tensor, b: Tensor) -> Tensor:
+    """torch.matmul semantics: batch axes broadcast; 1-D operands are vectors."""
+    return Tensor(ir_ops.matmul(_tensor(a, "a"), _tensor(b, "b")))
+
+
+@user_op("linear")
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``x @ weight.T + bias`` (torch.nn.functional.linear)."""
+    bias_tv = None if bias is None else _tensor(bias, "bias")
+    return Tensor(ir_ops.linear(_tensor(x, "x"), _tensor(weight, "weight"), bias_tv))
+
+
+# ---- composites -----------------------------------------------------------------------------
+
+
+def _math_dtype(dtype: DType) -> DType:
+    if not dtype.is_floating:
+        raise FusionError(f"needs a floating tensor, got {dtype.name}")
+    return dtypes.float32 if dtype.itemsize < 4 else dtype
+
+
+@user_op("softmax")
+def softmax(x: Tensor, dim: int = -1) -> Tensor:
+    """``exp(x - max) / sum(exp(x - max))`` along ``dim``, in fp32 for 16-bit inputs."""
+    math = cast(x, _math_dtype(x.dtype))
+    shifted = math - max(math, dim, keepdim=True)
+    numerator = exp(shifted)
+    return cast(numerator / sum(numerator, dim, keepdim=True), x.dtype)
+
+
+def _normalized_dims(x: Tensor, weight: Tensor | None) -> tuple[int, ...]:
+    count = 1 if weight is None else weight.ndim
+    if count > x.ndim or (weight is not None and x.shape[-count:] != weight.shape):
+        shape = None if weight is None else weight.shape
+        raise FusionError(f"weight shape {shape} does not match the last dims of {x.shape}")
+    return tuple(range(x.ndim - count, x.ndim))
+
+
+@user_op("layer_norm")
+def layer_norm(
+    x: Tensor, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5
+) -> Tensor:
+    """Normalize over the trailing dims that ``weight`` covers (the last dim without a weight)."""
+    dims = _normalized_dims(x, weight)
+    if bias is not None and weight is not None and bias.shape != weight.shape:
+        raise FusionError(f"bias shape {bias.shape} differs from weight shape {weight.shape}")
+    math_dtype = _math_dtype(x.dtype)
+    math = cast(x, math_dtype)
+    centered = math - mean(math, dims, keepdim=True)
+    variance = mean(centered * centered, dims, keepdim=True)
+    result = centered * rsqrt(variance + eps)
+    if weight is not None:
+        result = result * cast(weight, math_dtype)
+    if bias is not None:
+        result = result + cast(bias, math_dtype)
+    return cast(result, x.dtype)
+
+
+@user_op("rms_norm")
+def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float = 1e-6) -> Tensor:
+    """``x * rsqrt(mean(x^2) + eps) * weight`` over the trailing dims ``weight`` covers."""
+    dims = _normalized_dims(x, weight)
+    math_dtype = _math_dtype(x.dtype)
+    math = cast(x, math_dtype)
+    result = math * rsqrt(mean(math * math, dims, keepdim=True) + eps)
+    if weight is not None:
+        result = result * cast(weight, math_dtype)
+    return cast(result, x.dtype)
+

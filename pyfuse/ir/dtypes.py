@@ -1,0 +1,142 @@
+"""Data types and torch-like type promotion.
+
+Promotion follows torch: categories rank bool < integer < floating. Between two
+tensors the higher category wins; within a category the wider type wins, and the
+two 16-bit floats (bf16, f16) meet at f32. A Python scalar only changes the result
+when its category is higher than every tensor's (``int32_tensor * 2.5`` is f32,
+``bf16_tensor * 2.5`` stays bf16).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+class Category(enum.IntEnum):
+    BOOL = 0
+    INTEGER = 1
+    FLOATING = 2
+
+
+@dataclass(frozen=True)
+class DType:
+    """A tensor element type. ``short`` is the printer's name, ``ptx`` the PTX type suffix."""
+
+    name: str
+    short: str
+    itemsize: int
+    category: Category
+    ptx: str
+
+    @property
+    def is_floating(self) -> bool:
+        return self.category == Category.FLOATING
+
+    @property
+    def is_integer(self) -> bool:
+        return self.category == Category.INTEGER
+
+    @property
+    def is_bool(self) -> bool:
+        return self.category == Category.BOOL
+
+    @property
+    def bits(self) -> int:
+        return self.itemsize * 8
+
+    def numpy(self) -> np.dtype[Any]:
+        """The NumPy dtype of host arrays of this type (bf16 through ml_dtypes)."""
+        if self is bfloat16:
+            import ml_dtypes
+
+            return np.dtype(ml_dtypes.bfloat16)
+        return np.dtype(_NUMPY_NAMES[self.name])
+
+    def __repr__(self) -> str:
+        return f"pf.{self.name}"
+
+
+float32 = DType("float32", "f32", 4, Category.FLOATING, "f32")
+float16 = DType("float16", "f16", 2, Category.FLOATING, "f16")
+bfloat16 = DType("bfloat16", "bf16", 2, Category.FLOATING, "bf16")
+float64 = DType("float64", "f64", 8, Category.FLOATING, "f64")
+int32 = DType("int32", "i32", 4, Category.INTEGER, "s32")
+int64 = DType("int64", "i64", 8, Category.INTEGER, "s64")
+bool_ = DType("bool", "b", 1, Category.BOOL, "pred")
+
+ALL_DTYPES: tuple[DType, ...] = (float32, float16, bfloat16, float64, int32, int64, bool_)
+
+_NUMPY_NAMES = {
+    "float32": "float32",
+    "float16": "float16",
+    "float64": "float64",
+    "int32": "int32",
+    "int64": "int64",
+    "bool": "bool",
+}
+
+# Default dtypes a Python scalar takes when it decides the category (torch's defaults).
+DEFAULT_FLOAT = float32
+DEFAULT_INT = int64
+
+
+def from_numpy(dtype: Any) -> DType:
+    """The pyfuse dtype of a NumPy (or ml_dtypes) dtype; ``ValueError`` if unsupported."""
+    np_dtype = np.dtype(dtype)
+    if np_dtype.name == "bfloat16":
+        return bfloat16
+    for candidate in ALL_DTYPES:
+        if candidate is not bfloat16 and _NUMPY_NAMES[candidate.name] == np_dtype.name:
+            return candidate
+    raise ValueError(f"unsupported array dtype {np_dtype.name}")
+
+
+def scalar_category(value: object) -> Category:
+    if isinstance(value, bool):
+        return Category.BOOL
+    if isinstance(value, int):
+        return Category.INTEGER
+    if isinstance(value, float):
+        return Category.FLOATING
+    raise TypeError(f"not a Python scalar: {type(value).__name__}")
+
+
+def promote_pair(a: DType, b: DType) -> DType:
+    """The result type of a binary op on two tensors of types ``a`` and ``b``."""
+    if a == b:
+        return a
+    if a.category != b.category:
+        return a if a.category > b.category else b
+    if a.is_floating:
+        if a.itemsize != b.itemsize:
+            return a if a.itemsize > b.itemsize else b
+        return float32  # bf16 with f16: neither holds the other
+    return a if a.itemsize > b.itemsize else b
+
+
+def result_type(tensor_dtypes: list[DType], scalars: list[object]) -> DType:
+    """torch's result_type for tensors plus Python scalars (scalars never widen within a category)."""
+    if not tensor_dtypes:
+        raise ValueError("result_type needs at least one tensor dtype")
+    result = tensor_dtypes[0]
+    for dtype in tensor_dtypes[1:]:
+        result = promote_pair(result, dtype)
+    for value in scalars:
+        category = scalar_category(value)
+        if category > result.category:
+            result = DEFAULT_FLOAT if category == Category.FLOATING else DEFAULT_INT
+    return result
+
+
+def scalar_dtype(value: object) -> DType:
+    """The dtype a Python scalar has on its own."""
+    category = scalar_category(value)
+    if category == Category.BOOL:
+        return bool_
+    if category == Category.INTEGER:
+        return DEFAULT_INT
+    return DEFAULT_FLOAT

@@ -1,0 +1,483 @@
+"""IR builders: each function appends one op (and the broadcasts or casts it needs) to the
+fusion being built and returns the new tensor.
+
+Builders check shapes and dtypes and raise :class:`pyfuse.errors.FusionError` with the
+constraint and the actual values; the frontend adds the op name and the user's line.
+Broadcasting follows NumPy: shapes align from the right, a size-1 (broadcast) axis
+stretches. Type promotion follows torch (see :mod:`pyfuse.ir.dtypes`); the math happens
+in the promoted type, with explicit :class:`CastOp` s on the operands that differ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pyfuse.errors import FusionError
+from pyfuse.ir import dtypes
+from pyfuse.ir.dtypes import DType
+from pyfuse.ir.exprs import (
+    BinaryOp,
+    BinaryOpType,
+    BroadcastOp,
+    CastOp,
+    ExpandOp,
+    LinearOp,
+    LoadStoreOp,
+    MatmulOp,
+    PermuteOp,
+    ReductionOp,
+    ReductionOpType,
+    ReshapeOp,
+    SqueezeOp,
+    TernaryOp,
+    UnaryOp,
+    UnaryOpType,
+)
+from pyfuse.ir.iterdomain import IterDomain, IterType, Merge, Split
+from pyfuse.ir.tensor import Scalar, TensorView, Val, new_axes_like
+
+Operand = TensorView | bool | int | float
+
+# Unary ops that are only defined on floats: an integer or bool input is promoted to f32.
+FLOAT_ONLY_UNARY = frozenset(
+    {
+        UnaryOpType.EXP, UnaryOpType.LOG, UnaryOpType.TANH, UnaryOpType.SIGMOID,
+        UnaryOpType.GELU, UnaryOpType.GELU_TANH, UnaryOpType.SILU, UnaryOpType.SQRT,
+        UnaryOpType.RSQRT, UnaryOpType.RECIPROCAL, UnaryOpType.SIN, UnaryOpType.COS,
+    }
+)
+
+LOGICAL_BINARY = frozenset({BinaryOpType.LOGICAL_AND, BinaryOpType.LOGICAL_OR})
+
+
+def _normalize_dim(dim: int, ndim: int) -> int:
+    if not -ndim <= dim < max(ndim, 1):
+        raise FusionError(f"dim {dim} is out of range for a tensor of rank {ndim}")
+    return dim % ndim if ndim else 0
+
+
+def _axis(extent: int) -> IterDomain:
+    return IterDomain(extent, IterType.BROADCAST if extent == 1 else IterType.ITERATION)
+
+
+# ---- casts and copies ------------------------------------------------------------------------
+
+
+def cast(x: TensorView, dtype: DType) -> TensorView:
+    """``x`` converted to ``dtype`` (``x`` itself when it already has that dtype)."""
+    if x.dtype == dtype:
+        return x
+    out = TensorView(new_axes_like(x.no_reductions), dtype)
+    CastOp(out, x)
+    return out
+
+
+def set_copy(x: TensorView) -> TensorView:
+    """A plain copy of ``x`` (a new tensor with the same values)."""
+    out = TensorView(new_axes_like(x.no_reductions), x.dtype)
+    LoadStoreOp(out, x)
+    return out
+
+
+# ---- broadcasting ---------------------------------------------------------------------------
+
+
+def broadcast(x: TensorView, is_new: Sequence[bool]) -> TensorView:
+    """Insert size-1 broadcast axes where ``is_new`` is True."""
+    kept = [flag for flag in is_new if not flag]
+    if len(kept) != x.ndim:
+        raise FusionError(
+            f"broadcast flags {list(is_new)} keep {len(kept)} axes but the tensor has rank "
+            f"{x.ndim}"
+        )
+    if not any(is_new):
+        return x
+    source = iter(x.no_reductions)
+    axes = []
+    for flag in is_new:
+        if flag:
+            axes.append(IterDomain(1, IterType.BROADCAST))
+        else:
+            old = next(source)
+            axes.append(IterDomain(old.extent, old.iter_type, expanded_extent=old.expanded_extent))
+    out = TensorView(axes, x.dtype)
+    BroadcastOp(out, x, is_new)
+    return out
+
+
+def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
+    """NumPy's broadcast of ``shapes``; FusionError naming both sizes when they clash."""
+    ndim = max((len(shape) for shape in shapes), default=0)
+    result = []
+    for position in range(ndim):
+        extent = 1
+        for shape in shapes:
+            offset = position - (ndim - len(shape))
+            if offset < 0:
+                continue
+            size = shape[offset]
+            if size == 1 or size == extent:
+                continue
+            if extent != 1:
+                raise FusionError(
+                    f"shapes {[tuple(s) for s in shapes]} do not broadcast: size {extent} "
+                    f"against {size} at dim {position}"
+                )
+            extent = size
+        result.append(extent)
+    return tuple(result)
+
+
+def expand(x: TensorView, shape: Sequence[int]) -> TensorView:
+    """Give the size-1 axes of ``x`` (same rank as ``shape``) the sizes in ``shape``."""
+    if tuple(shape) == x.shape:
+        return x
+    axes = []
+    for axis, extent in zip(x.no_reductions, shape, strict=True):
+        if axis.logical_extent == extent:
+            axes.append(IterDomain(axis.extent, axis.iter_type, expanded_extent=axis.expanded_extent))
+        elif axis.is_broadcast:
+            axes.append(IterDomain(1, IterType.BROADCAST, expanded_extent=extent))
+        else:
+            raise FusionError(f"cannot expand size {axis.logical_extent} to {extent}")
+    out = TensorView(axes, x.dtype)
+    ExpandOp(out, x)
+    return out
+
+
+def broadcast_to(x: TensorView, shape: Sequence[int]) -> TensorView:
+    """NumPy's ``broadcast_to``: new leading axes, then size-1 axes stretched."""
+    shape = tuple(shape)
+    if len(shape) < x.ndim:
+        raise FusionError(f"cannot broadcast shape {x.shape} to the lower rank {shape}")
+    if broadcast_shapes(x.shape, shape) != shape:
+        raise FusionError(f"cannot broadcast shape {x.shape} to {shape}")
+    lead = len(shape) - x.ndim
+    x = broadcast(x, [True] * lead + [False] * x.ndim)
+    return expand(x, shape)
+
+
+def _to_rank(x: TensorView, ndim: int) -> TensorView:
+    lead = ndim - x.ndim
+    return broadcast(x, [True] * lead + [False] * x.ndim) if lead else x
+
+
+def _output_axes(operands: Sequence[TensorView]) -> list[IterDomain]:
+    """Axes of a pointwise output whose operands share a rank (NumPy broadcasting)."""
+    shape = broadcast_shapes(*(op.shape for op in operands))
+    axes = []
+    for position, extent in enumerate(shape):
+        concrete = [op.no_reductions[position] for op in operands]
+        if all(axis.is_broadcast for axis in concrete):
+            expanded = extent if extent != 1 else None
+            axes.append(IterDomain(1, IterType.BROADCAST, expanded_extent=expanded))
+        else:
+            axes.append(IterDomain(extent, IterType.ITERATION))
+    return axes
+
+
+# ---- pointwise ------------------------------------------------------------------------------
+
+
+def unary(op: UnaryOpType, x: TensorView) -> TensorView:
+    if op in FLOAT_ONLY_UNARY and not x.dtype.is_floating:
+        x = cast(x, dtypes.DEFAULT_FLOAT)
+    if op == UnaryOpType.NEG and x.dtype.is_bool:
+        raise FusionError("negation of a bool tensor is not supported; use logical_not")
+    out_dtype = dtypes.bool_ if op == UnaryOpType.LOGICAL_NOT else x.dtype
+    out = TensorView(new_axes_like(x.no_reductions), out_dtype)
+    UnaryOp(op, out, x)
+    return out
+
+
+def _math_dtype(op: BinaryOpType, tensors: list[DType], scalars: list[object]) -> DType:
+    dtype = dtypes.result_type(tensors, scalars)
+    if op == BinaryOpType.DIV and not dtype.is_floating:
+        return dtypes.DEFAULT_FLOAT  # true division, like torch's `/`
+    if op in LOGICAL_BINARY:
+        return dtypes.bool_
+    return dtype
+
+
+def _operand(value: Operand, dtype: DType) -> Val:
+    if isinstance(value, TensorView):
+        return cast(value, dtype)
+    if isinstance(value, bool | int | float):
+        return Scalar(value, dtype)
+    raise FusionError(f"operand of type {type(value).__name__} is not a tensor or a number")
+
+
+def binary(op: BinaryOpType, lhs: Operand, rhs: Operand) -> TensorView:
+    tensors = [v for v in (lhs, rhs) if isinstance(v, TensorView)]
+    if not tensors:
+        raise FusionError("at least one operand must be a tensor")
+    scalars = [v for v in (lhs, rhs) if not isinstance(v, TensorView)]
+    for value in scalars:
+        if not isinstance(value, bool | int | float):
+            raise FusionError(f"operand of type {type(value).__name__} is not a tensor or a number")
+    broadcast_shapes(*(t.shape for t in tensors))  # reports a clash in the user's shapes
+    math_dtype = _math_dtype(op, [t.dtype for t in tensors], scalars)
+    ndim = max(t.ndim for t in tensors)
+    ranked = iter([_to_rank(t, ndim) for t in tensors])
+    operands = [
+        _operand(next(ranked) if isinstance(value, TensorView) else value, math_dtype)
+        for value in (lhs, rhs)
+    ]
+    axes = _output_axes([op for op in operands if isinstance(op, TensorView)])
+    out_dtype = dtypes.bool_ if op.is_comparison else math_dtype
+    out = TensorView(axes, out_dtype)
+    BinaryOp(op, out, operands[0], operands[1])
+    return out
+
+
+def where(condition: Operand, if_true: Operand, if_false: Operand) -> TensorView:
+    tensors = [v for v in (condition, if_true, if_false) if isinstance(v, TensorView)]
+    if not tensors:
+        raise FusionError("where needs at least one tensor operand")
+    value_tensors = [v.dtype for v in (if_true, if_false) if isinstance(v, TensorView)]
+    value_scalars = [v for v in (if_true, if_false) if not isinstance(v, TensorView)]
+    if value_tensors:
+        dtype = dtypes.result_type(value_tensors, value_scalars)
+    else:
+        dtype = dtypes.result_type([dtypes.scalar_dtype(value_scalars[0])], value_scalars[1:])
+    broadcast_shapes(*(t.shape for t in tensors))
+    ndim = max(t.ndim for t in tensors)
+    ranked = {id(t): _to_rank(t, ndim) for t in tensors}
+
+    def operand(value: Operand, operand_dtype: DType) -> Val:
+        if isinstance(value, TensorView):
+            return cast(ranked[id(value)], operand_dtype)
+        return _operand(value, operand_dtype)
+
+    operands = [
+        operand(condition, dtypes.bool_), operand(if_true, dtype), operand(if_false, dtype)
+    ]
+    out = TensorView(_output_axes([op for op in operands if isinstance(op, TensorView)]), dtype)
+    TernaryOp(out, *operands)
+    return out
+
+
+# ---- reductions -----------------------------------------------------------------------------
+
+
+def _reduction_dims(x: TensorView, dims: int | Sequence[int] | None) -> list[int]:
+    if dims is None:
+        return list(range(x.ndim))
+    dim_list = [dims] if isinstance(dims, int) else list(dims)
+    normalized = sorted({_normalize_dim(d, x.ndim) for d in dim_list})
+    if len(normalized) != len(dim_list):
+        raise FusionError(f"reduction dims {dim_list} name an axis twice")
+    return normalized
+
+
+def reduce(
+    op: ReductionOpType, x: TensorView, dims: int | Sequence[int] | None, keepdim: bool = False
+) -> TensorView:
+    """Reduce ``x`` over ``dims``. Sums of 16-bit floats accumulate in f32 and sums of ints and
+    bools in int64 (torch's types); max and min keep the dtype."""
+    axes_to_reduce = _reduction_dims(x, dims)
+    result_dtype = x.dtype
+    math_input = x
+    if op == ReductionOpType.SUM:
+        if not x.dtype.is_floating:
+            result_dtype = dtypes.int64
+            math_input = cast(x, dtypes.int64)
+        elif x.dtype.itemsize < 4:
+            math_input = cast(x, dtypes.float32)
+    axes = []
+    for index, axis in enumerate(math_input.no_reductions):
+        if index in axes_to_reduce:
+            axes.append(IterDomain(axis.logical_extent, IterType.REDUCTION))
+        else:
+            axes.append(IterDomain(axis.extent, axis.iter_type, expanded_extent=axis.expanded_extent))
+    out = TensorView(axes, math_input.dtype)
+    ReductionOp(op, out, math_input)
+    result = cast(out, result_dtype)
+    if keepdim:
+        flags = [index in axes_to_reduce for index in range(x.ndim)]
+        result = broadcast(result, flags)
+    return result
+
+
+def mean(x: TensorView, dims: int | Sequence[int] | None, keepdim: bool = False) -> TensorView:
+    if not x.dtype.is_floating:
+        raise FusionError(f"mean needs a floating tensor, got {x.dtype.name}; cast it first")
+    count = 1
+    for dim in _reduction_dims(x, dims):
+        count *= x.shape[dim]
+    total = reduce(ReductionOpType.SUM, cast(x, _accumulate_dtype(x.dtype)), dims, keepdim)
+    return cast(binary(BinaryOpType.MUL, total, 1.0 / count), x.dtype)
+
+
+def _accumulate_dtype(dtype: DType) -> DType:
+    return dtypes.float32 if dtype.itemsize < 4 else dtype
+
+
+# ---- shape and metadata ---------------------------------------------------------------------
+
+
+def unsqueeze(x: TensorView, dim: int) -> TensorView:
+    position = _normalize_dim(dim, x.ndim + 1)
+    flags = [False] * x.ndim
+    flags.insert(position, True)
+    return broadcast(x, flags)
+
+
+def squeeze(x: TensorView, dims: int | Sequence[int] | None = None) -> TensorView:
+    """Remove size-1 axes (all of them, or those in ``dims``; other sizes are left, like torch)."""
+    if dims is None:
+        chosen = [i for i, extent in enumerate(x.shape) if extent == 1]
+    else:
+        dim_list = [dims] if isinstance(dims, int) else list(dims)
+        chosen = sorted({_normalize_dim(d, x.ndim) for d in dim_list if x.shape[d] == 1})
+    if not chosen:
+        return x
+    kept = [axis for i, axis in enumerate(x.no_reductions) if i not in chosen]
+    out = TensorView(new_axes_like(kept), x.dtype)
+    SqueezeOp(out, x, chosen)
+    return out
+
+
+def permute(x: TensorView, perm: Sequence[int]) -> TensorView:
+    order = [_normalize_dim(d, x.ndim) for d in perm]
+    if sorted(order) != list(range(x.ndim)):
+        raise FusionError(f"permutation {list(perm)} is not a permutation of {x.ndim} dims")
+    if order == list(range(x.ndim)):
+        return x
+    axes = x.no_reductions
+    out = TensorView(new_axes_like([axes[source] for source in order]), x.dtype)
+    PermuteOp(out, x, order)
+    return out
+
+
+def transpose(x: TensorView, dim0: int, dim1: int) -> TensorView:
+    order = list(range(x.ndim))
+    a, b = _normalize_dim(dim0, x.ndim), _normalize_dim(dim1, x.ndim)
+    order[a], order[b] = order[b], order[a]
+    return permute(x, order)
+
+
+def _infer_shape(shape: Sequence[int], numel: int) -> tuple[int, ...]:
+    shape = list(shape)
+    unknown = [i for i, extent in enumerate(shape) if extent == -1]
+    if len(unknown) > 1:
+        raise FusionError(f"reshape to {shape}: only one size may be -1")
+    if any(extent < -1 for extent in shape):
+        raise FusionError(f"reshape to {shape}: sizes must be >= 0 or -1")
+    known = 1
+    for extent in shape:
+        if extent != -1:
+            known *= extent
+    if unknown:
+        if known == 0 or numel % known:
+            raise FusionError(f"reshape to {shape} does not fit {numel} elements")
+        shape[unknown[0]] = numel // known
+    elif known != numel:
+        raise FusionError(f"reshape to {tuple(shape)} has {known} elements, the input {numel}")
+    return tuple(shape)
+
+
+def reshape(x: TensorView, shape: Sequence[int]) -> TensorView:
+    """A view reshape. The output's root axes copy the input's; its logical axes come from
+    merging each group of root axes whose product matches a group of output sizes, then
+    splitting the merged axis into the output sizes. Size-1 axes stand apart."""
+    new_shape = _infer_shape(shape, x.numel)
+    if new_shape == x.shape:
+        return x
+    root = new_axes_like(x.no_reductions)
+    sources = [axis for axis in root if axis.logical_extent != 1]
+    targets = [extent for extent in new_shape if extent != 1]
+    derived: list[IterDomain] = []
+    s_index = 0
+    t_index = 0
+    while t_index < len(targets):
+        group_in = [sources[s_index]]
+        group_out = [targets[t_index]]
+        s_index += 1
+        t_index += 1
+        product_in, product_out = group_in[0].extent, group_out[0]
+        while product_in != product_out:
+            if product_in < product_out:
+                group_in.append(sources[s_index])
+                product_in *= sources[s_index].extent
+                s_index += 1
+            else:
+                group_out.append(targets[t_index])
+                product_out *= targets[t_index]
+                t_index += 1
+        merged = group_in[0]
+        for axis in group_in[1:]:
+            merged = Merge(merged, axis).output
+        for extent in group_out[:-1]:
+            split = Split(merged, extent, inner_split=False)
+            derived.append(split.outer)
+            merged = split.inner
+        derived.append(merged)
+    derived_iter = iter(derived)
+    logical = [
+        IterDomain(1, IterType.BROADCAST) if extent == 1 else next(derived_iter)
+        for extent in new_shape
+    ]
+    out = TensorView(logical, x.dtype, root=root)
+    ReshapeOp(out, x)
+    return out
+
+
+# ---- matmul ---------------------------------------------------------------------------------
+
+
+def _check_matmul_dtypes(a: TensorView, b: TensorView) -> None:
+    if a.dtype != b.dtype:
+        raise FusionError(
+            f"operands must have the same dtype, got {a.dtype.name} and {b.dtype.name}"
+        )
+    if not a.dtype.is_floating:
+        raise FusionError(f"operands must be floating, got {a.dtype.name}")
+
+
+def matmul(a: TensorView, b: TensorView) -> TensorView:
+    """torch.matmul: ``[..., M, K] @ [..., K, N] -> [..., M, N]`` with batch broadcasting;
+    a 1-D operand is a vector (its M or N axis is dropped)."""
+    if a.ndim == 0 or b.ndim == 0:
+        raise FusionError(f"operands must have rank >= 1, got shapes {a.shape} and {b.shape}")
+    _check_matmul_dtypes(a, b)
+    k_a = a.shape[-1]
+    k_b = b.shape[0] if b.ndim == 1 else b.shape[-2]
+    if k_a != k_b:
+        raise FusionError(
+            f"inner sizes differ: {a.shape} @ {b.shape} (K = {k_a} vs {k_b})"
+        )
+    batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a_axes, b_axes = a.no_reductions, b.no_reductions
+    axes = [_axis(extent) for extent in batch]
+    if a.ndim >= 2:
+        axes.append(IterDomain(a_axes[-2].extent, a_axes[-2].iter_type))
+    if b.ndim >= 2:
+        axes.append(IterDomain(b_axes[-1].extent, b_axes[-1].iter_type))
+    axes.append(IterDomain(k_a, IterType.REDUCTION))
+    out = TensorView(axes, a.dtype)
+    MatmulOp(out, a, b)
+    return out
+
+
+def linear(x: TensorView, weight: TensorView, bias: TensorView | None = None) -> TensorView:
+    """``x @ weight.T + bias`` with ``weight [N, K]`` and ``bias [N]``."""
+    if x.ndim == 0:
+        raise FusionError(f"input must have rank >= 1, got shape {x.shape}")
+    if weight.ndim != 2:
+        raise FusionError(f"weight must be 2-D [N, K], got shape {weight.shape}")
+    _check_matmul_dtypes(x, weight)
+    n, k = weight.shape
+    if x.shape[-1] != k:
+        raise FusionError(f"input's last size {x.shape[-1]} differs from weight's K = {k}")
+    if bias is not None:
+        if bias.shape != (n,):
+            raise FusionError(f"bias must have shape ({n},), got {bias.shape}")
+        if bias.dtype != x.dtype:
+            raise FusionError(f"bias dtype {bias.dtype.name} differs from input's {x.dtype.name}")
+    axes = new_axes_like(x.no_reductions[:-1])
+    axes.append(IterDomain(n, IterType.BROADCAST if n == 1 else IterType.ITERATION))
+    axes.append(IterDomain(k, IterType.REDUCTION))
+    out = TensorView(axes, x.dtype)
+    LinearOp(out, x, weight, bias)
+    return out

@@ -1,0 +1,52 @@
+"""Tuning parameters that users may pass: :class:`MatmulParams`.
+
+Frozen and hashable so a config is usable as a cache key. A field left ``None`` is
+chosen by the matmul scheduler's heuristic from the shape and the device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+
+@dataclass(frozen=True)
+class MatmulParams:
+    """Hopper matmul schedule. Tiles are in elements; ``grid_swizzle`` is the number of M tiles
+    walked together (1 = none); ``persistent`` makes each CTA loop over tiles; ``splitk``
+    splits K across CTAs; ``cluster_m``/``cluster_n`` set the CTA cluster; ``smem_epilogue``
+    stores the output through shared memory (and TMA)."""
+
+    tile_m: int | None = None
+    tile_n: int | None = None
+    tile_k: int | None = None
+    stages: int | None = None
+    grid_swizzle: int | None = None
+    persistent: bool | None = None
+    splitk: int | None = None
+    cluster_m: int | None = None
+    cluster_n: int | None = None
+    warp_specialized: bool | None = None
+    smem_epilogue: bool | None = None
+
+    def __post_init__(self) -> None:
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if value is None:
+                continue
+            if field.type in ("bool | None",):
+                if not isinstance(value, bool):
+                    raise ValueError(f"MatmulParams.{field.name} must be a bool, got {value!r}")
+            elif isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(
+                    f"MatmulParams.{field.name} must be a positive int, got {value!r}"
+                )
+
+    def merged(self, defaults: MatmulParams) -> MatmulParams:
+        """These params with every ``None`` field taken from ``defaults``."""
+        values = {
+            field.name: getattr(defaults, field.name)
+            if getattr(self, field.name) is None
+            else getattr(self, field.name)
+            for field in fields(self)
+        }
+        return MatmulParams(**values)

@@ -1,0 +1,28 @@
+"""Shared test setup: the ``gpu`` marker skips cleanly where no CUDA driver answers."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+
+@functools.cache
+def _gpu_available() -> bool:
+    try:
+        from pyfuse.backend_ptx import driver
+    except ImportError:
+        return False
+    try:
+        return bool(driver.available())
+    except Exception:  # any driver failure means: no usable GPU here
+        return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if _gpu_available():
+        return
+    skip = pytest.mark.skip(reason="no CUDA driver or GPU on this machine")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
