@@ -33,6 +33,7 @@ def input_tensor(spec: Spec) -> TensorView:
     tv = make_tensor(spec.shape, spec.dtype)
     if spec.is_contiguous:
         return tv
+    tv.strides = spec.strides
     axes = tv.no_reductions
     real = [i for i, axis in enumerate(axes) if not axis.is_broadcast]
     # Decreasing stride; ties keep logical order (a stable sort on the negated stride).

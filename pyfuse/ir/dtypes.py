@@ -53,7 +53,8 @@ class DType:
         if self is bfloat16:
             import ml_dtypes
 
-            return np.dtype(ml_dtypes.bfloat16)
+            bf16: np.dtype[Any] = np.dtype(ml_dtypes.bfloat16)
+            return bf16
         return np.dtype(_NUMPY_NAMES[self.name])
 
     def __repr__(self) -> str:

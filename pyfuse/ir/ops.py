@@ -79,6 +79,19 @@ def set_copy(x: TensorView) -> TensorView:
     return out
 
 
+def materialize(x: TensorView) -> TensorView:
+    """A copy of ``x`` whose expanded broadcast axes are real (iteration) axes."""
+    axes = [
+        IterDomain(axis.logical_extent, IterType.ITERATION)
+        if axis.expanded_extent is not None
+        else IterDomain(axis.extent, axis.iter_type)
+        for axis in x.no_reductions
+    ]
+    out = TensorView(axes, x.dtype)
+    LoadStoreOp(out, x)
+    return out
+
+
 # ---- broadcasting ---------------------------------------------------------------------------
 
 
@@ -384,6 +397,9 @@ def reshape(x: TensorView, shape: Sequence[int]) -> TensorView:
     new_shape = _infer_shape(shape, x.numel)
     if new_shape == x.shape:
         return x
+    if any(axis.expanded_extent is not None for axis in x.no_reductions):
+        # An expanded broadcast has no memory to view: reshape a materialized copy.
+        x = materialize(x)
     root = new_axes_like(x.no_reductions)
     sources = [axis for axis in root if axis.logical_extent != 1]
     targets = [extent for extent in new_shape if extent != 1]

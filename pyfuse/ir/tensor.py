@@ -95,6 +95,8 @@ class TensorView(Val):
         self.circular_buffer_stages = 0
         # Set by skip_intermediates/remove_broadcasts: the tensor whose memory this one reads.
         self.alias_of: TensorView | None = None
+        # Element strides of a fusion input, per logical axis (None: row-major contiguous).
+        self.strides: tuple[int, ...] | None = None
 
     # -- shape --------------------------------------------------------------------------------
     @property

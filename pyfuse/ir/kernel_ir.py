@@ -1,0 +1,532 @@
+"""Kernel IR: what ``passes.lower`` produces and ``backend_ptx.emit`` turns into PTX.
+
+A :class:`Kernel` is a list of statements over scalar expressions. Expressions are
+immutable trees with a dtype (an index is an int32 or int64 expression; tensor math
+uses the tensor dtypes). Builders (:func:`add`, :func:`mul`, :func:`floordiv`,
+:func:`mod`) fold constants and use the known ranges of loop variables, so indices
+derived from splits and merges come out as simple as a person would write them.
+
+Statements: serial or unrolled :class:`For` loops, :class:`Let` (define a scalar once),
+:class:`Assign` (update an accumulator), :class:`If`, :class:`Alloc` (registers or shared
+memory), :class:`Store`, vector copies, :class:`Sync`, and :class:`ThreadReduce` (an
+all-reduce of one value across the threads bound to reduction axes). A loop bound to a
+thread or block index is not a loop here: lowering binds its variable with a ``Let``
+of a :class:`Special` register and guards it with an ``If`` when the launch is larger.
+
+Local buffers are register arrays: every index into one must fold to a constant once
+unrolled loops are expanded, which the emitter checks.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from pyfuse.ir import dtypes
+from pyfuse.ir.dtypes import DType
+from pyfuse.ir.tensor import MemoryType
+
+# ---- expressions --------------------------------------------------------------------------
+
+
+class KExpr:
+    """A scalar expression; immutable and hashable."""
+
+    dtype: DType
+
+    def __str__(self) -> str:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Const(KExpr):
+    value: bool | int | float
+    dtype: DType = dtypes.int64
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+@dataclass(frozen=True)
+class Var(KExpr):
+    """A scalar variable: a loop index (with its trip count as ``extent``) or a let-bound value.
+    ``extent`` bounds a loop index to ``[0, extent)``; it drives index simplification."""
+
+    name: str
+    dtype: DType = dtypes.int64
+    extent: int | None = None
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class SpecialKind(enum.Enum):
+    TID_X = "tid.x"
+    TID_Y = "tid.y"
+    TID_Z = "tid.z"
+    CTAID_X = "ctaid.x"
+    CTAID_Y = "ctaid.y"
+    CTAID_Z = "ctaid.z"
+    NTID_X = "ntid.x"
+    NCTAID_X = "nctaid.x"
+
+
+@dataclass(frozen=True)
+class Special(KExpr):
+    """A special register (thread or block index); ``extent`` is its launch size."""
+
+    kind: SpecialKind
+    extent: int | None = None
+    dtype: DType = dtypes.int32
+
+    def __str__(self) -> str:
+        return f"%{self.kind.value}"
+
+
+@dataclass(frozen=True)
+class Param(KExpr):
+    """A scalar kernel parameter."""
+
+    name: str
+    dtype: DType = dtypes.int64
+
+    def __str__(self) -> str:
+        return f"${self.name}"
+
+
+@dataclass(frozen=True)
+class Binary(KExpr):
+    """``lhs op rhs``. Index ops: add sub mul floordiv mod min max; compares give bool; tensor
+    math uses the pointwise op names of :class:`pyfuse.ir.exprs.BinaryOpType`."""
+
+    op: str
+    lhs: KExpr
+    rhs: KExpr
+    dtype: DType
+
+    def __str__(self) -> str:
+        symbol = _INFIX.get(self.op)
+        if symbol is not None:
+            return f"({self.lhs} {symbol} {self.rhs})"
+        return f"{self.op}({self.lhs}, {self.rhs})"
+
+
+_INFIX = {
+    "add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "mod": "%",
+    "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!=",
+    "logical_and": "&&", "logical_or": "||",
+}
+
+
+@dataclass(frozen=True)
+class Unary(KExpr):
+    """``op(operand)`` with the op names of :class:`pyfuse.ir.exprs.UnaryOpType`."""
+
+    op: str
+    operand: KExpr
+    dtype: DType
+
+    def __str__(self) -> str:
+        return f"{self.op}({self.operand})"
+
+
+@dataclass(frozen=True)
+class Select(KExpr):
+    condition: KExpr
+    if_true: KExpr
+    if_false: KExpr
+    dtype: DType
+
+    def __str__(self) -> str:
+        return f"({self.condition} ? {self.if_true} : {self.if_false})"
+
+
+@dataclass(frozen=True)
+class Cast(KExpr):
+    operand: KExpr
+    dtype: DType
+
+    def __str__(self) -> str:
+        return f"{self.dtype.short}({self.operand})"
+
+
+@dataclass(eq=False)
+class Buffer:
+    """Storage of one tensor in a kernel: a global tensor (a pointer parameter), a shared
+    memory region, or a local register array of ``size`` elements."""
+
+    name: str
+    dtype: DType
+    memory: MemoryType
+    size: int = 1
+    # Byte offset of a shared buffer inside the kernel's dynamic shared memory.
+    smem_offset: int = 0
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class Load(KExpr):
+    """``buffer[index]`` (element index)."""
+
+    buffer: Buffer
+    index: KExpr
+    dtype: DType
+
+    def __str__(self) -> str:
+        return f"{self.buffer.name}[{self.index}]"
+
+    def __hash__(self) -> int:
+        return hash((id(self.buffer), self.index))
+
+
+# ---- simplifying builders ------------------------------------------------------------------
+
+
+def const(value: int, dtype: DType = dtypes.int64) -> Const:
+    return Const(value, dtype)
+
+
+def _value(expr: KExpr) -> int | None:
+    if isinstance(expr, Const) and isinstance(expr.value, int) and not isinstance(
+        expr.value, bool
+    ):
+        return expr.value
+    return None
+
+
+def upper_bound(expr: KExpr) -> int | None:
+    """An exclusive upper bound of a non-negative index expression, when one is known."""
+    if isinstance(expr, Const):
+        return int(expr.value) + 1
+    if isinstance(expr, Var | Special):
+        return expr.extent
+    if isinstance(expr, Binary):
+        lhs, rhs = upper_bound(expr.lhs), upper_bound(expr.rhs)
+        if expr.op == "add" and lhs is not None and rhs is not None:
+            return lhs + rhs - 1
+        if expr.op == "mul" and lhs is not None and rhs is not None:
+            return (lhs - 1) * (rhs - 1) + 1
+        if expr.op == "mod" and _value(expr.rhs) is not None:
+            bound = _value(expr.rhs)
+            assert bound is not None
+            return bound if lhs is None else min(lhs, bound)
+        if expr.op == "floordiv" and lhs is not None and _value(expr.rhs):
+            divisor = _value(expr.rhs)
+            assert divisor is not None
+            return -(-lhs // divisor)
+    return None
+
+
+def _index_dtype(a: KExpr, b: KExpr) -> DType:
+    return dtypes.int64 if dtypes.int64 in (a.dtype, b.dtype) else a.dtype
+
+
+def add(a: KExpr, b: KExpr) -> KExpr:
+    va, vb = _value(a), _value(b)
+    if va is not None and vb is not None:
+        return Const(va + vb, _index_dtype(a, b))
+    if va == 0:
+        return b
+    if vb == 0:
+        return a
+    return Binary("add", a, b, _index_dtype(a, b))
+
+
+def mul(a: KExpr, b: KExpr) -> KExpr:
+    va, vb = _value(a), _value(b)
+    if va is not None and vb is not None:
+        return Const(va * vb, _index_dtype(a, b))
+    if va == 0 or vb == 0:
+        return Const(0, _index_dtype(a, b))
+    if va == 1:
+        return b
+    if vb == 1:
+        return a
+    return Binary("mul", a, b, _index_dtype(a, b))
+
+
+def floordiv(a: KExpr, b: KExpr) -> KExpr:
+    va, vb = _value(a), _value(b)
+    if vb == 1:
+        return a
+    if va is not None and vb is not None:
+        return Const(va // vb, _index_dtype(a, b))
+    bound = upper_bound(a)
+    if vb is not None and bound is not None and bound <= vb:
+        return Const(0, _index_dtype(a, b))
+    # (x * c + y) // c == x when 0 <= y < c: the index of an outer split loop.
+    if vb is not None and isinstance(a, Binary) and a.op == "add":
+        outer, inner = a.lhs, a.rhs
+        inner_bound = upper_bound(inner)
+        if (
+            isinstance(outer, Binary)
+            and outer.op == "mul"
+            and _value(outer.rhs) == vb
+            and inner_bound is not None
+            and inner_bound <= vb
+        ):
+            return outer.lhs
+    return Binary("floordiv", a, b, _index_dtype(a, b))
+
+
+def mod(a: KExpr, b: KExpr) -> KExpr:
+    va, vb = _value(a), _value(b)
+    if vb == 1:
+        return Const(0, _index_dtype(a, b))
+    if va is not None and vb is not None:
+        return Const(va % vb, _index_dtype(a, b))
+    bound = upper_bound(a)
+    if vb is not None and bound is not None and bound <= vb:
+        return a
+    # (x * c + y) % c == y when 0 <= y < c.
+    if vb is not None and isinstance(a, Binary) and a.op == "add":
+        outer, inner = a.lhs, a.rhs
+        inner_bound = upper_bound(inner)
+        if (
+            isinstance(outer, Binary)
+            and outer.op == "mul"
+            and _value(outer.rhs) == vb
+            and inner_bound is not None
+            and inner_bound <= vb
+        ):
+            return inner
+    return Binary("mod", a, b, _index_dtype(a, b))
+
+
+def less_than(a: KExpr, b: KExpr) -> KExpr:
+    va, vb = _value(a), _value(b)
+    if va is not None and vb is not None:
+        return Const(va < vb, dtypes.bool_)
+    bound = upper_bound(a)
+    if vb is not None and bound is not None and bound <= vb:
+        return Const(True, dtypes.bool_)
+    return Binary("lt", a, b, dtypes.bool_)
+
+
+def logical_and(a: KExpr, b: KExpr) -> KExpr:
+    if isinstance(a, Const):
+        return b if a.value else a
+    if isinstance(b, Const):
+        return a if b.value else b
+    return Binary("logical_and", a, b, dtypes.bool_)
+
+
+def all_of(conditions: Sequence[KExpr]) -> KExpr:
+    result: KExpr = Const(True, dtypes.bool_)
+    for condition in conditions:
+        result = logical_and(result, condition)
+    return result
+
+
+def is_true(expr: KExpr) -> bool:
+    return isinstance(expr, Const) and expr.value is True
+
+
+# ---- statements ----------------------------------------------------------------------------
+
+
+class Stmt:
+    def children(self) -> Iterator[list[Stmt]]:
+        return iter(())
+
+
+@dataclass(eq=False)
+class For(Stmt):
+    """``for var in range(extent)``; ``unroll`` loops are expanded by the emitter (their
+    variable is a constant in each copy, so register-array indices fold)."""
+
+    var: Var
+    extent: KExpr
+    body: list[Stmt] = field(default_factory=list)
+    unroll: bool = False
+
+    def children(self) -> Iterator[list[Stmt]]:
+        yield self.body
+
+
+@dataclass(eq=False)
+class Let(Stmt):
+    var: Var
+    value: KExpr
+
+
+@dataclass(eq=False)
+class Assign(Stmt):
+    """Update a variable defined by :class:`Let` (an accumulator)."""
+
+    var: Var
+    value: KExpr
+
+
+@dataclass(eq=False)
+class If(Stmt):
+    condition: KExpr
+    then: list[Stmt] = field(default_factory=list)
+    orelse: list[Stmt] = field(default_factory=list)
+
+    def children(self) -> Iterator[list[Stmt]]:
+        yield self.then
+        yield self.orelse
+
+
+@dataclass(eq=False)
+class Alloc(Stmt):
+    buffer: Buffer
+
+
+@dataclass(eq=False)
+class Store(Stmt):
+    """``buffer[index] = value``."""
+
+    buffer: Buffer
+    index: KExpr
+    value: KExpr
+
+
+@dataclass(eq=False)
+class VectorLoad(Stmt):
+    """Load ``width`` consecutive elements of ``source`` from ``source_index`` into the local
+    ``target`` at ``target_index`` with one vector instruction (alignment is the caller's
+    guarantee)."""
+
+    target: Buffer
+    target_index: KExpr
+    source: Buffer
+    source_index: KExpr
+    width: int
+
+
+@dataclass(eq=False)
+class VectorStore(Stmt):
+    """Store ``width`` consecutive local elements of ``source`` to ``target`` with one vector
+    instruction."""
+
+    target: Buffer
+    target_index: KExpr
+    source: Buffer
+    source_index: KExpr
+    width: int
+
+
+@dataclass(eq=False)
+class Sync(Stmt):
+    """``bar.sync 0``: every thread of the block."""
+
+
+@dataclass(eq=False)
+class ThreadReduce(Stmt):
+    """All-reduce ``var`` with ``op`` (sum, max, min) across the threads of the block that
+    differ only in ``threads`` (the x-extent of the reduction's thread axis); every such
+    thread ends with the result. ``workspace`` is the shared memory the cross-warp step uses
+    (None when the reduction stays within a warp)."""
+
+    var: Var
+    op: str
+    threads: int
+    workspace: Buffer | None = None
+
+
+@dataclass(eq=False)
+class Comment(Stmt):
+    text: str
+
+
+# ---- kernel --------------------------------------------------------------------------------
+
+
+class ParamRole(enum.Enum):
+    INPUT = "input"
+    OUTPUT = "output"
+    INTERMEDIATE = "intermediate"
+
+
+@dataclass(frozen=True)
+class TensorParam:
+    """A global tensor argument: its buffer, which fusion tensor it is and where it comes from
+    (``index`` counts inputs, outputs or intermediates)."""
+
+    buffer_name: str
+    dtype: DType
+    role: ParamRole
+    index: int
+    shape: tuple[int, ...]
+
+
+@dataclass(eq=False)
+class Kernel:
+    name: str
+    params: list[TensorParam]
+    buffers: dict[str, Buffer]
+    body: list[Stmt]
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    smem_bytes: int = 0
+    index_dtype: DType = dtypes.int32
+
+    def walk(self) -> Iterator[Stmt]:
+        """Every statement, depth first."""
+        stack = list(reversed(self.body))
+        while stack:
+            stmt = stack.pop()
+            yield stmt
+            for block in reversed(list(stmt.children())):
+                stack.extend(reversed(block))
+
+
+def stmt_to_lines(stmt: Stmt, indent: str = "") -> list[str]:
+    inner = indent + "  "
+    if isinstance(stmt, For):
+        kind = "unroll " if stmt.unroll else ""
+        lines = [f"{indent}for {kind}{stmt.var} in range({stmt.extent}):"]
+        for child in stmt.body:
+            lines += stmt_to_lines(child, inner)
+        return lines
+    if isinstance(stmt, If):
+        lines = [f"{indent}if {stmt.condition}:"]
+        for child in stmt.then:
+            lines += stmt_to_lines(child, inner)
+        if stmt.orelse:
+            lines.append(f"{indent}else:")
+            for child in stmt.orelse:
+                lines += stmt_to_lines(child, inner)
+        return lines
+    if isinstance(stmt, Let):
+        return [f"{indent}{stmt.var}: {stmt.var.dtype.short} = {stmt.value}"]
+    if isinstance(stmt, Assign):
+        return [f"{indent}{stmt.var} = {stmt.value}"]
+    if isinstance(stmt, Alloc):
+        buffer = stmt.buffer
+        where = f" @ smem+{buffer.smem_offset}" if buffer.memory == MemoryType.SHARED else ""
+        return [f"{indent}alloc {buffer.name}: {buffer.dtype.short}[{buffer.size}] "
+                f"{buffer.memory.name.lower()}{where}"]
+    if isinstance(stmt, Store):
+        return [f"{indent}{stmt.buffer.name}[{stmt.index}] = {stmt.value}"]
+    if isinstance(stmt, VectorLoad):
+        return [f"{indent}{stmt.target.name}[{stmt.target_index}:+{stmt.width}] = "
+                f"{stmt.source.name}[{stmt.source_index}:+{stmt.width}]  # vector"]
+    if isinstance(stmt, VectorStore):
+        return [f"{indent}{stmt.target.name}[{stmt.target_index}:+{stmt.width}] = "
+                f"{stmt.source.name}[{stmt.source_index}:+{stmt.width}]  # vector"]
+    if isinstance(stmt, Sync):
+        return [f"{indent}sync"]
+    if isinstance(stmt, ThreadReduce):
+        return [f"{indent}{stmt.var} = thread_all_reduce_{stmt.op}({stmt.var}, "
+                f"threads={stmt.threads})"]
+    if isinstance(stmt, Comment):
+        return [f"{indent}# {stmt.text}"]
+    return [f"{indent}{type(stmt).__name__}"]
+
+
+def kernel_to_str(kernel: Kernel) -> str:
+    params = ", ".join(f"{p.buffer_name}: {p.dtype.short}{list(p.shape)}" for p in kernel.params)
+    lines = [
+        f"kernel {kernel.name}({params})",
+        f"  grid={kernel.grid} block={kernel.block} smem={kernel.smem_bytes} "
+        f"index={kernel.index_dtype.short}",
+    ]
+    for stmt in kernel.body:
+        lines += stmt_to_lines(stmt, "  ")
+    return "\n".join(lines)

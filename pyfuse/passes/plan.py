@@ -1,0 +1,36 @@
+"""What the segmenter hands to the schedulers and the schedulers hand to lowering.
+
+A :class:`KernelPlan` is one kernel's sub-fusion (its inputs and outputs live in global
+memory) with the scheduler that took it and that scheduler's choices. A
+:class:`SegmentedFusion` lists the plans in launch order and names the global
+intermediates that pass values between them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pyfuse.ir.fusion import Fusion
+from pyfuse.ir.tensor import TensorView
+
+
+@dataclass
+class KernelPlan:
+    fusion: Fusion
+    scheduler: str
+    # The heuristic's choices (block size, vector width, tiles, ...), shown in Kernel.params.
+    params: dict[str, object] = field(default_factory=dict)
+    # Why other schedulers declined this segment (scheduler name -> reason).
+    declined: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class SegmentedFusion:
+    """Kernels in launch order. ``sources`` maps each kernel input to where its data comes from:
+    ("input", i) for the fusion's i-th input, ("intermediate", name) for a tensor an earlier
+    kernel wrote; ``sinks`` maps each kernel output to ("output", i) or ("intermediate", name)."""
+
+    kernels: list[KernelPlan]
+    sources: list[list[tuple[str, int | str]]]
+    sinks: list[list[tuple[str, int | str]]]
+    intermediates: dict[str, TensorView]
