@@ -60,6 +60,13 @@ class DType:
     def __repr__(self) -> str:
         return f"pf.{self.name}"
 
+    # A dtype is a singleton: copies of the IR (Fusion.clone) share it, so identity checks hold.
+    def __copy__(self) -> DType:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> DType:
+        return self
+
 
 float32 = DType("float32", "f32", 4, Category.FLOATING, "f32")
 float16 = DType("float16", "f16", 2, Category.FLOATING, "f16")

@@ -224,6 +224,18 @@ def _index_dtype(a: KExpr, b: KExpr) -> DType:
     return dtypes.int64 if dtypes.int64 in (a.dtype, b.dtype) else a.dtype
 
 
+def _recombined(a: KExpr, b: KExpr) -> KExpr | None:
+    """``x`` when ``a + b`` is ``(x // c) * c + x % c`` (a merge undone by its split)."""
+    if not (isinstance(a, Binary) and a.op == "mul" and isinstance(a.lhs, Binary)):
+        return None
+    quotient = a.lhs
+    if not (isinstance(b, Binary) and b.op == "mod" and quotient.op == "floordiv"):
+        return None
+    if quotient.lhs == b.lhs and quotient.rhs == b.rhs == a.rhs:
+        return b.lhs
+    return None
+
+
 def add(a: KExpr, b: KExpr) -> KExpr:
     va, vb = _value(a), _value(b)
     if va is not None and vb is not None:
@@ -232,6 +244,9 @@ def add(a: KExpr, b: KExpr) -> KExpr:
         return b
     if vb == 0:
         return a
+    recombined = _recombined(a, b)
+    if recombined is not None:
+        return recombined
     return Binary("add", a, b, _index_dtype(a, b))
 
 

@@ -7,9 +7,13 @@ largest inline position its consumers allow (maximal inlining), where
 - position ``i`` is allowed when the tensor's loop axis ``i`` maps (PERMISSIVE) to
   axis ``i`` of every consumer, stopping at the tensor's own reduction axes (the loop
   must close before the value is complete) and at vectorized or bulk axes;
-- a tensor read by several consumers stops at the first position where a consumer
-  has a reduction axis: the value must outlive that reduction loop (a persistent
-  buffer, e.g. the row that softmax reads before and after its max and sum);
+- a *persistent* tensor, one read both on the way into a reduction and, by another
+  path, after it (the row softmax and layer_norm read before and after their
+  reductions), stops before that reduction's first reduction axis: its loop must not
+  be shared with the reduction loop, since its later readers need the finished
+  reduction;
+- a tensor read by consumers computed in different loop nests keeps only the block and
+  thread indices in common with them and lives in registers of its own nest;
 - inputs and outputs stay at position 0: they live in global memory.
 
 The LOOP relation of an IdModel built after this pass follows these positions.
@@ -17,20 +21,87 @@ The LOOP relation of an IdModel built after this pass follows these positions.
 
 from __future__ import annotations
 
+from pyfuse.ir.exprs import Expr, ReductionOp
 from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.id_model import IdModel
 from pyfuse.ir.tensor import MemoryType, TensorView
 
 
-def inline_position(tv: TensorView, consumers: list[TensorView], id_model: IdModel) -> int:
-    position = id_model.max_inline_position(tv)
-    if len(consumers) > 1:
-        for consumer in consumers:
-            for index, axis in enumerate(consumer.loop[:position]):
-                if axis.is_reduction:
-                    position = min(position, index)
-                    break
-    return position
+def _downstream(fusion: Fusion, start: TensorView, skip: Expr | None) -> set[int]:
+    """Ids of tensors reachable from ``start`` through uses, not passing through ``skip``."""
+    seen: set[int] = set()
+    frontier = [start]
+    while frontier:
+        tv = frontier.pop()
+        for use in fusion.uses_in_fusion(tv):
+            if use is skip:
+                continue
+            out = use.output
+            if id(out) not in seen:
+                seen.add(id(out))
+                frontier.append(out)
+    return seen
+
+
+def persistent_limit(fusion: Fusion, tv: TensorView) -> int | None:
+    """The position a persistent tensor must stop at, or None when ``tv`` is not persistent."""
+    limit: int | None = None
+    for expr in fusion.exprs():
+        if not isinstance(expr, ReductionOp):
+            continue
+        reduction = expr.output
+        feeds = tv is expr.input or id(expr.input) in _downstream(fusion, tv, None)
+        if not feeds:
+            continue
+        after = _downstream(fusion, reduction, None)
+        if _downstream(fusion, tv, expr) & after:
+            first = next(
+                (i for i, axis in enumerate(reduction.loop) if axis.is_reduction),
+                len(reduction.loop),
+            )
+            limit = first if limit is None else min(limit, first)
+    return limit
+
+
+def _shares_loops(tv: TensorView) -> bool:
+    return any(not a.parallel_type.is_hardware_index for a in tv.loop[: tv.inline_position])
+
+
+def _hardware_prefix(tv: TensorView) -> int:
+    count = 0
+    for axis in tv.loop:
+        if not axis.parallel_type.is_hardware_index:
+            break
+        count += 1
+    return min(count, tv.inline_position)
+
+
+def _nest_root(tv: TensorView, id_model: IdModel) -> TensorView:
+    """The tensor whose loop nest ``tv`` is computed in (following inlined consumers)."""
+    seen: set[int] = set()
+    while _shares_loops(tv) and id(tv) not in seen:
+        seen.add(id(tv))
+        consumers = id_model.consumers_of(tv)
+        if not consumers:
+            break
+        tv = consumers[0]
+    return tv
+
+
+def _separate_split_consumers(fusion: Fusion, id_model: IdModel) -> None:
+    """A tensor inlined into consumers that live in different loop nests cannot share a loop
+    with all of them; keep it in registers of its own nest instead (repeat until stable)."""
+    changed = True
+    while changed:
+        changed = False
+        for tv in fusion.tensors():
+            consumers = id_model.consumers_of(tv)
+            if len(consumers) < 2 or not _shares_loops(tv):
+                continue
+            roots = {id(_nest_root(c, id_model)) for c in consumers}
+            if len(roots) > 1:
+                tv.inline_at(_hardware_prefix(tv))
+                changed = True
 
 
 def inline_most(fusion: Fusion) -> None:
@@ -40,7 +111,11 @@ def inline_most(fusion: Fusion) -> None:
         if fusion.is_input(tv) or fusion.is_output(tv) or tv.memory_type == MemoryType.GLOBAL:
             tv.inline_position = 0
             continue
-        consumers = id_model.consumers_of(tv)
-        if not consumers:
+        if not id_model.consumers_of(tv):
             continue
-        tv.inline_at(inline_position(tv, consumers, id_model))
+        position = id_model.max_inline_position(tv)
+        limit = persistent_limit(fusion, tv)
+        if limit is not None:
+            position = min(position, limit)
+        tv.inline_at(position)
+    _separate_split_consumers(fusion, id_model)

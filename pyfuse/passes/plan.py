@@ -18,6 +18,9 @@ from pyfuse.ir.tensor import TensorView
 class KernelPlan:
     fusion: Fusion
     scheduler: str
+    # The full-rank tensor whose loop domain every other tensor replays; lowering derives
+    # every index from its logical indices.
+    reference: TensorView | None = None
     # The heuristic's choices (block size, vector width, tiles, ...), shown in Kernel.params.
     params: dict[str, object] = field(default_factory=dict)
     # Why other schedulers declined this segment (scheduler name -> reason).

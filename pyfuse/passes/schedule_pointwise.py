@@ -21,14 +21,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyfuse.ir.caching import cache_after, cache_before
 from pyfuse.ir.exprs import LinearOp, MatmulOp, MmaOp, ReductionOp
 from pyfuse.ir.fusion import Fusion
-from pyfuse.ir.id_model import IdMappingMode, IdModel
 from pyfuse.ir.iterdomain import ParallelType
 from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.tensor import TensorView
-from pyfuse.passes.transform_replay import replay_like
+from pyfuse.passes.scheduler_utils import (
+    cache_inputs_and_outputs,
+    replay_everywhere,
+    vector_width,
+)
 
 NAME = "pointwise"
 
@@ -50,6 +52,10 @@ def decline_reason(fusion: Fusion) -> str | None:
             return f"T{expr.output.name} is a reduction"
         if isinstance(expr, MatmulOp | LinearOp | MmaOp):
             return f"T{expr.output.name} is a matmul"
+    sizes = {tv.numel for tv in fusion.outputs}
+    if len(sizes) > 1:
+        # One loop nest covers one iteration space; outputs of other sizes go to other kernels.
+        return f"outputs have different sizes {sorted(sizes)}"
     return None
 
 
@@ -58,49 +64,11 @@ def reference_output(fusion: Fusion) -> TensorView:
     return max(fusion.outputs, key=lambda tv: tv.numel)
 
 
-def _innermost_is_contiguous(tv: TensorView, inner_axis_ids: set[int], id_model: IdModel) -> bool:
-    """``tv`` either lacks the reference's innermost axis or stores it innermost, stride 1."""
-    has_it = [
-        axis
-        for axis in tv.no_reductions
-        if not axis.is_broadcast
-        and any(id_model.mapped(axis, other, IdMappingMode.PERMISSIVE) for other in
-                _axes(inner_axis_ids, id_model))
-    ]
-    if not has_it:
-        return True
-    allocation = [axis for axis in tv.maybe_allocation if not axis.is_broadcast]
-    if not allocation or allocation[-1] is not has_it[-1]:
-        return False
-    return tv.maybe_contiguity[-1] is True
-
-
-def _axes(ids: set[int], id_model: IdModel) -> list:  # type: ignore[type-arg]
-    return [axis for axis in id_model_axes(id_model) if id(axis) in ids]
-
-
-def id_model_axes(id_model: IdModel) -> list:  # type: ignore[type-arg]
-    return [axis for group in id_model.groups(IdMappingMode.EXACT) for axis in group]
-
-
 def choose_params(fusion: Fusion, reference: TensorView, target: TargetInfo) -> PointwiseParams:
-    id_model = IdModel(fusion)
-    globals_ = [*fusion.inputs, *fusion.outputs]
-    widest = max(tv.dtype.itemsize for tv in globals_)
-    vector = max(1, target.vector_bytes // widest)
-    real_axes = [axis for axis in reference.no_reductions if not axis.is_broadcast]
-    if not real_axes:
-        vector = 1
-    else:
-        innermost = reference.no_reductions[-1]
-        inner_extent = innermost.logical_extent
-        inner_ids = {id(innermost)}
-        while vector > 1 and inner_extent % vector:
-            vector //= 2
-        if innermost.is_broadcast:
-            vector = 1
-        elif not all(_innermost_is_contiguous(tv, inner_ids, id_model) for tv in globals_):
-            vector = 1
+    axes = reference.no_reductions
+    vector = 1
+    if axes:
+        vector = vector_width(fusion, axes[-1], axes[-1].logical_extent, target)
     threads = 128
     vectors = max(1, reference.numel // vector)
     # Unroll when there is work for several waves of blocks: more loads in flight per thread.
@@ -115,11 +83,7 @@ def schedule(fusion: Fusion, target: TargetInfo) -> PointwiseParams:
         raise ValueError(f"pointwise scheduler cannot take this fusion: {reason}")
     reference = reference_output(fusion)
     params = choose_params(fusion, reference, target)
-    for tv in list(fusion.inputs):
-        if fusion.uses_in_fusion(tv):
-            cache_after(fusion, tv)
-    for tv in list(fusion.outputs):
-        cache_before(fusion, tv)
+    cache_inputs_and_outputs(fusion)
 
     ndim = len(reference.loop)
     if ndim == 0:
@@ -139,9 +103,5 @@ def schedule(fusion: Fusion, target: TargetInfo) -> PointwiseParams:
     if params.vector_width > 1:
         reference.parallelize(-1, ParallelType.VECTORIZE)
 
-    id_model = IdModel(fusion)
-    for tv in fusion.tensors():
-        if tv is reference or fusion.is_input(tv):
-            continue
-        replay_like(tv, reference, id_model)
+    replay_everywhere(fusion, reference)
     return params

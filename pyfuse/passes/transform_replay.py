@@ -89,8 +89,9 @@ def replay_like(target: TensorView, reference: TensorView, id_model: IdModel) ->
     if new_loop != target.loop:
         order = {target.loop.index(axis): position for position, axis in enumerate(new_loop)}
         target.reorder(order)
-    for ref_axis, axis in zip(reference.loop, target.loop, strict=False):
-        if mapping.get(id(ref_axis)) is axis:
+    for ref_axis in reference.loop:
+        axis = mapping.get(id(ref_axis))
+        if axis is not None and axis in target.loop:
             axis.parallel_type = ref_axis.parallel_type
     return len(ordered)
 

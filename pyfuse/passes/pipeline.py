@@ -1,0 +1,126 @@
+"""The pass pipeline, in order. Read this file to follow a fusion from math IR to kernel IR.
+
+    ── math IR ──────────────────────────────────────────────────────────────────────────
+    translate_patterns    MatmulOp / LinearOp / mul-sum -> MmaOp, operand broadcasts kept
+    ── segmentation ─────────────────────────────────────────────────────────────────────
+    segment               kernels, each with the scheduler that accepts it
+    ── scheduling (per kernel) ──────────────────────────────────────────────────────────
+    skip_intermediates    metadata ops right after inputs become aliases, not copies
+    schedule_<name>       loop domains, memory types, caches, parallel types
+    inline                inline positions from the IdModel
+    validate              parallel-type and memory consistency, before lowering
+    ── lowering (per kernel) ────────────────────────────────────────────────────────────
+    lower                 kernel IR: loops, allocations, indices, predicates, syncs
+
+Emission (kernel IR -> PTX) belongs to ``backend_ptx``; the frontend runs it after this.
+Each stage's artifact is kept in :class:`PipelineResult` by name, and the same record
+drives dumps and ``Kernel.ir``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from pyfuse import knobs
+from pyfuse.errors import ScheduleError
+from pyfuse.ir.fusion import Fusion
+from pyfuse.ir.kernel_ir import Kernel
+from pyfuse.ir.params import MatmulParams
+from pyfuse.ir.printer import scheduled_to_str
+from pyfuse.ir.target import TargetInfo
+from pyfuse.ir.verify import verify_fusion
+from pyfuse.passes import inline, schedule_pointwise, schedule_reduction
+from pyfuse.passes.lower import kernel_name, lower
+from pyfuse.passes.plan import KernelPlan, SegmentedFusion
+from pyfuse.passes.segment import segment
+
+
+@dataclass
+class KernelStages:
+    """What the pipeline made for one kernel."""
+
+    plan: KernelPlan
+    scheduled_ir: str
+    kernel_ir: Kernel
+
+
+@dataclass
+class PipelineResult:
+    math_ir: str
+    segmented: SegmentedFusion
+    kernels: list[KernelStages]
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+class _Timer:
+    def __init__(self) -> None:
+        self.timings: dict[str, float] = {}
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - start
+
+
+def _check(fusion: Fusion, after: str, boundary: bool) -> None:
+    """The IR verifier: at the pipeline's boundaries (level 1) or after every pass (level 2)."""
+    level = knobs.verify_level()
+    if level >= 2 or (level == 1 and boundary):
+        verify_fusion(fusion, after=after)
+
+
+def schedule_kernel(
+    plan: KernelPlan, target: TargetInfo, matmul: MatmulParams | None
+) -> None:
+    """Run the plan's scheduler on its fusion in place and record its choices."""
+    del matmul  # used by the matmul scheduler
+    fusion = plan.fusion
+    with fusion:
+        if plan.scheduler == schedule_pointwise.NAME:
+            plan.reference = schedule_pointwise.reference_output(fusion)
+            params = schedule_pointwise.schedule(fusion, target)
+            plan.params.update(params.as_dict())
+        elif plan.scheduler == schedule_reduction.NAME:
+            reference, reduction_params = schedule_reduction.schedule(fusion, target)
+            plan.reference = reference
+            plan.params.update(reduction_params.as_dict())
+        else:
+            raise ScheduleError(f"unknown scheduler {plan.scheduler!r}")
+        _check(fusion, f"schedule_{plan.scheduler}", boundary=False)
+        inline.inline_most(fusion)
+        _check(fusion, "inline", boundary=True)
+
+
+Pass = Callable[[Fusion], object]
+
+
+def run(
+    fusion: Fusion, target: TargetInfo, matmul: MatmulParams | None = None
+) -> PipelineResult:
+    """All passes on a copy of ``fusion``: math IR to one kernel IR per kernel."""
+    timer = _Timer()
+    fusion, _ = fusion.clone()
+    math_ir = str(fusion)
+    _check(fusion, "trace", boundary=True)
+
+    # ── segmentation
+    with timer.stage("segment"):
+        segmented = segment(fusion, target)
+
+    kernels: list[KernelStages] = []
+    for index, plan in enumerate(segmented.kernels):
+        # ── scheduling
+        with timer.stage("schedule"):
+            schedule_kernel(plan, target, matmul)
+            scheduled = scheduled_to_str(plan.fusion)
+        # ── lowering
+        with timer.stage("lower"):
+            kernel = lower(plan, kernel_name(fusion.name, index))
+        kernels.append(KernelStages(plan, scheduled, kernel))
+    return PipelineResult(math_ir, segmented, kernels, timer.timings)

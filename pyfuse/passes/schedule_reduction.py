@@ -1,0 +1,223 @@
+"""Reduction scheduler: row (inner) and column (outer) reductions and normalizations.
+
+Expects a kernel fusion with at least one sum/max/min reduction and no matmul, where
+every reduction reduces the same axes of one iteration space (the reference: the
+largest tensor that feeds a reduction). Guarantees, on success:
+
+- global inputs are read through local caches and outputs written from one;
+- **inner** reductions (the reduced axes are innermost in memory) run one block per
+  row: the reference is merged to ``[rows, cols]`` and split to
+  ``[BIDx, S, TIDx, V]`` with ``col = (s * threads + t) * V + v``, so each thread reads
+  vectors, threads read consecutive vectors, and the reduction finishes with a
+  cross-thread all-reduce;
+- a **normalization** (a tensor read both by a reduction and after it, as softmax or
+  layer_norm read the row twice) keeps that tensor in registers: the inline pass stops
+  it before the reduction loops, and this scheduler declines when the row would take
+  more than ``MAX_PERSISTENT_PER_THREAD`` elements per thread;
+- **outer** reductions (reduced axes outermost) give each thread one output column
+  and a serial loop down the column (coalesced across threads);
+- ``params`` records the kind, the threads, the vector width and the per-thread
+  persistent elements.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyfuse.ir.exprs import BroadcastOp, LinearOp, MatmulOp, MmaOp, ReductionOp
+from pyfuse.ir.fusion import Fusion
+from pyfuse.ir.id_model import IdMappingMode, IdModel
+from pyfuse.ir.iterdomain import ParallelType
+from pyfuse.ir.target import TargetInfo
+from pyfuse.ir.tensor import TensorView
+from pyfuse.passes.scheduler_utils import (
+    cache_inputs_and_outputs,
+    replay_everywhere,
+    vector_width,
+)
+
+NAME = "reduction"
+# Register budget of a persistent row: elements one thread keeps per persistent tensor.
+MAX_PERSISTENT_PER_THREAD = 64
+MAX_THREADS = 1024
+MIN_THREADS = 32
+
+
+@dataclass(frozen=True)
+class ReductionParams:
+    kind: str  # "inner" or "outer"
+    threads: int
+    vector_width: int
+    serial: int  # elements per thread along the reduction (inner) or the column (outer)
+    persistent: bool
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "kind": self.kind,
+            "threads": self.threads,
+            "vector_width": self.vector_width,
+            "serial": self.serial,
+            "persistent": self.persistent,
+        }
+
+
+def _reductions(fusion: Fusion) -> list[ReductionOp]:
+    return [e for e in fusion.exprs() if isinstance(e, ReductionOp)]
+
+
+def reference_tensor(fusion: Fusion) -> TensorView:
+    """The input of the largest reduction: a full tensor of the iteration space."""
+    return max((r.input for r in _reductions(fusion)), key=lambda tv: tv.numel)
+
+
+def _reduced_flags(fusion: Fusion, reference: TensorView, id_model: IdModel) -> list[bool] | None:
+    """Which axes of the reference every reduction reduces (None if reductions disagree)."""
+    flags: list[bool] | None = None
+    for reduction in _reductions(fusion):
+        mine = []
+        for ref_axis in reference.no_reductions:
+            reduced = any(
+                axis.is_reduction and id_model.mapped(axis, ref_axis, IdMappingMode.EXACT)
+                for axis in reduction.output.logical
+            )
+            mine.append(reduced)
+        if flags is None:
+            flags = mine
+        elif mine != flags:
+            return None
+    return flags
+
+
+def _is_persistent(fusion: Fusion) -> bool:
+    """A reduction's result is broadcast back over the row it came from (normalization)."""
+    for reduction in _reductions(fusion):
+        frontier = list(fusion.uses_in_fusion(reduction.output))
+        seen: set[int] = set()
+        while frontier:
+            use = frontier.pop()
+            if id(use) in seen:
+                continue
+            seen.add(id(use))
+            if isinstance(use, BroadcastOp):
+                return True
+            frontier.extend(fusion.uses_in_fusion(use.output))
+    return False
+
+
+def decline_reason(fusion: Fusion, target: TargetInfo) -> str | None:
+    reductions = _reductions(fusion)
+    if not reductions:
+        return "no reduction"
+    for expr in fusion.exprs():
+        if isinstance(expr, MatmulOp | LinearOp | MmaOp):
+            return f"T{expr.output.name} is a matmul"
+    reference = reference_tensor(fusion)
+    id_model = IdModel(fusion)
+    flags = _reduced_flags(fusion, reference, id_model)
+    if flags is None:
+        return "reductions over different axes need separate kernels"
+    if not any(flags):
+        return "the reductions reduce no axis of the reference"
+    for tv in fusion.outputs:
+        if tv.numel > reference.numel:
+            return f"output T{tv.name} is larger than the reduced tensor"
+    params = choose_params(fusion, reference, flags, target)
+    if params.persistent and params.serial * params.vector_width > MAX_PERSISTENT_PER_THREAD:
+        return (
+            f"a row of {_extent(reference, flags, True)} elements needs "
+            f"{params.serial * params.vector_width} registers per thread per persistent "
+            f"tensor (at most {MAX_PERSISTENT_PER_THREAD})"
+        )
+    return None
+
+
+def _extent(reference: TensorView, flags: list[bool], reduced: bool) -> int:
+    count = 1
+    for axis, flag in zip(reference.no_reductions, flags, strict=True):
+        if flag == reduced:
+            count *= axis.logical_extent
+    return count
+
+
+def _is_inner(reference: TensorView, flags: list[bool]) -> bool:
+    """The innermost memory axis of the reference is reduced."""
+    allocation = [a for a in reference.maybe_allocation if not a.is_broadcast]
+    if not allocation:
+        return True
+    innermost = allocation[-1]
+    index = reference.no_reductions.index(innermost)
+    return flags[index]
+
+
+def _power_of_two_at_least(value: int) -> int:
+    result = 1
+    while result < value:
+        result *= 2
+    return result
+
+
+def choose_params(
+    fusion: Fusion, reference: TensorView, flags: list[bool], target: TargetInfo
+) -> ReductionParams:
+    persistent = _is_persistent(fusion)
+    cols = _extent(reference, flags, True)
+    if _is_inner(reference, flags):
+        innermost = reference.no_reductions[-1]
+        vector = vector_width(fusion, innermost, cols if flags[-1] else 1, target)
+        if not flags[-1]:
+            vector = 1
+        vectors = -(-cols // vector)
+        # Aim for about 4 vectors per thread, 32 to 1024 threads (whole warps).
+        threads = _power_of_two_at_least(max(1, vectors // 4))
+        threads = max(MIN_THREADS, min(MAX_THREADS, threads, target.max_threads_per_block))
+        serial = -(-vectors // threads)
+        return ReductionParams("inner", threads, vector, serial, persistent)
+    rows = _extent(reference, flags, False)
+    threads = max(MIN_THREADS, min(256, _power_of_two_at_least(rows)))
+    return ReductionParams("outer", threads, 1, cols, persistent)
+
+
+def schedule(fusion: Fusion, target: TargetInfo) -> tuple[TensorView, ReductionParams]:
+    """Schedule ``fusion`` in place; returns the reference tensor and the params."""
+    reason = decline_reason(fusion, target)
+    if reason is not None:
+        raise ValueError(f"reduction scheduler cannot take this fusion: {reason}")
+    reference = reference_tensor(fusion)
+    id_model = IdModel(fusion)
+    flags = _reduced_flags(fusion, reference, id_model)
+    assert flags is not None  # checked by decline_reason
+    params = choose_params(fusion, reference, flags, target)
+    cache_inputs_and_outputs(fusion)
+    # The reference must be a computed tensor: an input read by a reduction now has a cache.
+    reference = reference_tensor(fusion)
+
+    # Order the reference's axes as [kept..., reduced...] and merge each group into one.
+    kept = [a for a, f in zip(reference.loop, flags, strict=True) if not f]
+    reduced = [a for a, f in zip(reference.loop, flags, strict=True) if f]
+    order = {reference.loop.index(axis): position for position, axis in enumerate(kept + reduced)}
+    reference.reorder(order)
+    for _ in range(len(kept) - 1):
+        reference.merge(0)
+    has_rows = bool(kept)
+    first_reduced = 1 if has_rows else 0
+    for _ in range(len(reduced) - 1):
+        reference.merge(first_reduced)
+
+    if params.kind == "inner":
+        column = first_reduced
+        if params.vector_width > 1:
+            reference.split(column, params.vector_width)
+        reference.split(column, params.threads)  # [rows, S, T, (V)]
+        if has_rows:
+            reference.parallelize(0, ParallelType.BIDX)
+        reference.parallelize(column + 1, ParallelType.TIDX)
+        if params.vector_width > 1:
+            reference.parallelize(column + 2, ParallelType.VECTORIZE)
+    else:
+        # [kept, reduced] -> [kept / T, T, reduced]: a thread per output element, walking its
+        # column serially; neighbouring threads read neighbouring addresses.
+        reference.split(0, params.threads)
+        reference.parallelize(0, ParallelType.BIDX)
+        reference.parallelize(1, ParallelType.TIDX)
+    replay_everywhere(fusion, reference)
+    return reference, params

@@ -1,0 +1,64 @@
+"""Helpers shared by the pointwise and reduction schedulers."""
+
+from __future__ import annotations
+
+from pyfuse.ir.caching import cache_after, cache_before
+from pyfuse.ir.fusion import Fusion
+from pyfuse.ir.id_model import IdMappingMode, IdModel
+from pyfuse.ir.iterdomain import IterDomain
+from pyfuse.ir.target import TargetInfo
+from pyfuse.ir.tensor import TensorView
+
+
+def holds_innermost(tv: TensorView, innermost: IterDomain, id_model: IdModel) -> bool:
+    """``tv`` lacks ``innermost`` (it is broadcast there) or stores it innermost with stride 1."""
+    present = [
+        axis
+        for axis in tv.no_reductions
+        if not axis.is_broadcast and id_model.mapped(axis, innermost, IdMappingMode.PERMISSIVE)
+    ]
+    if not present:
+        return True
+    allocation = [axis for axis in tv.maybe_allocation if not axis.is_broadcast]
+    if not allocation or allocation[-1] is not present[-1]:
+        return False
+    return tv.maybe_contiguity[-1] is True
+
+
+def vector_width(
+    fusion: Fusion, innermost: IterDomain, inner_extent: int, target: TargetInfo
+) -> int:
+    """Elements per vector access: 16 bytes of the widest global tensor, halved until it
+    divides the innermost extent (so no vector crosses a row); 1 when some global tensor
+    does not hold the innermost axis contiguously."""
+    if innermost.is_broadcast:
+        return 1
+    globals_ = [*fusion.inputs, *fusion.outputs]
+    widest = max(tv.dtype.itemsize for tv in globals_)
+    width = max(1, target.vector_bytes // widest)
+    while width > 1 and inner_extent % width:
+        width //= 2
+    id_model = IdModel(fusion)
+    if not all(holds_innermost(tv, innermost, id_model) for tv in globals_):
+        return 1
+    return width
+
+
+def cache_inputs_and_outputs(fusion: Fusion) -> None:
+    """Route global reads and writes through local copies (the vectorizable accesses)."""
+    for tv in list(fusion.inputs):
+        if fusion.uses_in_fusion(tv):
+            cache_after(fusion, tv)
+    for tv in list(fusion.outputs):
+        cache_before(fusion, tv)
+
+
+def replay_everywhere(fusion: Fusion, reference: TensorView) -> None:
+    """Give every non-input tensor the reference's loop structure."""
+    from pyfuse.passes.transform_replay import replay_like
+
+    id_model = IdModel(fusion)
+    for tv in fusion.tensors():
+        if tv is reference or fusion.is_input(tv) or tv.alias_of is not None:
+            continue
+        replay_like(tv, reference, id_model)

@@ -1,0 +1,166 @@
+"""Segmentation: split a fusion into kernels that one scheduler each can take.
+
+Expects the math IR after pattern translation. Guarantees: the returned
+:class:`SegmentedFusion` lists kernels in a launch order that respects data flow; each
+kernel is a sub-fusion whose inputs are fusion inputs or tensors an earlier kernel
+wrote (global intermediates), whose outputs are fusion outputs or such intermediates,
+and that its named scheduler accepts. Every scheduler that declined a kernel left its
+reason in ``KernelPlan.declined``; when no grouping works, :class:`ScheduleError`
+lists each scheduler's reason for the expr that could not be placed.
+
+Strategy: try the whole fusion; if no scheduler takes it, walk the exprs in
+topological order and grow the current group while some scheduler accepts it,
+starting a new group at the first expr that no scheduler accepts together with the
+group. A pointwise fusion whose outputs have different sizes is cut the same way.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+
+from pyfuse.errors import ScheduleError
+from pyfuse.ir.exprs import Expr
+from pyfuse.ir.fusion import Fusion
+from pyfuse.ir.target import TargetInfo
+from pyfuse.ir.tensor import TensorView
+from pyfuse.passes import schedule_pointwise, schedule_reduction
+from pyfuse.passes.plan import KernelPlan, SegmentedFusion
+
+# A decline check: None when the scheduler accepts the fusion, else its reason.
+DeclineCheck = Callable[[Fusion, TargetInfo], "str | None"]
+
+
+def _pointwise_reason(fusion: Fusion, target: TargetInfo) -> str | None:
+    del target
+    return schedule_pointwise.decline_reason(fusion)
+
+
+# Schedulers in order of preference; the matmul scheduler joins at the front when present.
+SCHEDULERS: list[tuple[str, DeclineCheck]] = [
+    (schedule_reduction.NAME, schedule_reduction.decline_reason),
+    (schedule_pointwise.NAME, _pointwise_reason),
+]
+
+
+def register_scheduler(name: str, check: DeclineCheck) -> None:
+    """Put a scheduler first in line (the matmul scheduler registers itself this way)."""
+    if all(existing != name for existing, _ in SCHEDULERS):
+        SCHEDULERS.insert(0, (name, check))
+
+
+def pick_scheduler(fusion: Fusion, target: TargetInfo) -> tuple[str | None, dict[str, str]]:
+    """The first scheduler that accepts ``fusion`` and the reasons of those that declined."""
+    declined: dict[str, str] = {}
+    for name, check in SCHEDULERS:
+        reason = check(fusion, target)
+        if reason is None:
+            return name, declined
+        declined[name] = reason
+    return None, declined
+
+
+def sub_fusion(
+    fusion: Fusion, exprs: Sequence[Expr], outputs: Sequence[TensorView], name: str
+) -> tuple[Fusion, list[TensorView], list[TensorView]]:
+    """A copy of ``exprs`` as a fusion of its own. Returns the copy and, in the original
+    fusion, the tensors its inputs and outputs stand for."""
+    produced = {id(e.output) for e in exprs}
+    boundary: list[TensorView] = []
+    for expr in exprs:
+        for tv in expr.tensor_inputs:
+            if id(tv) not in produced and all(tv is not b for b in boundary):
+                boundary.append(tv)
+    memo: dict[int, object] = {}
+    copied: Fusion = copy.deepcopy(fusion, memo)
+    copied.name = name
+    copied.inputs = []
+    copied.outputs = []
+    for tv in boundary:
+        twin = memo[id(tv)]
+        assert isinstance(twin, TensorView)
+        if twin.definition is not None:
+            # An intermediate written by an earlier kernel: read it as a contiguous input.
+            twin.definition = None
+            twin.alias_of = None
+        copied.add_input(twin)
+    for tv in outputs:
+        twin = memo[id(tv)]
+        assert isinstance(twin, TensorView)
+        copied.add_output(twin)
+    return copied, boundary, list(outputs)
+
+
+def _group_outputs(fusion: Fusion, group: Sequence[Expr], rest: Sequence[Expr]) -> list[TensorView]:
+    """Tensors of ``group`` that are fusion outputs or read by exprs outside it."""
+    later_inputs = {id(tv) for e in rest for tv in e.tensor_inputs}
+    outputs = []
+    for expr in group:
+        tv = expr.output
+        if fusion.is_output(tv) or id(tv) in later_inputs:
+            outputs.append(tv)
+    return outputs
+
+
+def segment(fusion: Fusion, target: TargetInfo) -> SegmentedFusion:
+    """Split ``fusion`` into kernels (see the module docstring)."""
+    exprs = fusion.exprs()
+    if pick_scheduler(fusion, target)[0] is not None:
+        return _plans(fusion, [exprs], target)
+
+    groups: list[list[Expr]] = []
+    current: list[Expr] = []
+    for index, expr in enumerate(exprs):
+        candidate = [*current, expr]
+        outputs = _group_outputs(fusion, candidate, exprs[index + 1 :])
+        trial, _, _ = sub_fusion(fusion, candidate, outputs or [expr.output], "trial")
+        if pick_scheduler(trial, target)[0] is not None:
+            current = candidate
+            continue
+        if not current:
+            alone, _, _ = sub_fusion(fusion, [expr], [expr.output], "trial")
+            reasons = pick_scheduler(alone, target)[1]
+            detail = "; ".join(f"{n}: {r}" for n, r in reasons.items())
+            raise ScheduleError(
+                f"no scheduler accepts T{expr.output.name} = {expr.op_name}(...) ({detail})",
+                op=expr.op_name,
+                where=expr.source,
+            )
+        groups.append(current)
+        current = [expr]
+    if current:
+        groups.append(current)
+
+    return _plans(fusion, groups, target)
+
+
+def _plans(fusion: Fusion, groups: list[list[Expr]], target: TargetInfo) -> SegmentedFusion:
+    kernels: list[KernelPlan] = []
+    sources: list[list[tuple[str, int | str]]] = []
+    sinks: list[list[tuple[str, int | str]]] = []
+    intermediates: dict[str, TensorView] = {}
+    for number, group in enumerate(groups):
+        rest = [e for later in groups[number + 1 :] for e in later]
+        outputs = _group_outputs(fusion, group, rest)
+        name = fusion.name if len(groups) == 1 else f"{fusion.name}_{number}"
+        kernel_fusion, boundary, originals = sub_fusion(fusion, group, outputs, name)
+        chosen, reasons = pick_scheduler(kernel_fusion, target)
+        assert chosen is not None  # every group was built to be accepted
+        kernels.append(KernelPlan(kernel_fusion, chosen, declined=reasons))
+        sources.append([_location(fusion, tv) for tv in boundary])
+        kernel_sinks = []
+        for tv in originals:
+            kernel_sinks.append(_location(fusion, tv))
+            if not fusion.is_output(tv):
+                intermediates[f"T{tv.name}"] = tv
+        sinks.append(kernel_sinks)
+    return SegmentedFusion(kernels, sources, sinks, intermediates)
+
+
+def _location(fusion: Fusion, tv: TensorView) -> tuple[str, int | str]:
+    """Where a kernel argument lives: a fusion input, a fusion output, or an intermediate."""
+    if fusion.is_input(tv):
+        return ("input", fusion.inputs.index(tv))
+    if fusion.is_output(tv):
+        return ("output", fusion.outputs.index(tv))
+    return ("intermediate", f"T{tv.name}")

@@ -1,0 +1,145 @@
+"""skip_intermediates: metadata ops right after fusion inputs become aliases of those inputs.
+
+Expects: a fusion (math IR or a kernel's sub-fusion, before operand caches are made); a
+scheduler calls it on the fusion it is about to schedule.
+
+Guarantees, in place:
+
+- A *metadata op* is a PermuteOp, SqueezeOp, BroadcastOp, ExpandOp, a plain LoadStoreOp
+  (kind ``set``, same dtype) or a ReshapeOp of a tensor whose memory is row-major and
+  contiguous (a view). Its output is aliased when its input is a fusion input or an aliased
+  tensor (chains of any length), the output is not a fusion output, and the op moves no data:
+  no producer broadcast axis becomes a real axis (a materializing copy), and the output has no
+  allocation domain of its own that differs from the one computed here.
+- An aliased tensor gets memory type GLOBAL, ``alias_of`` = the fusion input at the root of its
+  chain, and an allocation domain that describes that input's memory: each axis of the
+  producer's allocation domain is mapped through ``Expr.logical_pairs`` to the consumer, in
+  the producer's (physical) order, with the producer's contiguity flags. Broadcast axes born in
+  the chain are not allocated; squeezed broadcast axes drop out; a permute keeps the producer's
+  physical order; a reshaped view is allocated as its own logical domain, contiguous.
+  Lowering reads the root input in place; no global intermediate is written for them.
+- A fusion output is never aliased, and the chain stops there: its consumers read the written
+  output, not the input (nvFuser aliases past it; stopping is the simple, safe choice).
+- A tensor with several uses continues along every use that is a metadata op (nvFuser stops
+  unless there is exactly one use). Aliasing is read-only, so any number of readers can read
+  the input in place; ``x`` broadcast once for two matmuls stays one alias.
+- The math is unchanged (the interpreter ignores memory types and aliases).
+
+Returns the aliased tensors in topological order. Running it again changes nothing.
+"""
+
+from __future__ import annotations
+
+from pyfuse.ir.exprs import (
+    BroadcastOp,
+    ExpandOp,
+    Expr,
+    LoadStoreKind,
+    LoadStoreOp,
+    PermuteOp,
+    ReshapeOp,
+    SqueezeOp,
+)
+from pyfuse.ir.fusion import Fusion
+from pyfuse.ir.iterdomain import IterDomain
+from pyfuse.ir.tensor import MemoryType, TensorView
+
+Allocation = tuple[list[IterDomain], list[bool | None]]
+
+
+def skip_intermediates(fusion: Fusion) -> list[TensorView]:
+    """Alias the metadata ops right after ``fusion``'s inputs (see the module doc)."""
+    root_of: dict[int, TensorView] = {id(inp): inp for inp in fusion.inputs}
+    aliased: list[TensorView] = []
+    for expr in fusion.exprs():
+        if not is_metadata_op(expr):
+            continue
+        producer = expr.tensor_inputs[0]
+        root = root_of.get(id(producer))
+        consumer = expr.output
+        if root is None or fusion.is_output(consumer):
+            continue
+        allocation = view_allocation(expr, producer)
+        if allocation is None or not _allocation_agrees(consumer, allocation):
+            continue
+        axes, contiguity = allocation
+        consumer.set_allocation(axes, contiguity)
+        consumer.memory_type = MemoryType.GLOBAL
+        consumer.alias_of = root
+        root_of[id(consumer)] = root
+        aliased.append(consumer)
+    return aliased
+
+
+def global_intermediates(fusion: Fusion) -> list[str]:
+    """Names (``T<n>``) of tensors in global memory that are neither fusion inputs, fusion
+    outputs nor aliases: the buffers a compiled fusion writes besides its outputs."""
+    return [
+        f"T{tv.name}"
+        for tv in fusion.tensors()
+        if tv.memory_type == MemoryType.GLOBAL
+        and tv.alias_of is None
+        and not fusion.is_input(tv)
+        and not fusion.is_output(tv)
+    ]
+
+
+def is_metadata_op(expr: Expr) -> bool:
+    """An op that only reinterprets its input's memory (when :func:`view_allocation` agrees)."""
+    if isinstance(expr, LoadStoreOp):
+        return expr.kind == LoadStoreKind.SET
+    return isinstance(expr, PermuteOp | SqueezeOp | BroadcastOp | ExpandOp | ReshapeOp)
+
+
+def view_allocation(expr: Expr, producer: TensorView) -> Allocation | None:
+    """The allocation domain and contiguity under which ``expr``'s output reads ``producer``'s
+    memory in place, or None when ``expr`` moves data."""
+    consumer = expr.output
+    if consumer.dtype != producer.dtype:
+        return None
+    if isinstance(expr, ReshapeOp):
+        if not _is_row_major_contiguous(producer):
+            return None
+        axes = [axis for axis in consumer.no_reductions if not axis.is_broadcast]
+        return axes, [True] * len(axes)
+    pairs = expr.logical_pairs(producer)
+    if any(p.is_broadcast and not c.is_broadcast for p, c in pairs):
+        return None  # a broadcast made real (materialized): new memory
+    consumer_of = {id(p): c for p, c in pairs}
+    axes = []
+    contiguity: list[bool | None] = []
+    for axis, flag in zip(producer.maybe_allocation, producer.maybe_contiguity, strict=True):
+        mapped = consumer_of.get(id(axis))
+        if mapped is None:
+            if axis.is_broadcast:
+                continue  # a squeezed broadcast axis takes no memory
+            return None  # a real axis with no image: not a view
+        axes.append(mapped)
+        contiguity.append(flag)
+    return axes, contiguity
+
+
+def _is_row_major_contiguous(tv: TensorView) -> bool:
+    """``tv``'s real axes lie in logical order, each contiguous with the next."""
+    allocated = [
+        (axis, flag)
+        for axis, flag in zip(tv.maybe_allocation, tv.maybe_contiguity, strict=True)
+        if not axis.is_broadcast
+    ]
+    logical = [axis for axis in tv.no_reductions if not axis.is_broadcast]
+    same_order = len(allocated) == len(logical) and all(
+        axis is expected for (axis, _), expected in zip(allocated, logical, strict=True)
+    )
+    return same_order and all(flag for _, flag in allocated)
+
+
+def _allocation_agrees(tv: TensorView, allocation: Allocation) -> bool:
+    """True when ``tv`` has no allocation domain yet or exactly ``allocation``: one set by a
+    scheduler (a real transpose into a new layout) is a data movement, not a view."""
+    if tv.allocation is None:
+        return True
+    axes, contiguity = allocation
+    same_axes = len(tv.allocation) == len(axes) and all(
+        mine is theirs for mine, theirs in zip(tv.allocation, axes, strict=True)
+    )
+    return same_axes and tv.maybe_contiguity == contiguity
