@@ -97,8 +97,9 @@ class TranslationResult:
 
     patterns: list[MatmulPattern] = field(default_factory=list)
     untranslated: list[UntranslatedPattern] = field(default_factory=list)
-    # Each replaced result (a MatmulOp/LinearOp/sum output) -> the tensor that now carries its
-    # value: the fp32 accumulator (or bias add), or the cast back to the original dtype.
+    # Each replaced tensor -> the tensor that now carries its value: a MatmulOp/LinearOp/sum
+    # result -> the fp32 accumulator (or bias add) or the one cast back to its dtype; an elided
+    # round-trip cast's output -> the fp32 value.
     replacements: dict[TensorView, TensorView] = field(default_factory=dict)
 
 
@@ -145,9 +146,7 @@ class _LiveGraph:
         return order
 
 
-def describe_mma(
-    fusion: Fusion, mma: MmaOp, kind: PatternKind = PatternKind.MMA
-) -> MatmulPattern:
+def describe_mma(fusion: Fusion, mma: MmaOp, kind: PatternKind = PatternKind.MMA) -> MatmulPattern:
     """The tensor and dim roles of ``mma`` in ``fusion`` (see the module doc)."""
     graph = _LiveGraph(fusion)
     return _describe(graph, mma, kind, _mma_results(graph))

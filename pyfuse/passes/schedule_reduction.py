@@ -163,9 +163,10 @@ def choose_params(
     cols = _extent(reference, flags, True)
     if _is_inner(reference, flags):
         innermost = reference.no_reductions[-1]
-        vector = vector_width(fusion, innermost, cols if flags[-1] else 1, target)
-        if not flags[-1]:
-            vector = 1
+        vector = 1
+        if flags[-1]:
+            # A vector must stay inside one run of the innermost axis.
+            vector = vector_width(fusion, innermost, innermost.logical_extent, target)
         vectors = -(-cols // vector)
         # Aim for about 4 vectors per thread, 32 to 1024 threads (whole warps).
         threads = _power_of_two_at_least(max(1, vectors // 4))

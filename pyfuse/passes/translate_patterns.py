@@ -73,6 +73,8 @@ from pyfuse.passes.matmul_patterns import (
     describe_mma,
 )
 
+__all__ = ["MMA_OPERAND_DTYPES", "TranslationResult", "match_mul_sum", "translate_patterns"]
+
 MMA_OPERAND_DTYPES: tuple[DType, ...] = (dtypes.bfloat16, dtypes.float16)
 
 
@@ -168,9 +170,7 @@ def _translate_linear(
             "left as a LinearOp"
         )
     if refusal is None:
-        refusal = _extent_refusal(
-            x.no_reductions[-2], weight.no_reductions[0], x.no_reductions[-1]
-        )
+        refusal = _extent_refusal(x.no_reductions[-2], weight.no_reductions[0], x.no_reductions[-1])
     if refusal is not None:
         return refusal
     n_lead = x.ndim - 2
@@ -210,9 +210,7 @@ def _new_mma(original: TensorView, a: TensorView, b: TensorView) -> MmaOp:
 # ---- multiply-sum -------------------------------------------------------------------------------
 
 
-def match_mul_sum(
-    fusion: Fusion, expr: ReductionOp
-) -> tuple[TensorView, TensorView] | str | None:
+def match_mul_sum(fusion: Fusion, expr: ReductionOp) -> tuple[TensorView, TensorView] | str | None:
     """The (A, B) operands of a sum-of-mul matmul, a reason when ``expr`` sums a mul of two
     tensors but is no matmul, or None when it is no sum of a mul at all."""
     if expr.op != ReductionOpType.SUM:
@@ -226,8 +224,8 @@ def match_mul_sum(
     for tv in {id(expr.input): expr.input, id(product): product}.values():
         if len(fusion.uses_in_fusion(tv)) != 1 or fusion.is_output(tv):
             return (
-                f"the product T{tv.name} has other uses or is an output; translating would not remove the "
-                "M*N*K product"
+                f"the product T{tv.name} has other uses or is an output; translating would "
+                "not remove the M*N*K product"
             )
     lhs, rhs = (_before_f32_cast(tv) for tv in mul.tensor_inputs)
     out_axes = expr.output.logical
@@ -322,6 +320,7 @@ def _finalize(
             if isinstance(use, CastOp) and use.output.dtype == value.dtype:
                 # A round trip (bf16 -> f32) of the result: read the fp32 value directly.
                 _replace(fusion, use.output, value)
+                result.replacements[use.output] = value
                 use.unlink()
         if fusion.is_output(original) or fusion.uses_in_fusion(original):
             replacement = ops.cast(value, original.dtype)

@@ -1,0 +1,192 @@
+"""Kernel launches with argument packing built once per kernel (see :class:`Launcher`)."""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from typing import Any
+
+from pyfuse.backend_ptx.driver.core import call, context, driver_module, fail
+from pyfuse.backend_ptx.driver.modules import Function, set_max_dynamic_smem
+from pyfuse.backend_ptx.emitter import TENSOR_MAP_BYTES, ParamKind
+from pyfuse.errors import LaunchError
+
+DEFAULT_DYNAMIC_SMEM_LIMIT = 48 * 1024  # above this a kernel must opt in per function
+
+_SLOT_TYPES: dict[ParamKind, Any] = {
+    ParamKind.PTR: ctypes.c_uint64,
+    ParamKind.U32: ctypes.c_uint32,
+    ParamKind.S32: ctypes.c_int32,
+    ParamKind.U64: ctypes.c_uint64,
+    ParamKind.S64: ctypes.c_int64,
+    ParamKind.F32: ctypes.c_float,
+    # 8-byte elements keep the by-value copy source aligned; the driver copies 128 B.
+    ParamKind.TENSOR_MAP: ctypes.c_uint64 * (TENSOR_MAP_BYTES // 8),
+}
+
+
+def _set_integer(slot: Any, value: Any) -> None:
+    slot.value = int(value)  # int() also accepts CUdeviceptr and DeviceBuffer
+
+
+def _set_float(slot: Any, value: Any) -> None:
+    slot.value = float(value)
+
+
+def _set_tensor_map(slot: Any, value: Any) -> None:
+    get_ptr = getattr(value, "getPtr", None)
+    if get_ptr is not None:  # a CUtensorMap from encode_tensor_map_tiled
+        ctypes.memmove(slot, get_ptr(), TENSOR_MAP_BYTES)
+        return
+    data = bytes(value)
+    if len(data) != TENSOR_MAP_BYTES:
+        raise ValueError(f"a tensor map is {TENSOR_MAP_BYTES} bytes, got {len(data)}")
+    ctypes.memmove(slot, data, TENSOR_MAP_BYTES)
+
+
+_SETTERS: dict[ParamKind, Any] = {
+    ParamKind.PTR: _set_integer,
+    ParamKind.U32: _set_integer,
+    ParamKind.S32: _set_integer,
+    ParamKind.U64: _set_integer,
+    ParamKind.S64: _set_integer,
+    ParamKind.F32: _set_float,
+    ParamKind.TENSOR_MAP: _set_tensor_map,
+}
+
+Dims = Sequence[int]
+
+
+def _dims3(dims: Dims, what: str) -> tuple[int, int, int]:
+    values = tuple(int(d) for d in dims)
+    if not 1 <= len(values) <= 3 or any(v < 1 for v in values):
+        raise LaunchError(f"{what} must be 1 to 3 positive extents, got {tuple(dims)!r}")
+    padded = (*values, 1, 1)
+    return padded[0], padded[1], padded[2]
+
+
+class Launcher:
+    """Launches one kernel with argument packing built once and updated in place.
+
+    The ``void*[]`` that ``cuLaunchKernel`` reads points at one pre-allocated
+    ctypes slot per parameter; a launch only writes the new values into the
+    slots (tensor maps are copied in by value) and calls the driver, so the
+    Python overhead is a few microseconds. Argument ranges are not re-checked
+    here: the runtime validates user inputs before it gets this far.
+    """
+
+    def __init__(
+        self,
+        function: Function,
+        params: Sequence[ParamKind],
+        *,
+        cluster: Dims | None = None,
+    ) -> None:
+        cu = driver_module()
+        for kind in params:
+            if not isinstance(kind, ParamKind):
+                raise LaunchError(
+                    f"kernel {function.name}: param kinds must be ParamKind, got {kind!r}"
+                )
+        self._cu = cu
+        self.function = function
+        self.name = function.name
+        self.params = tuple(params)
+        self._device = function.module.device
+        self._handle = function.handle
+        self._success = cu.CUresult.CUDA_SUCCESS
+        self._context_errors = (
+            cu.CUresult.CUDA_ERROR_INVALID_CONTEXT,
+            cu.CUresult.CUDA_ERROR_CONTEXT_IS_DESTROYED,
+        )
+        self._slots = [_SLOT_TYPES[kind]() for kind in self.params]
+        self._setters = [_SETTERS[kind] for kind in self.params]
+        pointer_array = ctypes.c_void_p * max(len(self._slots), 1)
+        self._pointers = pointer_array(*[ctypes.addressof(slot) for slot in self._slots])
+        self._kernel_params: int | None = ctypes.addressof(self._pointers) if self._slots else None
+        self._smem_opt_in = DEFAULT_DYNAMIC_SMEM_LIMIT
+        self.cluster = _dims3(cluster, "cluster dims") if cluster is not None else None
+        self._config: Any = None
+        if self.cluster is not None:
+            self._config = self._cluster_config(cu, self.cluster)
+
+    def _cluster_config(self, cu: Any, cluster: tuple[int, int, int]) -> Any:
+        size = cluster[0] * cluster[1] * cluster[2]
+        if size > 8:
+            # Portable clusters stop at 8 CTAs; H100/H200 allow 16 with this opt-in.
+            attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
+            call(cu, cu.cuFuncSetAttribute(self._handle, attr, 1), "cuFuncSetAttribute", self.name)
+        attribute = cu.CUlaunchAttribute()
+        attribute.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        attribute.value.clusterDim.x, attribute.value.clusterDim.y, attribute.value.clusterDim.z = (
+            cluster
+        )
+        config = cu.CUlaunchConfig()
+        config.attrs = [attribute]
+        config.numAttrs = 1
+        return config
+
+    def _bad_argument(self, args: Sequence[Any], exc: Exception) -> LaunchError:
+        for index, (kind, value) in enumerate(zip(self.params, args, strict=True)):
+            try:
+                _SETTERS[kind](_SLOT_TYPES[kind](), value)
+            except (TypeError, ValueError, OverflowError) as err:
+                return LaunchError(
+                    f"kernel {self.name}: argument {index} ({kind.name}) cannot take "
+                    f"{value!r}: {err}"
+                )
+        return LaunchError(f"kernel {self.name}: bad arguments: {exc}")
+
+    def _opt_in_smem(self, smem: int) -> None:
+        set_max_dynamic_smem(self.function, smem)
+        self._smem_opt_in = smem
+
+    def _submit(self, grid: Dims, block: Dims, smem: int, stream: Any) -> Any:
+        gx, gy, gz = grid if len(grid) == 3 else _dims3(grid, "grid")
+        bx, by, bz = block if len(block) == 3 else _dims3(block, "block")
+        if self._config is None:
+            return self._cu.cuLaunchKernel(
+                self._handle, gx, gy, gz, bx, by, bz, smem, stream, self._kernel_params, 0
+            )[0]
+        cx, cy, cz = self.cluster  # type: ignore[misc]
+        if gx % cx or gy % cy or gz % cz:
+            raise LaunchError(
+                f"kernel {self.name}: grid {(gx, gy, gz)} is not a multiple of the cluster "
+                f"{self.cluster}"
+            )
+        config = self._config
+        config.gridDimX, config.gridDimY, config.gridDimZ = gx, gy, gz
+        config.blockDimX, config.blockDimY, config.blockDimZ = bx, by, bz
+        config.sharedMemBytes = smem
+        config.hStream = stream if not isinstance(stream, int) else self._cu.CUstream(stream)
+        return self._cu.cuLaunchKernelEx(config, self._handle, self._kernel_params, 0)[0]
+
+    def launch(self, grid: Dims, block: Dims, smem: int, stream: Any, args: Sequence[Any]) -> None:
+        """Launch asynchronously on ``stream`` (an int handle, a CUstream, or 0/None)."""
+        if len(args) != len(self._slots):
+            raise LaunchError(
+                f"kernel {self.name}: expects {len(self._slots)} arguments "
+                f"({', '.join(k.name for k in self.params)}), got {len(args)}"
+            )
+        try:
+            for setter, slot, value in zip(self._setters, self._slots, args, strict=True):
+                setter(slot, value)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise self._bad_argument(args, exc) from exc
+        if smem > self._smem_opt_in:
+            self._opt_in_smem(smem)
+        if stream is None:
+            stream = 0
+        err = self._submit(grid, block, smem, stream)
+        if err != self._success:
+            if err in self._context_errors:
+                # Another library switched this thread's context; make ours current, retry.
+                context(self._device)
+                err = self._submit(grid, block, smem, stream)
+            if err != self._success:
+                raise fail(
+                    self._cu,
+                    err,
+                    f"launch grid={tuple(grid)} block={tuple(block)} smem={smem}",
+                    self.name,
+                )

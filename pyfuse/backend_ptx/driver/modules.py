@@ -1,0 +1,193 @@
+"""Modules and functions: PTX/cubin loading with JIT logs, attributes, cubins, tensor maps."""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyfuse.backend_ptx.driver.core import call, context, device_info, driver_module, error_text
+from pyfuse.backend_ptx.ptxas import KernelResources, parse_log
+from pyfuse.errors import LaunchError
+
+JIT_LOG_BYTES = 64 * 1024
+_ELF_MAGIC = b"\x7fELF"
+
+
+@dataclass(frozen=True)
+class Module:
+    handle: Any = field(repr=False)
+    name: str
+    device: int
+    info_log: str = field(repr=False)
+
+    def resources(self) -> dict[str, KernelResources]:
+        """Registers/spills per kernel as the driver's JIT reported them.
+
+        Empty for cubins and when the driver's JIT cache (``~/.nv/ComputeCache``)
+        already held this PTX: a cache hit compiles nothing and logs nothing.
+        """
+        return parse_log(self.info_log)[0]
+
+
+@dataclass(frozen=True)
+class Function:
+    handle: Any = field(repr=False)
+    name: str
+    module: Module
+
+
+def _decode_log(buffer: bytearray) -> str:
+    return bytes(buffer).split(b"\0", 1)[0].decode(errors="replace").strip()
+
+
+def _image_bytes(image: bytes | str) -> bytes:
+    data = image.encode() if isinstance(image, str) else bytes(image)
+    if not data.startswith(_ELF_MAGIC) and not data.endswith(b"\0"):
+        data += b"\0"  # PTX must be NUL-terminated for the driver's JIT
+    return data
+
+
+def _jit_options(cu: Any, error_log: bytearray, info_log: bytearray) -> tuple[list[Any], list[Any]]:
+    opt = cu.CUjit_option
+    options = [
+        opt.CU_JIT_ERROR_LOG_BUFFER,
+        opt.CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+        opt.CU_JIT_INFO_LOG_BUFFER,
+        opt.CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+        opt.CU_JIT_LOG_VERBOSE,
+    ]
+    return options, [error_log, len(error_log), info_log, len(info_log), 1]
+
+
+def load_module(image: bytes | str, name: str, *, device: int = 0) -> Module:
+    """Load PTX (JIT-compiled by the driver) or a cubin; ``name`` labels errors.
+
+    A failed load raises LaunchError carrying the driver's message and the JIT
+    error log ("line N; error : ..."), which names the offending PTX line.
+    """
+    cu = driver_module()
+    context(device)
+    error_log, info_log = bytearray(JIT_LOG_BYTES), bytearray(JIT_LOG_BYTES)
+    options, values = _jit_options(cu, error_log, info_log)
+    result = cu.cuModuleLoadDataEx(_image_bytes(image), len(options), options, values)
+    if result[0] != cu.CUresult.CUDA_SUCCESS:
+        log = _decode_log(error_log) or _decode_log(info_log)
+        raise LaunchError(
+            f"kernel {name}: cuModuleLoadDataEx failed with {error_text(cu, result[0])}"
+            + (f"\nJIT log:\n{log}" if log else "")
+        )
+    return Module(handle=result[1], name=name, device=device, info_log=_decode_log(info_log))
+
+
+def get_function(module: Module, name: str) -> Function:
+    cu = driver_module()
+    handle = call(
+        cu, cu.cuModuleGetFunction(module.handle, name.encode()), "cuModuleGetFunction", name
+    )
+    return Function(handle=handle, name=name, module=module)
+
+
+def load_kernel(image: bytes | str, name: str, *, device: int = 0) -> Function:
+    """Load a module and return its entry ``name`` in one step."""
+    return get_function(load_module(image, name, device=device), name)
+
+
+def unload_module(module: Module) -> None:
+    cu = driver_module()
+    call(cu, cu.cuModuleUnload(module.handle), "cuModuleUnload", module.name)
+
+
+def set_max_dynamic_smem(function: Function, nbytes: int) -> None:
+    """Opt a function into more than 48 KB of dynamic shared memory (needed per function)."""
+    cu = driver_module()
+    limit = device_info(function.module.device).smem_per_block_optin
+    if not 0 <= nbytes <= limit:
+        raise LaunchError(
+            f"kernel {function.name}: {nbytes} B of dynamic shared memory exceeds the "
+            f"device's opt-in limit of {limit} B per block"
+        )
+    attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    call(
+        cu,
+        cu.cuFuncSetAttribute(function.handle, attr, nbytes),
+        "cuFuncSetAttribute",
+        function.name,
+    )
+
+
+def function_attribute(function: Function, name: str) -> int:
+    """A ``CU_FUNC_ATTRIBUTE_<name>`` value, e.g. ``NUM_REGS`` or ``LOCAL_SIZE_BYTES``."""
+    cu = driver_module()
+    attr = getattr(cu.CUfunction_attribute, f"CU_FUNC_ATTRIBUTE_{name}")
+    # cuFuncGetAttribute takes the attribute first, unlike cuFuncSetAttribute.
+    return int(call(cu, cu.cuFuncGetAttribute(attr, function.handle), "cuFuncGetAttribute"))
+
+
+def cubin_from_ptx(ptx: bytes | str, name: str, *, device: int = 0) -> bytes:
+    """JIT PTX to a cubin through the driver's linker, so later processes skip the JIT.
+
+    ``cuLinkCreate``/``cuLinkAddData``/``cuLinkComplete`` compile for the current
+    context's device; the returned bytes load with :func:`load_module`.
+    """
+    cu = driver_module()
+    context(device)
+    error_log, info_log = bytearray(JIT_LOG_BYTES), bytearray(JIT_LOG_BYTES)
+    options, values = _jit_options(cu, error_log, info_log)
+    state = call(cu, cu.cuLinkCreate(len(options), options, values), "cuLinkCreate", name)
+    try:
+        data = _image_bytes(ptx)
+        result = cu.cuLinkAddData(
+            state, cu.CUjitInputType.CU_JIT_INPUT_PTX, data, len(data), name.encode(), 0, None, None
+        )
+        if result[0] == cu.CUresult.CUDA_SUCCESS:
+            result = cu.cuLinkComplete(state)
+        if result[0] != cu.CUresult.CUDA_SUCCESS:
+            log = _decode_log(error_log)
+            raise LaunchError(
+                f"kernel {name}: linking PTX to a cubin failed with {error_text(cu, result[0])}"
+                + (f"\nJIT log:\n{log}" if log else "")
+            )
+        address, size = int(result[1]), int(result[2])
+        # The cubin belongs to the link state; copy it out before destroying that.
+        return ctypes.string_at(address, size)
+    finally:
+        cu.cuLinkDestroy(state)
+
+
+def encode_tensor_map_tiled(
+    *,
+    dtype_code: int,
+    global_address: int,
+    global_dims: Sequence[int],
+    global_strides: Sequence[int],
+    box_dims: Sequence[int],
+    element_strides: Sequence[int],
+    interleave: int,
+    swizzle: int,
+    l2_promotion: int,
+    oob_fill: int,
+    description: str = "",
+) -> Any:
+    """``cuTensorMapEncodeTiled``; every list element is wrapped as cuda-bindings requires."""
+    cu = driver_module()
+    u32, u64 = cu.cuuint32_t, cu.cuuint64_t
+    result = cu.cuTensorMapEncodeTiled(
+        cu.CUtensorMapDataType(dtype_code),
+        u32(len(global_dims)),
+        global_address,
+        [u64(x) for x in global_dims],
+        [u64(x) for x in global_strides],
+        [u32(x) for x in box_dims],
+        [u32(x) for x in element_strides],
+        cu.CUtensorMapInterleave(interleave),
+        cu.CUtensorMapSwizzle(swizzle),
+        cu.CUtensorMapL2promotion(l2_promotion),
+        cu.CUtensorMapFloatOOBfill(oob_fill),
+    )
+    if result[0] != cu.CUresult.CUDA_SUCCESS:
+        raise LaunchError(
+            f"cuTensorMapEncodeTiled failed with {error_text(cu, result[0])} for {description}"
+        )
+    return result[1]

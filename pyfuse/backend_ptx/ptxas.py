@@ -1,0 +1,195 @@
+"""Assemble PTX with the offline ``ptxas`` and read back what it says about each kernel.
+
+CPU tests (and CI, where there is no GPU) assemble every emitted kernel with
+``ptxas -arch=sm_90a -v``; the verbose report gives registers, spills, stack
+frame and shared memory per kernel, plus performance advisories such as
+``(C7515)`` (wgmma serialized) and ``(C7508)`` (setmaxnreg ignored). A kernel
+pyfuse emits should assemble with zero spills, zero local memory and none of
+those advisories; :meth:`PtxasResult.problems` lists whatever is not so.
+
+The binary comes from ``knobs.ptxas_path()`` (``PYFUSE_PTXAS``, default ``ptxas``).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyfuse import knobs
+
+DEFAULT_ARCH = "sm_90a"
+_TIMEOUT_S = 300
+
+_COMPILING = re.compile(r"Compiling entry function '([^']+)'")
+_PROPERTIES = re.compile(r"Function properties for (\S+)")
+_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED = re.compile(r"Used (\d+) registers")
+_BARRIERS = re.compile(r"used (\d+) barriers")
+_SMEM = re.compile(r"(\d+) bytes smem")
+_LMEM = re.compile(r"(\d+) bytes lmem")
+# Performance advisories "(C7515) ...", "ptxas warning : ...", and "file, line N; warning : ...".
+_ADVISORY = re.compile(r"\(C\d{4}\)|ptxas warning|; warning\s*:")
+_FUNCTION_NAMED = re.compile(r"function '([^']+)'")
+_ERROR_LINE = re.compile(r"line (\d+); error")
+
+
+class PtxasError(RuntimeError):
+    """ptxas rejected the PTX (or could not be run); the message carries its log."""
+
+
+@dataclass(frozen=True)
+class KernelResources:
+    """What ptxas reports for one ``.entry``."""
+
+    name: str
+    registers: int = 0
+    barriers: int = 0
+    stack_frame_bytes: int = 0
+    spill_store_bytes: int = 0
+    spill_load_bytes: int = 0
+    local_bytes: int = 0
+    smem_bytes: int = 0
+    warnings: tuple[str, ...] = ()
+
+    def problems(self) -> list[str]:
+        """Spills, stack, local memory and advisories, each as a readable sentence."""
+        out = []
+        if self.spill_store_bytes or self.spill_load_bytes:
+            out.append(
+                f"{self.name}: spills {self.spill_store_bytes} B stores / "
+                f"{self.spill_load_bytes} B loads"
+            )
+        if self.stack_frame_bytes:
+            out.append(f"{self.name}: {self.stack_frame_bytes} B stack frame")
+        if self.local_bytes:
+            out.append(f"{self.name}: {self.local_bytes} B local memory")
+        out.extend(f"{self.name}: {w}" for w in self.warnings)
+        return out
+
+
+@dataclass(frozen=True)
+class PtxasResult:
+    kernels: dict[str, KernelResources]
+    # Advisories ptxas printed without naming a function (it prints C7508 that way).
+    module_warnings: tuple[str, ...]
+    cubin: bytes = field(repr=False)
+    log: str = field(repr=False)
+
+    def kernel(self, name: str) -> KernelResources:
+        if name not in self.kernels:
+            raise KeyError(f"ptxas reported no kernel {name!r}; it reported {sorted(self.kernels)}")
+        return self.kernels[name]
+
+    def problems(self) -> list[str]:
+        out = [f"module: {w}" for w in self.module_warnings]
+        for name in sorted(self.kernels):
+            out.extend(self.kernels[name].problems())
+        return out
+
+
+def ptxas_available() -> bool:
+    """Whether the configured ptxas binary can be found."""
+    return shutil.which(knobs.ptxas_path()) is not None
+
+
+def _source_context(ptx: str, log: str) -> str:
+    lines = ptx.splitlines()
+    shown = []
+    for match in _ERROR_LINE.finditer(log):
+        number = int(match.group(1))
+        if 1 <= number <= len(lines):
+            shown.append(f"  {number}: {lines[number - 1].strip()}")
+    return "\n".join(dict.fromkeys(shown))
+
+
+def parse_log(log: str) -> tuple[dict[str, KernelResources], tuple[str, ...]]:
+    """Split ptxas -v output into per-kernel resources and unattributed advisories."""
+    fields: dict[str, dict[str, int]] = {}
+    warnings: dict[str, list[str]] = {}
+    loose: list[str] = []
+    current: str | None = None
+    for raw in log.splitlines():
+        line = raw.strip()
+        if match := _COMPILING.search(line):
+            current = match.group(1)
+            fields.setdefault(current, {})
+            continue
+        if match := _PROPERTIES.search(line):
+            current = match.group(1)
+            fields.setdefault(current, {})
+            continue
+        if _ADVISORY.search(line):
+            text = re.sub(r"^ptxas (info|warning)\s*:\s*|^ptxas \S+, ", "", line)
+            named = _FUNCTION_NAMED.search(line)
+            if named:
+                warnings.setdefault(named.group(1), []).append(text)
+            else:
+                loose.append(text)
+            continue
+        if current is None:
+            continue
+        entry = fields[current]
+        if match := _FRAME.search(line):
+            entry["stack_frame_bytes"] = int(match.group(1))
+            entry["spill_store_bytes"] = int(match.group(2))
+            entry["spill_load_bytes"] = int(match.group(3))
+        if match := _USED.search(line):
+            entry["registers"] = int(match.group(1))
+        if match := _BARRIERS.search(line):
+            entry["barriers"] = int(match.group(1))
+        if match := _SMEM.search(line):
+            entry["smem_bytes"] = int(match.group(1))
+        if match := _LMEM.search(line):
+            entry["local_bytes"] = int(match.group(1))
+    kernels = {
+        name: KernelResources(name=name, warnings=tuple(warnings.get(name, ())), **values)
+        for name, values in fields.items()
+    }
+    for name in warnings:
+        if name not in kernels:
+            loose.extend(warnings[name])
+    return kernels, tuple(loose)
+
+
+def assemble(ptx: str, *, arch: str = DEFAULT_ARCH, options: Sequence[str] = ()) -> PtxasResult:
+    """Run ``ptxas -arch=<arch> -v`` on ``ptx``; raise :class:`PtxasError` if it fails."""
+    binary = knobs.ptxas_path()
+    if shutil.which(binary) is None:
+        raise PtxasError(
+            f"ptxas not found (PYFUSE_PTXAS={binary!r}); install the CUDA toolkit or "
+            "point PYFUSE_PTXAS at a ptxas binary"
+        )
+    with tempfile.TemporaryDirectory(prefix="pyfuse-ptxas-") as tmp:
+        src = Path(tmp) / "kernel.ptx"
+        out = Path(tmp) / "kernel.cubin"
+        src.write_text(ptx)
+        cmd = [
+            binary,
+            f"-arch={arch}",
+            "-v",
+            "--warn-on-spills",
+            "--warn-on-local-memory-usage",
+            *options,
+            "-o",
+            str(out),
+            str(src),
+        ]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=_TIMEOUT_S)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise PtxasError(f"could not run {binary}: {exc}") from exc
+        log = proc.stdout + proc.stderr
+        if proc.returncode != 0:
+            context = _source_context(ptx, log)
+            where = f"\noffending PTX:\n{context}" if context else ""
+            raise PtxasError(
+                f"ptxas -arch={arch} failed (exit {proc.returncode}):\n{log.strip()}{where}"
+            )
+        cubin = out.read_bytes()
+    kernels, loose = parse_log(log)
+    return PtxasResult(kernels=kernels, module_warnings=loose, cubin=cubin, log=log)

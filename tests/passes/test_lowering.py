@@ -1,0 +1,96 @@
+"""Lowering end to end on the CPU: scheduled kernels run on the SIMT kernel-IR interpreter
+and must match the NumPy reference, for pointwise, reduction and normalization kernels at
+ragged shapes. Out-of-bounds accesses, races and divergent barriers raise in the
+interpreter, so these tests also check predication and synchronization."""
+
+from __future__ import annotations
+
+import pytest
+from sim_utils import check_fusion
+
+import pyfuse as pf
+
+f32, bf16, f16, i32 = pf.float32, pf.bfloat16, pf.float16, pf.int32
+
+
+@pytest.mark.parametrize("shape", [(1,), (7,), (37, 100), (3, 129), (2, 3, 40)])
+def test_pointwise_with_broadcast(shape: tuple[int, ...]) -> None:
+    last = shape[-1:]
+    result = check_fusion(
+        lambda x, y, z: pf.gelu(x * y + z).to(pf.bfloat16),
+        [pf.spec(shape, f32), pf.spec(last, f32), pf.spec(shape, f32)],
+        atol=1e-2, rtol=1e-2,
+    )
+    assert [k.plan.scheduler for k in result.kernels] == ["pointwise"]
+
+
+def test_pointwise_vectorizes_when_rows_allow() -> None:
+    result = check_fusion(lambda x: pf.exp(x), [pf.spec((6, 64), f32)])
+    assert result.kernels[0].plan.params["vector_width"] == 4
+    ragged = check_fusion(lambda x: pf.exp(x), [pf.spec((6, 63), f32)])
+    assert ragged.kernels[0].plan.params["vector_width"] == 1
+
+
+def test_transposed_and_strided_inputs() -> None:
+    check_fusion(lambda x: x.T + 1.0, [pf.spec((9, 37), f32)])
+    check_fusion(lambda x, y: x + y, [pf.spec((9, 37), f32), pf.spec((9, 37), f32)])
+
+
+def test_int_and_bool_pointwise() -> None:
+    check_fusion(lambda x, y: pf.where(x > y, x * 2, y - 1), [pf.spec((5, 33), i32),
+                                                               pf.spec((5, 33), i32)])
+    check_fusion(lambda x: (x > 0.5).to(pf.float32) + x, [pf.spec((7, 9), f32)])
+
+
+@pytest.mark.parametrize("shape", [(5, 1000), (3, 7), (2, 4096), (4, 33)])
+@pytest.mark.parametrize("dtype", [f32, bf16])
+def test_softmax(shape: tuple[int, int], dtype: pf.DType) -> None:
+    tolerance = 1e-2 if dtype == bf16 else 1e-5
+    result = check_fusion(lambda x: pf.softmax(x, -1), [pf.spec(shape, dtype)],
+                          rtol=tolerance, atol=tolerance)
+    assert [k.plan.scheduler for k in result.kernels] == ["reduction"]
+    assert result.kernels[0].plan.params["persistent"] is True
+
+
+def test_layer_norm_and_rms_norm() -> None:
+    check_fusion(lambda x, w, b: pf.layer_norm(x, w, b),
+                 [pf.spec((6, 256), bf16), pf.spec((256,), bf16), pf.spec((256,), bf16)],
+                 rtol=2e-2, atol=2e-2)
+    check_fusion(lambda x, w: pf.rms_norm(x, w), [pf.spec((6, 4096), bf16),
+                                                   pf.spec((4096,), bf16)],
+                 rtol=2e-2, atol=2e-2)
+    check_fusion(lambda x: pf.layer_norm(x, eps=1e-3), [pf.spec((3, 37), f32)],
+                 rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("fn", "shape"),
+    [
+        (lambda x: x.sum(-1), (3, 5000)),
+        (lambda x: x.sum(0), (100, 37)),
+        (lambda x: x.max(-1), (7, 300)),
+        (lambda x: x.min(0), (33, 5)),
+        (lambda x: x.sum(), (1000,)),
+        (lambda x: x.mean((0, 2)), (4, 3, 10)),
+    ],
+)
+def test_reductions(fn, shape) -> None:  # type: ignore[no-untyped-def]
+    check_fusion(fn, [pf.spec(shape, f32)], rtol=1e-4, atol=1e-4)
+
+
+def test_reductions_over_different_axes_segment() -> None:
+    result = check_fusion(lambda x: (x.sum(0), x.max(1), pf.exp(x)), [pf.spec((9, 37), f32)])
+    assert len(result.kernels) == 2
+    assert all(k.plan.scheduler == "reduction" for k in result.kernels)
+
+
+def test_outputs_of_different_sizes_segment() -> None:
+    result = check_fusion(lambda x, b: (x + b, b * 2), [pf.spec((5, 8), f32), pf.spec((8,), f32)])
+    assert len(result.kernels) == 2
+
+
+def test_chain_through_intermediate() -> None:
+    # The row sums of one reduction feed a second reduction over the other axis.
+    result = check_fusion(lambda x: x.sum(1).max(0), [pf.spec((17, 40), f32)], rtol=1e-4,
+                          atol=1e-4)
+    assert len(result.kernels) == 2
