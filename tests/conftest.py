@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import functools
+import sys
+from pathlib import Path
 
 import pytest
+
+# Test helpers shared by several test folders (sim_utils) import as top-level modules.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 @functools.cache

@@ -76,8 +76,9 @@ class FusedFunction:
         target: str = "sm_90a",
     ) -> None:
         if target not in SUPPORTED_TARGETS:
-            raise FusionError(f"target must be one of {SUPPORTED_TARGETS}, got {target!r}",
-                              op="fuse")
+            raise FusionError(
+                f"target must be one of {SUPPORTED_TARGETS}, got {target!r}", op="fuse"
+            )
         if matmul is not None and not isinstance(matmul, MatmulParams):
             raise FusionError(f"matmul must be a pf.MatmulParams, got {matmul!r}", op="fuse")
         self.fn = fn

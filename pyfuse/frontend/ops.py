@@ -207,9 +207,7 @@ def cos(x: Tensor) -> Tensor:
 
 @user_op("where")
 def where(condition: TensorLike, if_true: TensorLike, if_false: TensorLike) -> Tensor:
-    return Tensor(
-        ir_ops.where(_operand(condition), _operand(if_true), _operand(if_false))
-    )
+    return Tensor(ir_ops.where(_operand(condition), _operand(if_true), _operand(if_false)))
 
 
 @user_op("cast")
@@ -354,4 +352,3 @@ def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float = 1e-6) -> Tens
     if weight is not None:
         result = result * cast(weight, math_dtype)
     return cast(result, x.dtype)
-

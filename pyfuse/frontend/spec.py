@@ -68,8 +68,12 @@ def spec(shape: Sequence[int], dtype: DType, strides: Sequence[int] | None = Non
 def _torch_dtype(array: Any) -> DType:
     name = str(array.dtype).removeprefix("torch.")
     table = {
-        "float32": dtypes.float32, "float16": dtypes.float16, "bfloat16": dtypes.bfloat16,
-        "float64": dtypes.float64, "int32": dtypes.int32, "int64": dtypes.int64,
+        "float32": dtypes.float32,
+        "float16": dtypes.float16,
+        "bfloat16": dtypes.bfloat16,
+        "float64": dtypes.float64,
+        "int32": dtypes.int32,
+        "int64": dtypes.int64,
         "bool": dtypes.bool_,
     }
     if name not in table:

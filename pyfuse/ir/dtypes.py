@@ -127,7 +127,7 @@ def promote_pair(a: DType, b: DType) -> DType:
 
 
 def result_type(tensor_dtypes: list[DType], scalars: list[object]) -> DType:
-    """torch's result_type for tensors plus Python scalars (scalars never widen within a category)."""
+    """torch's result_type of tensors and Python scalars (a scalar never widens its category)."""
     if not tensor_dtypes:
         raise ValueError("result_type needs at least one tensor dtype")
     result = tensor_dtypes[0]

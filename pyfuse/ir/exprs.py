@@ -153,8 +153,14 @@ class BinaryOpType(enum.Enum):
 
 
 _COMPARISONS = frozenset(
-    {BinaryOpType.EQ, BinaryOpType.NE, BinaryOpType.LT, BinaryOpType.LE, BinaryOpType.GT,
-     BinaryOpType.GE}
+    {
+        BinaryOpType.EQ,
+        BinaryOpType.NE,
+        BinaryOpType.LT,
+        BinaryOpType.LE,
+        BinaryOpType.GT,
+        BinaryOpType.GE,
+    }
 )
 
 
@@ -353,9 +359,7 @@ class LinearOp(Expr):
         return pairs
 
 
-def matmul_pairs(
-    a: TensorView, b: TensorView, out: TensorView, producer: TensorView
-) -> AxisPairs:
+def matmul_pairs(a: TensorView, b: TensorView, out: TensorView, producer: TensorView) -> AxisPairs:
     """Axis pairs of torch.matmul; see :class:`MatmulOp`."""
     out_axes = out.logical
     k_axis = out_axes[-1]

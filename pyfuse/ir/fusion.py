@@ -119,4 +119,3 @@ class Fusion:
         from pyfuse.ir.printer import fusion_to_str
 
         return fusion_to_str(self)
-

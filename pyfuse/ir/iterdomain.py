@@ -142,7 +142,6 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-
 class Split(IdTransform):
     """Split ``input`` by ``factor``: the inner output has extent ``factor`` (inner split) or the
     outer one does (outer split). ``divisible`` says the split needs no predicate."""

@@ -113,9 +113,20 @@ class Binary(KExpr):
 
 
 _INFIX = {
-    "add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "mod": "%",
-    "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!=",
-    "logical_and": "&&", "logical_or": "||",
+    "add": "+",
+    "sub": "-",
+    "mul": "*",
+    "div": "/",
+    "floordiv": "//",
+    "mod": "%",
+    "lt": "<",
+    "le": "<=",
+    "gt": ">",
+    "ge": ">=",
+    "eq": "==",
+    "ne": "!=",
+    "logical_and": "&&",
+    "logical_or": "||",
 }
 
 
@@ -190,9 +201,7 @@ def const(value: int, dtype: DType = dtypes.int64) -> Const:
 
 
 def _value(expr: KExpr) -> int | None:
-    if isinstance(expr, Const) and isinstance(expr.value, int) and not isinstance(
-        expr.value, bool
-    ):
+    if isinstance(expr, Const) and isinstance(expr.value, int) and not isinstance(expr.value, bool):
         return expr.value
     return None
 
@@ -515,21 +524,28 @@ def stmt_to_lines(stmt: Stmt, indent: str = "") -> list[str]:
     if isinstance(stmt, Alloc):
         buffer = stmt.buffer
         where = f" @ smem+{buffer.smem_offset}" if buffer.memory == MemoryType.SHARED else ""
-        return [f"{indent}alloc {buffer.name}: {buffer.dtype.short}[{buffer.size}] "
-                f"{buffer.memory.name.lower()}{where}"]
+        return [
+            f"{indent}alloc {buffer.name}: {buffer.dtype.short}[{buffer.size}] "
+            f"{buffer.memory.name.lower()}{where}"
+        ]
     if isinstance(stmt, Store):
         return [f"{indent}{stmt.buffer.name}[{stmt.index}] = {stmt.value}"]
     if isinstance(stmt, VectorLoad):
-        return [f"{indent}{stmt.target.name}[{stmt.target_index}:+{stmt.width}] = "
-                f"{stmt.source.name}[{stmt.source_index}:+{stmt.width}]  # vector"]
+        return [
+            f"{indent}{stmt.target.name}[{stmt.target_index}:+{stmt.width}] = "
+            f"{stmt.source.name}[{stmt.source_index}:+{stmt.width}]  # vector"
+        ]
     if isinstance(stmt, VectorStore):
-        return [f"{indent}{stmt.target.name}[{stmt.target_index}:+{stmt.width}] = "
-                f"{stmt.source.name}[{stmt.source_index}:+{stmt.width}]  # vector"]
+        return [
+            f"{indent}{stmt.target.name}[{stmt.target_index}:+{stmt.width}] = "
+            f"{stmt.source.name}[{stmt.source_index}:+{stmt.width}]  # vector"
+        ]
     if isinstance(stmt, Sync):
         return [f"{indent}sync"]
     if isinstance(stmt, ThreadReduce):
-        return [f"{indent}{stmt.var} = thread_all_reduce_{stmt.op}({stmt.var}, "
-                f"threads={stmt.threads})"]
+        return [
+            f"{indent}{stmt.var} = thread_all_reduce_{stmt.op}({stmt.var}, threads={stmt.threads})"
+        ]
     if isinstance(stmt, Comment):
         return [f"{indent}# {stmt.text}"]
     return [f"{indent}{type(stmt).__name__}"]

@@ -46,9 +46,7 @@ def naming(namer: Namer) -> Iterator[None]:
         _current.reset(token)
 
 
-_source: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "pyfuse_source", default=None
-)
+_source: contextvars.ContextVar[str | None] = contextvars.ContextVar("pyfuse_source", default=None)
 
 
 def current_source() -> str | None:

@@ -41,9 +41,18 @@ Operand = TensorView | bool | int | float
 # Unary ops that are only defined on floats: an integer or bool input is promoted to f32.
 FLOAT_ONLY_UNARY = frozenset(
     {
-        UnaryOpType.EXP, UnaryOpType.LOG, UnaryOpType.TANH, UnaryOpType.SIGMOID,
-        UnaryOpType.GELU, UnaryOpType.GELU_TANH, UnaryOpType.SILU, UnaryOpType.SQRT,
-        UnaryOpType.RSQRT, UnaryOpType.RECIPROCAL, UnaryOpType.SIN, UnaryOpType.COS,
+        UnaryOpType.EXP,
+        UnaryOpType.LOG,
+        UnaryOpType.TANH,
+        UnaryOpType.SIGMOID,
+        UnaryOpType.GELU,
+        UnaryOpType.GELU_TANH,
+        UnaryOpType.SILU,
+        UnaryOpType.SQRT,
+        UnaryOpType.RSQRT,
+        UnaryOpType.RECIPROCAL,
+        UnaryOpType.SIN,
+        UnaryOpType.COS,
     }
 )
 
@@ -100,8 +109,7 @@ def broadcast(x: TensorView, is_new: Sequence[bool]) -> TensorView:
     kept = [flag for flag in is_new if not flag]
     if len(kept) != x.ndim:
         raise FusionError(
-            f"broadcast flags {list(is_new)} keep {len(kept)} axes but the tensor has rank "
-            f"{x.ndim}"
+            f"broadcast flags {list(is_new)} keep {len(kept)} axes but the tensor has rank {x.ndim}"
         )
     if not any(is_new):
         return x
@@ -148,7 +156,9 @@ def expand(x: TensorView, shape: Sequence[int]) -> TensorView:
     axes = []
     for axis, extent in zip(x.no_reductions, shape, strict=True):
         if axis.logical_extent == extent:
-            axes.append(IterDomain(axis.extent, axis.iter_type, expanded_extent=axis.expanded_extent))
+            axes.append(
+                IterDomain(axis.extent, axis.iter_type, expanded_extent=axis.expanded_extent)
+            )
         elif axis.is_broadcast:
             axes.append(IterDomain(1, IterType.BROADCAST, expanded_extent=extent))
         else:
@@ -262,9 +272,7 @@ def where(condition: Operand, if_true: Operand, if_false: Operand) -> TensorView
             return cast(ranked[id(value)], operand_dtype)
         return _operand(value, operand_dtype)
 
-    operands = [
-        operand(condition, dtypes.bool_), operand(if_true, dtype), operand(if_false, dtype)
-    ]
+    operands = [operand(condition, dtypes.bool_), operand(if_true, dtype), operand(if_false, dtype)]
     out = TensorView(_output_axes([op for op in operands if isinstance(op, TensorView)]), dtype)
     TernaryOp(out, *operands)
     return out
@@ -289,6 +297,15 @@ def reduce(
     """Reduce ``x`` over ``dims``. Sums of 16-bit floats accumulate in f32 and sums of ints and
     bools in int64 (torch's types); max and min keep the dtype."""
     axes_to_reduce = _reduction_dims(x, dims)
+    if any(x.no_reductions[d].expanded_extent is not None for d in axes_to_reduce):
+        # An expanded broadcast has one stored value; reduce a materialized copy.
+        x = materialize(x)
+    trivial = [d for d in axes_to_reduce if x.no_reductions[d].is_broadcast]
+    if trivial and len(trivial) == len(axes_to_reduce):
+        # Reducing only size-1 axes changes no value: squeeze them (keep them for keepdim).
+        dtype = x.dtype if op != ReductionOpType.SUM or x.dtype.is_floating else dtypes.int64
+        result = cast(x, dtype) if dtype != x.dtype else set_copy(x)
+        return result if keepdim else squeeze(result, trivial)
     result_dtype = x.dtype
     math_input = x
     if op == ReductionOpType.SUM:
@@ -302,7 +319,9 @@ def reduce(
         if index in axes_to_reduce:
             axes.append(IterDomain(axis.logical_extent, IterType.REDUCTION))
         else:
-            axes.append(IterDomain(axis.extent, axis.iter_type, expanded_extent=axis.expanded_extent))
+            axes.append(
+                IterDomain(axis.extent, axis.iter_type, expanded_extent=axis.expanded_extent)
+            )
     out = TensorView(axes, math_input.dtype)
     ReductionOp(op, out, math_input)
     result = cast(out, result_dtype)
@@ -460,9 +479,7 @@ def matmul(a: TensorView, b: TensorView) -> TensorView:
     k_a = a.shape[-1]
     k_b = b.shape[0] if b.ndim == 1 else b.shape[-2]
     if k_a != k_b:
-        raise FusionError(
-            f"inner sizes differ: {a.shape} @ {b.shape} (K = {k_a} vs {k_b})"
-        )
+        raise FusionError(f"inner sizes differ: {a.shape} @ {b.shape} (K = {k_a} vs {k_b})")
     batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
     a_axes, b_axes = a.no_reductions, b.no_reductions
     axes = [_axis(extent) for extent in batch]

@@ -37,9 +37,7 @@ class MatmulParams:
                 if not isinstance(value, bool):
                     raise ValueError(f"MatmulParams.{field.name} must be a bool, got {value!r}")
             elif isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(
-                    f"MatmulParams.{field.name} must be a positive int, got {value!r}"
-                )
+                raise ValueError(f"MatmulParams.{field.name} must be a positive int, got {value!r}")
 
     def merged(self, defaults: MatmulParams) -> MatmulParams:
         """These params with every ``None`` field taken from ``defaults``."""

@@ -60,6 +60,8 @@ def verify_fusion(fusion: Fusion, *, after: str) -> None:
             _fail(after, f"T{tv.name} repeats a loop axis: {tv.domain_str()}")
         for axis in tv.loop:
             if id(axis) not in reachable:
-                _fail(after, f"T{tv.name}'s loop axis {axis} is not derived from its logical domain")
+                _fail(
+                    after, f"T{tv.name}'s loop axis {axis} is not derived from its logical domain"
+                )
         if not 0 <= tv.inline_position <= len(tv.loop):
             _fail(after, f"T{tv.name} has inline position {tv.inline_position} outside its loop")

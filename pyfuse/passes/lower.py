@@ -264,9 +264,7 @@ class _Lowering:
                 result.setdefault(id(axis), zero)
         return result
 
-    def _mapped_reference_index(
-        self, axis: IterDomain, ref_index: dict[int, k.KExpr]
-    ) -> k.KExpr:
+    def _mapped_reference_index(self, axis: IterDomain, ref_index: dict[int, k.KExpr]) -> k.KExpr:
         for mode in (IdMappingMode.EXACT, IdMappingMode.BROADCAST):
             for ref_axis in self.reference.logical:
                 if self.id_model.mapped(axis, ref_axis, mode):
@@ -359,8 +357,12 @@ class _Lowering:
 
     # -- values -------------------------------------------------------------------------------
     def _read(
-        self, expr: Expr, val: Val, consumer_index: dict[int, k.KExpr],
-        by_position: dict[int, k.KExpr], compute_dtype: DType,
+        self,
+        expr: Expr,
+        val: Val,
+        consumer_index: dict[int, k.KExpr],
+        by_position: dict[int, k.KExpr],
+        compute_dtype: DType,
     ) -> k.KExpr:
         if isinstance(val, Scalar):
             return k.Const(val.value, val.dtype)
@@ -391,8 +393,9 @@ class _Lowering:
             return k.Select(condition, if_true, if_false, out.dtype)
         if isinstance(expr, CastOp):
             return k.Cast(read(expr.inputs[0]), out.dtype)
-        if isinstance(expr, LoadStoreOp | BroadcastOp | SqueezeOp | PermuteOp | ExpandOp
-                      | ReshapeOp):
+        if isinstance(
+            expr, LoadStoreOp | BroadcastOp | SqueezeOp | PermuteOp | ExpandOp | ReshapeOp
+        ):
             return read(expr.inputs[0])
         raise ScheduleError(
             f"kernel {self.name}: no lowering for {expr.op_name} (T{out.name}); the "
@@ -469,8 +472,8 @@ class _Lowering:
             var = self._new_var(ptype.value.lower(), extent)
             self.specials[ptype] = var
             special = k.Special(SPECIAL_OF[ptype], extent, dtypes.int32)
-            value: k.KExpr = special if self.index_dtype == dtypes.int32 else k.Cast(
-                special, self.index_dtype
+            value: k.KExpr = (
+                special if self.index_dtype == dtypes.int32 else k.Cast(special, self.index_dtype)
             )
             top.body.append(k.Let(var, value))
         for tv in self.fusion.inputs + self.fusion.outputs:
@@ -482,10 +485,12 @@ class _Lowering:
             self._close(stack)
         self._flush(top)
         self._mark_unrolled(top.body)
-        grid = tuple(self.launch.get(p, 1) for p in (ParallelType.BIDX, ParallelType.BIDY,
-                                                        ParallelType.BIDZ))
-        block = tuple(self.launch.get(p, 1) for p in (ParallelType.TIDX, ParallelType.TIDY,
-                                                         ParallelType.TIDZ))
+        grid = tuple(
+            self.launch.get(p, 1) for p in (ParallelType.BIDX, ParallelType.BIDY, ParallelType.BIDZ)
+        )
+        block = tuple(
+            self.launch.get(p, 1) for p in (ParallelType.TIDX, ParallelType.TIDY, ParallelType.TIDZ)
+        )
         params = sorted(self.params, key=lambda p: (p.role != k.ParamRole.INPUT, p.index))
         return k.Kernel(
             name=self.name,
@@ -519,9 +524,7 @@ class _Lowering:
             serial = [(i, a) for i, a in serial if a.parallel_type != ParallelType.VECTORIZE]
         keys = [self._loop_key(a) for _, a in serial]
         depth = 0
-        while (
-            depth < len(keys) and depth + 1 < len(stack) and stack[depth + 1].key == keys[depth]
-        ):
+        while depth < len(keys) and depth + 1 < len(stack) and stack[depth + 1].key == keys[depth]:
             depth += 1
         while len(stack) > depth + 1:
             self._close(stack)
@@ -540,8 +543,12 @@ class _Lowering:
             else:
                 extent = max(axis.extent, self.id_model.loop_promotion(axis).extent)
                 loop_var = self._new_var("i", extent)
-                loop = k.For(loop_var, k.const(extent, self.index_dtype), [],
-                             unroll=axis.parallel_type in UNROLLED)
+                loop = k.For(
+                    loop_var,
+                    k.const(extent, self.index_dtype),
+                    [],
+                    unroll=axis.parallel_type in UNROLLED,
+                )
                 stack[-1].body.append(loop)
                 stack.append(_Loop(keys[level], loop, loop.body, loop_var))
                 var = loop_var
@@ -607,16 +614,26 @@ class _Lowering:
             source = expr.tensor_inputs[0]
             source_buffer = self._buffer(source)
             if out_buffer.memory == MemoryType.GLOBAL:
-                statements = [k.VectorStore(
-                    out_buffer, self._global_offset(out, consumer_index),
-                    source_buffer, self._buffer_index(source, by_position), width,
-                )]
+                statements = [
+                    k.VectorStore(
+                        out_buffer,
+                        self._global_offset(out, consumer_index),
+                        source_buffer,
+                        self._buffer_index(source, by_position),
+                        width,
+                    )
+                ]
             else:
                 logical = self._producer_index(expr, source, consumer_index)
-                statements = [k.VectorLoad(
-                    out_buffer, self._buffer_index(out, by_position),
-                    source_buffer, self._global_offset(source, logical), width,
-                )]
+                statements = [
+                    k.VectorLoad(
+                        out_buffer,
+                        self._buffer_index(out, by_position),
+                        source_buffer,
+                        self._global_offset(source, logical),
+                        width,
+                    )
+                ]
         elif isinstance(expr, ReductionOp):
             index = self._buffer_index(out, by_position)
             current = k.Load(out_buffer, index, out.dtype)
@@ -679,8 +696,9 @@ class _Lowering:
             )
         workspace = None
         if threads > 32:
-            workspace = k.Buffer(f"T{tv.name}_workspace", tv.dtype, MemoryType.SHARED,
-                                 block_x // 32)
+            workspace = k.Buffer(
+                f"T{tv.name}_workspace", tv.dtype, MemoryType.SHARED, block_x // 32
+            )
             offset = -(-self.smem_bytes // 16) * 16
             workspace.smem_offset = offset
             self.smem_bytes = offset + workspace.size * tv.dtype.itemsize

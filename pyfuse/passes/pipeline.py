@@ -75,9 +75,7 @@ def _check(fusion: Fusion, after: str, boundary: bool) -> None:
         verify_fusion(fusion, after=after)
 
 
-def schedule_kernel(
-    plan: KernelPlan, target: TargetInfo, matmul: MatmulParams | None
-) -> None:
+def schedule_kernel(plan: KernelPlan, target: TargetInfo, matmul: MatmulParams | None) -> None:
     """Run the plan's scheduler on its fusion in place and record its choices."""
     del matmul  # used by the matmul scheduler
     fusion = plan.fusion
@@ -100,9 +98,7 @@ def schedule_kernel(
 Pass = Callable[[Fusion], object]
 
 
-def run(
-    fusion: Fusion, target: TargetInfo, matmul: MatmulParams | None = None
-) -> PipelineResult:
+def run(fusion: Fusion, target: TargetInfo, matmul: MatmulParams | None = None) -> PipelineResult:
     """All passes on a copy of ``fusion``: math IR to one kernel IR per kernel."""
     timer = _Timer()
     fusion, _ = fusion.clone()

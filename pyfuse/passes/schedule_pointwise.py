@@ -29,6 +29,7 @@ from pyfuse.ir.tensor import TensorView
 from pyfuse.passes.scheduler_utils import (
     cache_inputs_and_outputs,
     replay_everywhere,
+    uncovered_axis,
     vector_width,
 )
 
@@ -56,6 +57,8 @@ def decline_reason(fusion: Fusion) -> str | None:
     if len(sizes) > 1:
         # One loop nest covers one iteration space; outputs of other sizes go to other kernels.
         return f"outputs have different sizes {sorted(sizes)}"
+    if fusion.outputs:
+        return uncovered_axis(fusion, reference_output(fusion))
     return None
 
 

@@ -33,6 +33,7 @@ from pyfuse.ir.tensor import TensorView
 from pyfuse.passes.scheduler_utils import (
     cache_inputs_and_outputs,
     replay_everywhere,
+    uncovered_axis,
     vector_width,
 )
 
@@ -121,6 +122,9 @@ def decline_reason(fusion: Fusion, target: TargetInfo) -> str | None:
     for tv in fusion.outputs:
         if tv.numel > reference.numel:
             return f"output T{tv.name} is larger than the reduced tensor"
+    uncovered = uncovered_axis(fusion, reference)
+    if uncovered is not None:
+        return uncovered
     params = choose_params(fusion, reference, flags, target)
     if params.persistent and params.serial * params.vector_width > MAX_PERSISTENT_PER_THREAD:
         return (

@@ -62,3 +62,23 @@ def replay_everywhere(fusion: Fusion, reference: TensorView) -> None:
         if tv is reference or fusion.is_input(tv) or tv.alias_of is not None:
             continue
         replay_like(tv, reference, id_model)
+
+
+def uncovered_axis(fusion: Fusion, reference: TensorView) -> str | None:
+    """A tensor axis whose index cannot be derived from the reference's (lowering derives
+    every index from the reference), described for a decline reason; None when all map."""
+    id_model = IdModel(fusion)
+    for tv in fusion.tensors():
+        if fusion.is_input(tv):
+            continue
+        for axis in tv.logical:
+            if axis.is_broadcast and axis.expanded_extent is None:
+                continue
+            if not any(
+                id_model.mapped(axis, ref_axis, IdMappingMode.BROADCAST)
+                for ref_axis in reference.logical
+            ):
+                return (
+                    f"T{tv.name}'s axis {axis} is outside the iteration space of T{reference.name}"
+                )
+    return None

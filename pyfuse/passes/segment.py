@@ -145,7 +145,9 @@ def _plans(fusion: Fusion, groups: list[list[Expr]], target: TargetInfo) -> Segm
         name = fusion.name if len(groups) == 1 else f"{fusion.name}_{number}"
         kernel_fusion, boundary, originals = sub_fusion(fusion, group, outputs, name)
         chosen, reasons = pick_scheduler(kernel_fusion, target)
-        assert chosen is not None  # every group was built to be accepted
+        if chosen is None:
+            detail = "; ".join(f"{n}: {r}" for n, r in reasons.items())
+            raise ScheduleError(f"no scheduler accepts kernel {name} ({detail})")
         kernels.append(KernelPlan(kernel_fusion, chosen, declined=reasons))
         sources.append([_location(fusion, tv) for tv in boundary])
         kernel_sinks = []

@@ -61,7 +61,9 @@ def test_softmax_snapshot() -> None:
         ((), (3, 2), (3, 2)),
     ],
 )
-def test_numpy_broadcasting(a: tuple[int, ...], b: tuple[int, ...], expected: tuple[int, ...]) -> None:
+def test_numpy_broadcasting(
+    a: tuple[int, ...], b: tuple[int, ...], expected: tuple[int, ...]
+) -> None:
     fusion = pf.fuse(lambda x, y: x + y).trace(pf.spec(a, pf.float32), pf.spec(b, pf.float32))
     assert fusion.outputs[0].shape == expected
 

@@ -19,7 +19,8 @@ def test_pointwise_with_broadcast(shape: tuple[int, ...]) -> None:
     result = check_fusion(
         lambda x, y, z: pf.gelu(x * y + z).to(pf.bfloat16),
         [pf.spec(shape, f32), pf.spec(last, f32), pf.spec(shape, f32)],
-        atol=1e-2, rtol=1e-2,
+        atol=1e-2,
+        rtol=1e-2,
     )
     assert [k.plan.scheduler for k in result.kernels] == ["pointwise"]
 
@@ -37,8 +38,9 @@ def test_transposed_and_strided_inputs() -> None:
 
 
 def test_int_and_bool_pointwise() -> None:
-    check_fusion(lambda x, y: pf.where(x > y, x * 2, y - 1), [pf.spec((5, 33), i32),
-                                                               pf.spec((5, 33), i32)])
+    check_fusion(
+        lambda x, y: pf.where(x > y, x * 2, y - 1), [pf.spec((5, 33), i32), pf.spec((5, 33), i32)]
+    )
     check_fusion(lambda x: (x > 0.5).to(pf.float32) + x, [pf.spec((7, 9), f32)])
 
 
@@ -46,21 +48,29 @@ def test_int_and_bool_pointwise() -> None:
 @pytest.mark.parametrize("dtype", [f32, bf16])
 def test_softmax(shape: tuple[int, int], dtype: pf.DType) -> None:
     tolerance = 1e-2 if dtype == bf16 else 1e-5
-    result = check_fusion(lambda x: pf.softmax(x, -1), [pf.spec(shape, dtype)],
-                          rtol=tolerance, atol=tolerance)
+    result = check_fusion(
+        lambda x: pf.softmax(x, -1), [pf.spec(shape, dtype)], rtol=tolerance, atol=tolerance
+    )
     assert [k.plan.scheduler for k in result.kernels] == ["reduction"]
     assert result.kernels[0].plan.params["persistent"] is True
 
 
 def test_layer_norm_and_rms_norm() -> None:
-    check_fusion(lambda x, w, b: pf.layer_norm(x, w, b),
-                 [pf.spec((6, 256), bf16), pf.spec((256,), bf16), pf.spec((256,), bf16)],
-                 rtol=2e-2, atol=2e-2)
-    check_fusion(lambda x, w: pf.rms_norm(x, w), [pf.spec((6, 4096), bf16),
-                                                   pf.spec((4096,), bf16)],
-                 rtol=2e-2, atol=2e-2)
-    check_fusion(lambda x: pf.layer_norm(x, eps=1e-3), [pf.spec((3, 37), f32)],
-                 rtol=1e-4, atol=1e-4)
+    check_fusion(
+        lambda x, w, b: pf.layer_norm(x, w, b),
+        [pf.spec((6, 256), bf16), pf.spec((256,), bf16), pf.spec((256,), bf16)],
+        rtol=2e-2,
+        atol=2e-2,
+    )
+    check_fusion(
+        lambda x, w: pf.rms_norm(x, w),
+        [pf.spec((6, 4096), bf16), pf.spec((4096,), bf16)],
+        rtol=2e-2,
+        atol=2e-2,
+    )
+    check_fusion(
+        lambda x: pf.layer_norm(x, eps=1e-3), [pf.spec((3, 37), f32)], rtol=1e-4, atol=1e-4
+    )
 
 
 @pytest.mark.parametrize(
@@ -91,6 +101,5 @@ def test_outputs_of_different_sizes_segment() -> None:
 
 def test_chain_through_intermediate() -> None:
     # The row sums of one reduction feed a second reduction over the other axis.
-    result = check_fusion(lambda x: x.sum(1).max(0), [pf.spec((17, 40), f32)], rtol=1e-4,
-                          atol=1e-4)
+    result = check_fusion(lambda x: x.sum(1).max(0), [pf.spec((17, 40), f32)], rtol=1e-4, atol=1e-4)
     assert len(result.kernels) == 2

@@ -32,19 +32,25 @@ def random_inputs(specs: Sequence[pf.Spec], seed: int) -> list[np.ndarray]:
     return arrays
 
 
-def run_on_simulator(result: PipelineResult, arrays: Sequence[np.ndarray],
-                     output_specs: Sequence[tuple[tuple[int, ...], pf.DType]]) -> list[np.ndarray]:
+def run_on_simulator(
+    result: PipelineResult,
+    arrays: Sequence[np.ndarray],
+    output_specs: Sequence[tuple[tuple[int, ...], pf.DType]],
+) -> list[np.ndarray]:
     # Poison the outputs: a kernel that forgets an element leaves NaN or a sentinel behind.
     outputs = []
     for shape, dtype in output_specs:
-        poison = np.full(shape, -7, dtype=np.float64) if not dtype.is_floating else np.full(
-            shape, np.nan
+        poison = (
+            np.full(shape, -7, dtype=np.float64)
+            if not dtype.is_floating
+            else np.full(shape, np.nan)
         )
         outputs.append(poison.astype(dtype.numpy()))
     intermediates: dict[str, np.ndarray] = {}
     segmented = result.segmented
-    for stages, sources, sinks in zip(result.kernels, segmented.sources, segmented.sinks,
-                                      strict=True):
+    for stages, sources, sinks in zip(
+        result.kernels, segmented.sources, segmented.sinks, strict=True
+    ):
         inputs = []
         for kind, key in sources:
             if kind == "input":
@@ -65,8 +71,14 @@ def run_on_simulator(result: PipelineResult, arrays: Sequence[np.ndarray],
     return outputs
 
 
-def check_fusion(fn: Callable[..., object], specs: Sequence[pf.Spec], *, seed: int = 0,
-                 rtol: float = 1e-5, atol: float = 1e-5) -> PipelineResult:
+def check_fusion(
+    fn: Callable[..., object],
+    specs: Sequence[pf.Spec],
+    *,
+    seed: int = 0,
+    rtol: float = 1e-5,
+    atol: float = 1e-5,
+) -> PipelineResult:
     """Compile ``fn`` for ``specs``, run it on the simulator and compare with the reference."""
     fused = pf.fuse(fn)
     fusion = fused.trace(*specs)
