@@ -32,10 +32,22 @@ def random_inputs(specs: Sequence[pf.Spec], seed: int) -> list[np.ndarray]:
     return arrays
 
 
+def _in_spec_layout(array: np.ndarray, spec: pf.Spec | None) -> np.ndarray:
+    """The array laid out in memory as ``spec`` says (row-major or column-major)."""
+    if spec is None or spec.is_contiguous:
+        return np.ascontiguousarray(array)
+    fortran = np.asfortranarray(array)
+    element_strides = tuple(s // fortran.itemsize for s in fortran.strides)
+    if element_strides != spec.strides:
+        raise NotImplementedError(f"the simulator harness cannot lay out strides {spec.strides}")
+    return fortran
+
+
 def run_on_simulator(
     result: PipelineResult,
     arrays: Sequence[np.ndarray],
     output_specs: Sequence[tuple[tuple[int, ...], pf.DType]],
+    specs: Sequence[pf.Spec | None] | None = None,
 ) -> list[np.ndarray]:
     # Poison the outputs: a kernel that forgets an element leaves NaN or a sentinel behind.
     outputs = []
@@ -47,6 +59,7 @@ def run_on_simulator(
         )
         outputs.append(poison.astype(dtype.numpy()))
     intermediates: dict[str, np.ndarray] = {}
+    specs = list(specs) if specs is not None else [None] * len(arrays)
     segmented = result.segmented
     for stages, sources, sinks in zip(
         result.kernels, segmented.sources, segmented.sinks, strict=True
@@ -54,7 +67,7 @@ def run_on_simulator(
         inputs = []
         for kind, key in sources:
             if kind == "input":
-                inputs.append(np.ascontiguousarray(arrays[int(key)]))
+                inputs.append(_in_spec_layout(arrays[int(key)], specs[int(key)]))
             elif kind == "output":
                 inputs.append(outputs[int(key)])
             else:
@@ -87,7 +100,7 @@ def check_fusion(
     expected = fused.reference(*arrays)
     expected = expected if isinstance(expected, tuple) else (expected,)
     output_specs = [(tv.shape, tv.dtype) for tv in fusion.outputs]
-    actual = run_on_simulator(result, arrays, output_specs)
+    actual = run_on_simulator(result, arrays, output_specs, specs)
     for got, want in zip(actual, expected, strict=True):
         assert got.shape == want.shape and got.dtype == want.dtype
         np.testing.assert_allclose(

@@ -8,7 +8,7 @@ Both keep the fusion's values unchanged: only where data lives moves.
 
 from __future__ import annotations
 
-from pyfuse.ir.exprs import LoadStoreKind, LoadStoreOp
+from pyfuse.ir.exprs import Expr, LoadStoreKind, LoadStoreOp
 from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.iterdomain import IterDomain
 from pyfuse.ir.tensor import MemoryType, TensorView, new_axes_like
@@ -19,9 +19,12 @@ def cache_after(
     tv: TensorView,
     memory_type: MemoryType = MemoryType.LOCAL,
     kind: LoadStoreKind = LoadStoreKind.SET,
+    uses: list[Expr] | None = None,
 ) -> TensorView:
-    """Insert ``cache = set(tv)`` and make every other use of ``tv`` read ``cache``."""
-    uses = fusion.uses_in_fusion(tv)
+    """Insert ``cache = set(tv)`` and make the given uses of ``tv`` (all by default) read
+    ``cache``."""
+    if uses is None:
+        uses = fusion.uses_in_fusion(tv)
     with fusion:
         cache = TensorView(new_axes_like(tv.no_reductions), tv.dtype, memory_type=memory_type)
         LoadStoreOp(cache, tv, kind)

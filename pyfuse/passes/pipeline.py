@@ -36,6 +36,8 @@ from pyfuse.passes import inline, schedule_pointwise, schedule_reduction
 from pyfuse.passes.lower import kernel_name, lower
 from pyfuse.passes.plan import KernelPlan, SegmentedFusion
 from pyfuse.passes.segment import segment
+from pyfuse.passes.skip_intermediates import skip_intermediates
+from pyfuse.passes.translate_patterns import translate_patterns
 
 
 @dataclass
@@ -80,6 +82,8 @@ def schedule_kernel(plan: KernelPlan, target: TargetInfo, matmul: MatmulParams |
     del matmul  # used by the matmul scheduler
     fusion = plan.fusion
     with fusion:
+        skip_intermediates(fusion)
+        _check(fusion, "skip_intermediates", boundary=False)
         if plan.scheduler == schedule_pointwise.NAME:
             plan.reference = schedule_pointwise.reference_output(fusion)
             params = schedule_pointwise.schedule(fusion, target)
@@ -102,8 +106,13 @@ def run(fusion: Fusion, target: TargetInfo, matmul: MatmulParams | None = None) 
     """All passes on a copy of ``fusion``: math IR to one kernel IR per kernel."""
     timer = _Timer()
     fusion, _ = fusion.clone()
-    math_ir = str(fusion)
     _check(fusion, "trace", boundary=True)
+
+    # ── math IR
+    with timer.stage("translate_patterns"), fusion:
+        translate_patterns(fusion)
+    _check(fusion, "translate_patterns", boundary=False)
+    math_ir = str(fusion)
 
     # ── segmentation
     with timer.stage("segment"):

@@ -33,7 +33,7 @@ def vector_width(
     does not hold the innermost axis contiguously."""
     if innermost.is_broadcast:
         return 1
-    globals_ = [*fusion.inputs, *fusion.outputs]
+    globals_ = [*global_sources(fusion), *fusion.outputs]
     widest = max(tv.dtype.itemsize for tv in globals_)
     width = max(1, target.vector_bytes // widest)
     while width > 1 and inner_extent % width:
@@ -44,11 +44,18 @@ def vector_width(
     return width
 
 
+def global_sources(fusion: Fusion) -> list[TensorView]:
+    """Tensors read from global memory: the inputs and the aliases that view them in place."""
+    return [tv for tv in fusion.tensors() if fusion.is_input(tv) or tv.alias_of is not None]
+
+
 def cache_inputs_and_outputs(fusion: Fusion) -> None:
-    """Route global reads and writes through local copies (the vectorizable accesses)."""
-    for tv in list(fusion.inputs):
-        if fusion.uses_in_fusion(tv):
-            cache_after(fusion, tv)
+    """Route global reads and writes through local copies (the vectorizable accesses). A use
+    that is itself an alias (a view of the input) keeps reading in place."""
+    for tv in global_sources(fusion):
+        uses = [u for u in fusion.uses_in_fusion(tv) if u.output.alias_of is None]
+        if uses:
+            cache_after(fusion, tv, uses=uses)
     for tv in list(fusion.outputs):
         cache_before(fusion, tv)
 

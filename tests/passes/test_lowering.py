@@ -103,3 +103,16 @@ def test_chain_through_intermediate() -> None:
     # The row sums of one reduction feed a second reduction over the other axis.
     result = check_fusion(lambda x: x.sum(1).max(0), [pf.spec((17, 40), f32)], rtol=1e-4, atol=1e-4)
     assert len(result.kernels) == 2
+
+
+def test_permuted_and_broadcast_inputs_are_read_in_place() -> None:
+    result = check_fusion(lambda x, b: pf.exp(x.T) + b.unsqueeze(0),
+                          [pf.spec((9, 37), f32), pf.spec((9,), f32)])
+    fusion = result.kernels[0].plan.fusion
+    aliases = [tv for tv in fusion.tensors() if tv.alias_of is not None]
+    assert len(aliases) == 2  # the permute of x and the unsqueeze of b
+
+
+def test_strided_input_honoured() -> None:
+    # A [M, K] stored column-major: strides (1, M).
+    check_fusion(lambda a: pf.exp(a) * 2.0, [pf.spec((9, 37), f32, strides=(1, 9))])
