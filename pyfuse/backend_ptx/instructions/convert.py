@@ -121,4 +121,5 @@ def cvt_pack(
     check_reg(lo, "f32", "cvt_pack: lo")
     mods = [rounding, "relu" if relu else "", "satfinite" if satfinite else ""]
     text = ".".join(["cvt"] + [m for m in mods if m] + [dtype, "f32"])
-    return Instr(f"{text} {d}, {hi}, {lo}")
+    # .satfinite on the packed f32 conversions needs PTX 8.1 (ptxas says so below it).
+    return Instr(f"{text} {d}, {hi}, {lo}", min_version=(8, 1) if satfinite else (0, 0))

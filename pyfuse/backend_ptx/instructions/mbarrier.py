@@ -131,13 +131,12 @@ def expect_tx(addr: AddressLike, tx_bytes: Operand, *, scope: str | None = None)
     """Raise the expected transaction count without arriving."""
     tx = _count_operand(tx_bytes, "mbarrier.expect_tx: tx bytes", 0, MAX_TX_BYTES)
     mods = "mbarrier.expect_tx"
-    version = (8, 0)
     if scope is not None:
-        # The scope needs the explicit .relaxed qualifier, which is PTX 8.6.
+        # A scope needs the explicit .relaxed (expect_tx's only ordering); ptxas takes it at
+        # PTX 8.0, unlike .relaxed on arrive/try_wait, which needs 8.6.
         mods += f".relaxed.{check_choice(scope, _SCOPES, 'mbarrier.expect_tx: scope')}"
-        version = (8, 6)
     bar = _barrier_address(addr, "mbarrier.expect_tx")
-    return Instr(f"{mods}.shared::cta.b64 {bar}, {tx}", min_version=version)
+    return Instr(f"{mods}.shared::cta.b64 {bar}, {tx}", min_version=(8, 0))
 
 
 def _wait(

@@ -345,8 +345,7 @@ def ldmatrix(regs: Sequence[Reg], addr: AddressLike, *, trans: bool = False) -> 
     address = _check_address(addr, "shared::cta", "ldmatrix: address")
     trans_s = ".trans" if trans else ""
     return Instr(
-        f"ldmatrix.sync.aligned.m8n8.{num}{trans_s}.shared::cta.b16 "
-        f"{fmt_vector(regs)}, {address}"
+        f"ldmatrix.sync.aligned.m8n8.{num}{trans_s}.shared::cta.b16 {fmt_vector(regs)}, {address}"
     )
 
 
@@ -356,7 +355,6 @@ def stmatrix(addr: AddressLike, regs: Sequence[Reg], *, trans: bool = False) -> 
     address = _check_address(addr, "shared::cta", "stmatrix: address")
     trans_s = ".trans" if trans else ""
     return Instr(
-        f"stmatrix.sync.aligned.m8n8.{num}{trans_s}.shared::cta.b16 "
-        f"{address}, {fmt_vector(regs)}",
+        f"stmatrix.sync.aligned.m8n8.{num}{trans_s}.shared::cta.b16 {address}, {fmt_vector(regs)}",
         min_version=(7, 8),
     )
