@@ -71,8 +71,10 @@ KNOBS: dict[str, Knob] = {
         _default_cache_dir,
     ),
     "disable_cache": Knob(
-        "PYFUSE_DISABLE_CACHE", "1 turns off the in-memory and on-disk kernel caches",
-        _parse_bool, lambda: False,
+        "PYFUSE_DISABLE_CACHE",
+        "1 turns off the in-memory and on-disk kernel caches",
+        _parse_bool,
+        lambda: False,
     ),
     "verify": Knob(
         "PYFUSE_VERIFY",
