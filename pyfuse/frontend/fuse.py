@@ -120,6 +120,22 @@ class FusedFunction:
                 fusion.add_output(tv)
         return fusion
 
+    def compile(self, *args: object) -> Any:
+        """All passes and PTX emission for these arguments (arrays or ``pf.spec``); no GPU."""
+        from pyfuse.frontend.runtime import compile_for
+
+        return compile_for(self, args)
+
+    def ptx(self, *args: object) -> str:
+        """The PTX of every kernel for these arguments."""
+        return str(self.compile(*args).ptx)
+
+    def __call__(self, *arrays: object) -> Any:
+        """Run on the GPU: GPU arrays in, GPU arrays of the same kind out."""
+        from pyfuse.frontend.runtime import call
+
+        return call(self, arrays)
+
     def reference(self, *arrays: object) -> Any:
         """Evaluate on the CPU with NumPy (float64 math, results in the output dtypes)."""
         from pyfuse.ir.interpreter import evaluate  # NumPy evaluation only when asked

@@ -196,8 +196,10 @@ class TensorView(Val):
         for old, new in moves.items():
             result[new] = self.loop[old]
         rest = iter(axis for index, axis in enumerate(self.loop) if index not in moves)
-        self.loop = [slot if slot is not None else next(rest) for slot in result]
-        self.history.append(Reorder(tuple(sorted(moves.items()))))
+        reordered = [slot if slot is not None else next(rest) for slot in result]
+        if reordered != self.loop:  # a reorder that moves nothing is not recorded
+            self.loop = reordered
+            self.history.append(Reorder(tuple(sorted(moves.items()))))
         return self
 
     def swizzle(self, kind: SwizzleKind, x_axis: int, y_axis: int) -> TensorView:

@@ -595,7 +595,23 @@ class _Lowering:
         inner = out.loop[-1] if out.loop else None
         if inner is None or inner.parallel_type != ParallelType.VECTORIZE:
             return 1
+        memory = source if source_global else out
+        if not self._varies_innermost(memory):
+            return 1  # the vector's elements would repeat one value: load them one by one
         return inner.extent
+
+    def _varies_innermost(self, tv: TensorView) -> bool:
+        """``tv``'s stride-1 memory axis is the reference's innermost logical axis, so
+        consecutive loop elements are consecutive in memory."""
+        strides = self._strides(tv)
+        if not strides or strides[-1][1] != 1:
+            return False
+        axis = strides[-1][0]
+        innermost = [a for a in self.reference.logical if not a.is_reduction][-1]
+        return any(
+            self.id_model.mapped(axis, innermost, mode)
+            for mode in (IdMappingMode.EXACT, IdMappingMode.BROADCAST)
+        ) and not axis.is_broadcast
 
     def _emit_statement(
         self, expr: Expr, by_position: dict[int, k.KExpr], width: int, stack: list[_Loop]

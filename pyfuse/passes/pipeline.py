@@ -38,6 +38,7 @@ from pyfuse.passes.plan import KernelPlan, SegmentedFusion
 from pyfuse.passes.segment import segment
 from pyfuse.passes.skip_intermediates import skip_intermediates
 from pyfuse.passes.translate_patterns import translate_patterns
+from pyfuse.passes.validate import validate
 
 
 @dataclass
@@ -97,6 +98,7 @@ def schedule_kernel(plan: KernelPlan, target: TargetInfo, matmul: MatmulParams |
         _check(fusion, f"schedule_{plan.scheduler}", boundary=False)
         inline.inline_most(fusion)
         _check(fusion, "inline", boundary=True)
+        validate(fusion)
 
 
 Pass = Callable[[Fusion], object]

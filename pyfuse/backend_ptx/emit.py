@@ -1,0 +1,601 @@
+"""Kernel IR to PTX: :func:`emit_ptx` turns one :class:`~pyfuse.ir.kernel_ir.Kernel` into a module.
+
+Layout of the emitted kernel:
+
+- one ``.u64`` param per :class:`~pyfuse.ir.kernel_ir.TensorParam`, in order, converted with
+  ``cvta.to.global`` once at entry; ``.maxntid`` is the kernel's block, so ptxas knows the
+  register budget; ``smem_bytes > 0`` declares the dynamic ``.extern .shared`` array, whose
+  32-bit window address is read once (shared buffers sit at their ``smem_offset`` in it).
+- registers: a variable is one register; a LOCAL buffer is one register per element, so every
+  index into it must fold to a constant; bool lives in predicates (one byte, 0/1, in memory).
+- unrolled loops are expanded here with their variable bound to an immediate, and every
+  expression whose operands are immediates is computed in Python (indices into register
+  arrays fold). A serial loop with a constant trip count of 1 runs its body once, inline.
+- addresses: an index is split into ``sum(coefficient * term) + constant``; each term becomes one
+  64-bit ``mad.wide`` into the base pointer and the constant the ``[reg+offset]`` immediate, so
+  the copies of an unrolled loop share one address register and the address math never wraps.
+
+Scalar math (folding, dtype conversion, op expansions and their accuracy) is in
+:mod:`pyfuse.backend_ptx.emit_math`. The output is deterministic: the same kernel IR gives the
+same text. A construct the emitter cannot express raises :class:`~pyfuse.errors.ScheduleError`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyfuse.backend_ptx.emit_math import (
+    ScalarMath,
+    Value,
+    compute_type,
+    round_to,
+    storage_class,
+    storage_type,
+)
+from pyfuse.backend_ptx.emitter import Directives, KernelBuilder, ParamKind, PtxModule
+from pyfuse.backend_ptx.instructions import arith, control, convert, logic, memory, shuffle, special
+from pyfuse.backend_ptx.operands import Address, Reg, RegClass
+from pyfuse.errors import ScheduleError
+from pyfuse.ir import dtypes
+from pyfuse.ir import kernel_ir as kir
+from pyfuse.ir.dtypes import DType
+from pyfuse.ir.target import TargetInfo
+from pyfuse.ir.tensor import MemoryType
+
+_COMPARISONS = frozenset({"lt", "le", "gt", "ge", "eq", "ne"})
+_LOGICAL = frozenset({"logical_and", "logical_or"})
+_REDUCE_COMBINE = {"sum": "add", "max": "maximum", "min": "minimum"}
+_WARP = 32
+# The widest single access on sm_90 (v4.b32 / v2.b64).
+_MAX_VECTOR_BYTES = 16
+
+
+def emit_ptx(kernel: kir.Kernel, target: TargetInfo) -> str:
+    """A PTX module with one ``.entry`` for ``kernel`` that assembles for ``target.arch``."""
+    module = PtxModule(target=target.arch)
+    builder = module.kernel(kernel.name, Directives(maxntid=kernel.block))
+    _KernelEmitter(kernel, builder).emit()
+    return module.render()
+
+
+def memory_type(dtype: DType) -> str:
+    """The ld/st type of one element in memory (bool is one byte, 0 or 1)."""
+    return "u8" if dtype.is_bool else storage_type(dtype)
+
+
+@dataclass(frozen=True)
+class _Tensor:
+    address: Reg  # the global-space address of element 0
+    read_only: bool
+
+
+@dataclass(frozen=True)
+class _Location:
+    """Where an element lives: its state space, its address, whether ld.global.nc may read it."""
+
+    space: str
+    address: Address
+    read_only: bool = False
+
+
+def _assigned(kernel: kir.Kernel) -> frozenset[str]:
+    """Variables updated after their Let: those always get a register."""
+    names = set()
+    for stmt in kernel.walk():
+        if isinstance(stmt, kir.Assign | kir.ThreadReduce):
+            names.add(stmt.var.name)
+    return frozenset(names)
+
+
+def _common_dtype(a: DType, b: DType) -> DType:
+    return a if a == b else dtypes.promote_pair(a, b)
+
+
+class _KernelEmitter:
+    def __init__(self, kernel: kir.Kernel, kb: KernelBuilder) -> None:
+        self.kernel = kernel
+        self.kb = kb
+        self.math = ScalarMath(kb)
+        self.env: dict[str, Value] = {}
+        self.arrays: dict[int, tuple[Reg, ...]] = {}  # LOCAL buffers by id
+        self.tensors: dict[str, _Tensor] = {}
+        self.smem: Reg | None = None
+        self.assigned = _assigned(kernel)
+        # Values of the expressions of the current statement (nothing changes within one).
+        self.memo: dict[kir.KExpr, Value] = {}
+
+    def fail(self, message: str) -> ScheduleError:
+        return ScheduleError(f"kernel {self.kernel.name}: {message}")
+
+    def emit(self) -> None:
+        kernel, kb = self.kernel, self.kb
+        kb.comment(
+            f"{kernel.name}: grid {kernel.grid}, block {kernel.block}, "
+            f"smem {kernel.smem_bytes} B, index {kernel.index_dtype.name}"
+        )
+        for tensor in kernel.params:
+            param = kb.param(tensor.buffer_name, ParamKind.PTR)
+            generic, address = kb.reg(RegClass.B64), kb.reg(RegClass.B64)
+            kb.emit(memory.ld_param(generic, param), memory.cvta("global", address, generic, to=True))
+            read_only = tensor.role == kir.ParamRole.INPUT
+            self.tensors[tensor.buffer_name] = _Tensor(address, read_only)
+        if kernel.smem_bytes > 0:
+            self.smem = kb.reg(RegClass.B32)
+            kb.emit(memory.mov_address(self.smem, kb.dynamic_smem()))
+        self.block(kernel.body)
+        kb.emit(control.ret())
+
+    # ---- statements ------------------------------------------------------------------------
+
+    def block(self, stmts: list[kir.Stmt]) -> None:
+        for stmt in stmts:
+            self.memo = {}
+            self.statement(stmt)
+
+    def statement(self, stmt: kir.Stmt) -> None:
+        if isinstance(stmt, kir.For):
+            self.loop(stmt)
+        elif isinstance(stmt, kir.If):
+            self.branch(stmt)
+        elif isinstance(stmt, kir.Let | kir.Assign):
+            self.define(stmt)
+        elif isinstance(stmt, kir.Alloc):
+            self.allocate(stmt.buffer)
+        elif isinstance(stmt, kir.Store):
+            self.store(stmt)
+        elif isinstance(stmt, kir.VectorLoad | kir.VectorStore):
+            self.vector_copy(stmt)
+        elif isinstance(stmt, kir.Sync):
+            self.kb.emit(control.bar_sync(0))
+        elif isinstance(stmt, kir.ThreadReduce):
+            self.thread_reduce(stmt)
+        elif isinstance(stmt, kir.Comment):
+            self.kb.comment(" ".join(stmt.text.split()))
+        else:
+            raise ValueError(f"emit_ptx: unknown statement {type(stmt).__name__}")
+
+    def loop(self, loop: kir.For) -> None:
+        name = loop.var.name
+        extent = self.expr(loop.extent)
+        saved = self.env.get(name)
+        if loop.unroll:
+            if isinstance(extent, Reg):
+                raise self.fail(f"unrolled loop {name} needs a constant extent, got {loop.extent}")
+            for iteration in range(int(extent)):
+                self.env[name] = iteration
+                self.block(loop.body)
+        elif isinstance(extent, Reg) or int(extent) > 1:
+            self.serial_loop(loop, extent)
+        elif int(extent) == 1:
+            self.env[name] = 0
+            self.block(loop.body)
+        if saved is not None:
+            self.env[name] = saved
+
+    def serial_loop(self, loop: kir.For, extent: Value) -> None:
+        kb, dtype = self.kb, loop.var.dtype
+        ptype = storage_type(dtype)
+        counter = kb.reg(storage_class(dtype))
+        top, end = kb.new_label("loop"), kb.new_label("loop_end")
+        kb.comment(f"for {loop.var.name} in range({loop.extent})")
+        kb.emit(arith.mov(ptype, counter, 0))
+        if isinstance(extent, Reg):
+            empty = kb.reg(RegClass.PRED)
+            kb.emit(arith.setp("ge", ptype, empty, counter, extent))
+            kb.emit(control.bra(end).guarded(empty))
+        kb.place(top)
+        self.env[loop.var.name] = counter
+        self.block(loop.body)
+        again = kb.reg(RegClass.PRED)
+        kb.emit(
+            arith.add(ptype, counter, counter, 1),
+            arith.setp("lt", ptype, again, counter, extent),
+            control.bra(top).guarded(again),
+        )
+        kb.place(end)
+
+    def branch(self, stmt: kir.If) -> None:
+        condition = self.expr(stmt.condition)
+        if not isinstance(condition, Reg):
+            self.block(stmt.then if condition else stmt.orelse)
+            return
+        kb = self.kb
+        end = kb.new_label("endif")
+        orelse = kb.new_label("else") if stmt.orelse else end
+        kb.emit(control.bra(orelse).guarded(condition, negate=True))
+        self.block(stmt.then)
+        if stmt.orelse:
+            kb.emit(control.bra(end))
+            kb.place(orelse)
+            self.block(stmt.orelse)
+        kb.place(end)
+
+    def define(self, stmt: kir.Let | kir.Assign) -> None:
+        var = stmt.var
+        if stmt.value.dtype != var.dtype:
+            raise self.fail(f"{var.name} is {var.dtype.name}, its value {stmt.value.dtype.name}")
+        value = self.expr(stmt.value)
+        if isinstance(stmt, kir.Assign):
+            target = self.env.get(var.name)
+            if not isinstance(target, Reg):
+                raise ValueError(f"emit_ptx: {var.name} is assigned before its Let")
+        elif not isinstance(value, Reg) and var.name not in self.assigned:
+            self.env[var.name] = value  # a constant: uses of it fold
+            return
+        else:
+            target = self.kb.reg(storage_class(var.dtype))
+            self.env[var.name] = target
+        self.math.move(target, value, var.dtype)
+
+    def allocate(self, buffer: kir.Buffer) -> None:
+        if buffer.memory == MemoryType.LOCAL:
+            if id(buffer) not in self.arrays:  # an Alloc run again names the same registers
+                self.arrays[id(buffer)] = self.kb.regs(storage_class(buffer.dtype), buffer.size)
+        elif buffer.memory == MemoryType.SHARED:
+            end = buffer.smem_offset + buffer.size * buffer.dtype.itemsize
+            if buffer.smem_offset < 0 or end > self.kernel.smem_bytes:
+                raise self.fail(
+                    f"shared buffer {buffer.name} spans bytes [{buffer.smem_offset}, {end}), "
+                    f"outside smem_bytes={self.kernel.smem_bytes}"
+                )
+        else:
+            raise self.fail(f"Alloc of global buffer {buffer.name}: globals are kernel params")
+
+    def store(self, stmt: kir.Store) -> None:
+        buffer = stmt.buffer
+        if stmt.value.dtype != buffer.dtype:
+            raise self.fail(f"store of {stmt.value.dtype.name} into {buffer.dtype.name} {buffer}")
+        value = self.expr(stmt.value)
+        if buffer.memory == MemoryType.LOCAL:
+            self.math.move(self.element(buffer, stmt.index), value, buffer.dtype)
+        else:
+            self.store_memory(self.address(buffer, stmt.index, store=True), value, buffer.dtype)
+
+    # ---- memory ----------------------------------------------------------------------------
+
+    def array(self, buffer: kir.Buffer) -> tuple[Reg, ...]:
+        registers = self.arrays.get(id(buffer))
+        if registers is None:
+            raise ValueError(f"emit_ptx: register array {buffer.name} is used before its Alloc")
+        return registers
+
+    def constant_index(self, buffer: kir.Buffer, index: kir.KExpr, width: int = 1) -> int:
+        value = self.expr(index)
+        if isinstance(value, Reg):
+            raise self.fail(
+                f"index {index} into register array {buffer.name} does not fold to a constant; "
+                "the loops it depends on must be unrolled"
+            )
+        if not 0 <= int(value) <= buffer.size - width:
+            raise self.fail(f"index {value} (+{width}) is outside register array {buffer}")
+        return int(value)
+
+    def element(self, buffer: kir.Buffer, index: kir.KExpr) -> Reg:
+        return self.array(buffer)[self.constant_index(buffer, index)]
+
+    def affine(self, expr: kir.KExpr) -> tuple[dict[kir.KExpr, int], int]:
+        """``expr`` as ``sum(coefficient * term) + constant`` over non-affine terms."""
+        if isinstance(expr, kir.Const | kir.Var):
+            value = self.expr(expr)
+            if not isinstance(value, Reg | bool):
+                return {}, int(value)
+        elif isinstance(expr, kir.Binary) and expr.op in ("add", "sub", "mul"):
+            lhs, lhs_constant = self.affine(expr.lhs)
+            rhs, rhs_constant = self.affine(expr.rhs)
+            if expr.op == "mul" and lhs and rhs:
+                return {expr: 1}, 0
+            if expr.op == "mul":
+                terms, scale = (lhs, rhs_constant) if lhs else (rhs, lhs_constant)
+                scaled = {term: c * scale for term, c in terms.items() if c * scale}
+                return scaled, lhs_constant * rhs_constant
+            sign = -1 if expr.op == "sub" else 1
+            merged = dict(lhs)
+            for term, c in rhs.items():
+                merged[term] = merged.get(term, 0) + sign * c
+            return {t: c for t, c in merged.items() if c}, lhs_constant + sign * rhs_constant
+        elif (
+            isinstance(expr, kir.Cast)
+            and expr.dtype == dtypes.int64
+            and expr.operand.dtype == dtypes.int32
+        ):
+            return self.affine(expr.operand)  # sign extension commutes with the 64-bit sum
+        return {expr: 1}, 0
+
+    def address(self, buffer: kir.Buffer, index: kir.KExpr, *, store: bool = False) -> _Location:
+        """Where ``buffer[index]`` is in global or shared memory."""
+        if not index.dtype.is_integer:
+            raise self.fail(f"index {index} into {buffer.name} is {index.dtype.name}")
+        terms, constant = self.affine(index)
+        itemsize = buffer.dtype.itemsize
+        if buffer.memory == MemoryType.SHARED:
+            if self.smem is None:
+                raise self.fail(f"shared buffer {buffer.name} in a kernel with smem_bytes=0")
+            base = self.smem
+            for term, coefficient in terms.items():
+                value = self.expr(term)
+                if not isinstance(value, Reg):
+                    constant += coefficient * int(value)
+                    continue
+                if value.cls is RegClass.B64:
+                    narrow = self.kb.reg(RegClass.B32)
+                    self.kb.emit(convert.cvt("u32", "u64", narrow, value))
+                    value = narrow
+                summed = self.kb.reg(RegClass.B32)
+                self.kb.emit(arith.mad("s32", summed, value, coefficient * itemsize, base))
+                base = summed
+            return _Location("shared", Address(base, buffer.smem_offset + constant * itemsize))
+        tensor = self.tensors.get(buffer.name)
+        if tensor is None:
+            raise self.fail(f"buffer {buffer.name} is neither a kernel param nor allocated")
+        if store and tensor.read_only:
+            raise self.fail(f"store into {buffer.name}, a read-only kernel input")
+        address = tensor.address
+        for term, coefficient in terms.items():
+            value = self.expr(term)
+            if not isinstance(value, Reg):
+                constant += coefficient * int(value)
+                continue
+            address = self.scaled_add(address, value, coefficient * itemsize)
+        offset = constant * itemsize
+        if not -(2**31) <= offset < 2**31:
+            address, offset = self.scaled_add(address, None, offset), 0
+        return _Location("global", Address(address, offset), tensor.read_only)
+
+    def scaled_add(self, address: Reg, value: Reg | None, scale: int) -> Reg:
+        """``address + value * scale`` in 64 bits (``address + scale`` when value is None)."""
+        summed = self.kb.reg(RegClass.B64)
+        if value is None:
+            self.kb.emit(arith.add("s64", summed, address, scale))
+        elif value.cls is RegClass.B32 and -(2**31) <= scale < 2**31:
+            self.kb.emit(arith.mad("s32", summed, value, scale, address, mode="wide"))
+        else:
+            if value.cls is RegClass.B32:
+                wide = self.kb.reg(RegClass.B64)
+                self.kb.emit(convert.cvt("s64", "s32", wide, value))
+                value = wide
+            self.kb.emit(arith.mad("s64", summed, value, scale, address))
+        return summed
+
+    def load_memory(self, where: _Location, dtype: DType) -> Reg:
+        space, address, nc = where.space, where.address, where.read_only
+        if dtype.is_bool:
+            byte, flag = self.kb.reg(RegClass.B32), self.kb.reg(RegClass.PRED)
+            self.kb.emit(
+                memory.ld(space, "u8", byte, address, nc=nc),
+                arith.setp("ne", "b32", flag, byte, 0),
+            )
+            return flag
+        value = self.kb.reg(storage_class(dtype))
+        self.kb.emit(memory.ld(space, memory_type(dtype), value, address, nc=nc))
+        return value
+
+    def store_memory(
+        self, where: _Location, value: Value, dtype: DType, guard: Reg | None = None
+    ) -> None:
+        if dtype.is_bool and isinstance(value, Reg):
+            byte = self.kb.reg(RegClass.B32)
+            self.kb.emit(arith.selp("u32", byte, 1, 0, value))
+            value = byte
+        operand = int(value) if dtype.is_bool else self.math.encoded(value, dtype)
+        instr = memory.st(where.space, memory_type(dtype), where.address, operand)
+        self.kb.emit(instr if guard is None else instr.guarded(guard))
+
+    # ---- vector copies ---------------------------------------------------------------------
+
+    def vector_copy(self, stmt: kir.VectorLoad | kir.VectorStore) -> None:
+        load = isinstance(stmt, kir.VectorLoad)
+        local, local_index = (stmt.target, stmt.target_index) if load else (stmt.source, stmt.source_index)
+        other, other_index = (stmt.source, stmt.source_index) if load else (stmt.target, stmt.target_index)
+        dtype, width = local.dtype, stmt.width
+        nbytes = width * dtype.itemsize
+        if local.memory != MemoryType.LOCAL or other.memory == MemoryType.LOCAL:
+            raise self.fail(f"a vector copy moves between registers and memory, got {stmt}")
+        if other.dtype != dtype:
+            raise self.fail(f"vector copy between {dtype.name} and {other.dtype.name}")
+        if width & (width - 1) or nbytes > _MAX_VECTOR_BYTES:
+            raise self.fail(
+                f"a vector of {width} x {dtype.name} must be a power of two of at most "
+                f"{_MAX_VECTOR_BYTES} bytes, got {nbytes}"
+            )
+        start = self.constant_index(local, local_index, width)
+        registers = self.array(local)[start : start + width]
+        where = self.address(other, other_index, store=not load)
+        if load:
+            self.vector_load(where, registers, dtype)
+        else:
+            self.vector_store(where, registers, dtype)
+
+    def words(self, nbytes: int) -> tuple[tuple[Reg, ...], str]:
+        """Registers that carry ``nbytes`` of narrow elements, and their ld/st type."""
+        kind = {1: "u8", 2: "u16"}.get(nbytes, "b32")
+        return self.kb.regs(RegClass.B32, max(nbytes // 4, 1)), kind
+
+    def vector_load(self, where: _Location, registers: tuple[Reg, ...], dtype: DType) -> None:
+        kb, space, address, nc = self.kb, where.space, where.address, where.read_only
+        if dtype.itemsize >= 4 or (len(registers) == 1 and not dtype.is_bool):
+            kb.emit(memory.ld(space, memory_type(dtype), registers, address, nc=nc))
+            return
+        words, kind = self.words(len(registers) * dtype.itemsize)
+        kb.emit(memory.ld(space, kind, words, address, nc=nc))
+        if dtype.itemsize == 2:
+            for i, word in enumerate(words):
+                kb.emit(arith.unpack(registers[2 * i : 2 * i + 2], word))
+            return
+        for i, flag in enumerate(registers):
+            byte = kb.reg(RegClass.B32)
+            kb.emit(
+                logic.and_("b32", byte, words[i // 4], 0xFF << (8 * (i % 4))),
+                arith.setp("ne", "b32", flag, byte, 0),
+            )
+
+    def vector_store(self, where: _Location, registers: tuple[Reg, ...], dtype: DType) -> None:
+        kb, space, address = self.kb, where.space, where.address
+        if dtype.itemsize >= 4 or (len(registers) == 1 and not dtype.is_bool):
+            kb.emit(memory.st(space, memory_type(dtype), address, list(registers)))
+            return
+        nbytes = len(registers) * dtype.itemsize
+        words, kind = self.words(nbytes)
+        for w, word in enumerate(words):
+            if dtype.itemsize == 2:
+                kb.emit(arith.pack(word, registers[2 * w : 2 * w + 2]))
+                continue
+            # Bytes of 0/1: the word is the OR of (flag ? 1 << 8k : 0) over its bytes k.
+            kb.emit(arith.mov("b32", word, 0))
+            for k, flag in enumerate(registers[4 * w : 4 * w + 4]):
+                byte = kb.reg(RegClass.B32)
+                kb.emit(
+                    arith.selp("b32", byte, 1 << (8 * k), 0, flag),
+                    logic.or_("b32", word, word, byte),
+                )
+        kb.emit(memory.st(space, kind, address, list(words)))
+
+    # ---- cross-thread reduction ------------------------------------------------------------
+
+    def warp_mask(self) -> int:
+        threads = self.kernel.block[0] * self.kernel.block[1] * self.kernel.block[2]
+        if threads % _WARP == 0:
+            return shuffle.FULL_MASK
+        if threads < _WARP:
+            return (1 << threads) - 1
+        raise self.fail(f"a block of {threads} threads ends in a partial warp; shuffles need whole warps")
+
+    def shuffle(self, value: Reg, lane_mask: int, mask: int) -> Reg:
+        """``value`` of the lane ``lane ^ lane_mask`` (64-bit values move as two halves)."""
+        kb = self.kb
+        if value.bits == 32:
+            other = kb.reg(value.cls)
+            kb.emit(shuffle.shfl_sync("bfly", other, value, lane_mask, membermask=mask))
+            return other
+        halves, moved = kb.regs(RegClass.B32, 2), kb.regs(RegClass.B32, 2)
+        kb.emit(arith.unpack(halves, value))
+        for half, out in zip(halves, moved, strict=True):
+            kb.emit(shuffle.shfl_sync("bfly", out, half, lane_mask, membermask=mask))
+        other = kb.reg(value.cls)
+        kb.emit(arith.pack(other, moved))
+        return other
+
+    def thread_reduce(self, stmt: kir.ThreadReduce) -> None:
+        var, threads, dtype = stmt.var, stmt.threads, stmt.var.dtype
+        if stmt.op not in _REDUCE_COMBINE or dtype.is_bool:
+            raise self.fail(f"thread_reduce {stmt.op} over {dtype.name} is not supported")
+        if threads < 1 or threads & (threads - 1) or self.kernel.block[0] % threads:
+            raise self.fail(
+                f"thread_reduce needs a power-of-two thread count dividing block x "
+                f"({self.kernel.block[0]}), got {threads}"
+            )
+        target = self.env.get(var.name)
+        if not isinstance(target, Reg):
+            raise ValueError(f"emit_ptx: thread_reduce of {var.name} before its Let")
+        self.kb.comment(f"{var.name} = thread_all_reduce_{stmt.op}({var.name}, threads={threads})")
+        op, ctype, mask = _REDUCE_COMBINE[stmt.op], compute_type(dtype), self.warp_mask()
+        value = self.math.reg_of(self.math.to_compute(target, dtype), ctype)
+        lane_mask = min(threads, _WARP) // 2
+        while lane_mask:
+            other = self.shuffle(value, lane_mask, mask)
+            value = self.math.reg_of(self.math.combine(op, value, other, ctype), ctype)
+            lane_mask //= 2
+        if threads > _WARP:
+            value = self.cross_warp(stmt, value, op, ctype)
+        self.math.move(target, self.math.from_compute(value, dtype), dtype)
+
+    def cross_warp(self, stmt: kir.ThreadReduce, value: Reg, op: str, ctype: str) -> Reg:
+        """Lane 0 of each warp publishes its partial; each group combines its warps in order."""
+        kb, workspace, dtype = self.kb, stmt.workspace, stmt.var.dtype
+        block = self.kernel.block
+        if workspace is None or workspace.memory != MemoryType.SHARED or self.smem is None:
+            raise self.fail(f"thread_reduce over {stmt.threads} threads needs a shared workspace")
+        if block[1] * block[2] > 1 or workspace.size < block[0] // _WARP:
+            raise self.fail(
+                f"workspace {workspace.name} holds {workspace.size} partials; a block {block} "
+                "needs one per warp of a one-dimensional block"
+            )
+        self.allocate(workspace)  # implicit: checks that it fits
+        itemsize, warps = workspace.dtype.itemsize, stmt.threads // _WARP
+        tid, warp, lane = kb.regs(RegClass.B32, 3)
+        first_warp, slot, group = kb.regs(RegClass.B32, 3)
+        leader = kb.reg(RegClass.PRED)
+        kb.emit(
+            special.read_sreg(tid, "tid.x"),
+            logic.shr("u32", warp, tid, 5),
+            logic.and_("b32", lane, tid, _WARP - 1),
+            arith.setp("eq", "s32", leader, lane, 0),
+            arith.mad("s32", slot, warp, itemsize, self.smem),
+        )
+        partial = self.math.from_compute(value, workspace.dtype)
+        home = _Location("shared", Address(slot, workspace.smem_offset))
+        self.store_memory(home, partial, workspace.dtype, guard=leader)
+        kb.emit(
+            control.bar_sync(0),
+            logic.and_("b32", first_warp, warp, 0xFFFFFFFF ^ (warps - 1)),
+            arith.mad("s32", group, first_warp, itemsize, self.smem),
+        )
+        total: Reg | None = None
+        for w in range(warps):
+            where = _Location("shared", Address(group, workspace.smem_offset + w * itemsize))
+            loaded = self.math.to_compute(self.load_memory(where, dtype), dtype)
+            combined = loaded if total is None else self.math.combine(op, total, loaded, ctype)
+            total = self.math.reg_of(combined, ctype)
+        kb.emit(control.bar_sync(0))  # the workspace may be reused right after
+        assert total is not None
+        return total
+
+    # ---- expressions -----------------------------------------------------------------------
+
+    def expr(self, expr: kir.KExpr) -> Value:
+        """``expr`` in the storage form of its dtype: a register or a folded immediate."""
+        if expr in self.memo:
+            return self.memo[expr]
+        value = self.compute(expr)
+        self.memo[expr] = value
+        return value
+
+    def converted(self, expr: kir.KExpr, dtype: DType) -> Value:
+        return self.math.cast(self.expr(expr), expr.dtype, dtype)
+
+    def compute(self, expr: kir.KExpr) -> Value:
+        math = self.math
+        if isinstance(expr, kir.Const):
+            return round_to(expr.value, expr.dtype)
+        if isinstance(expr, kir.Var):
+            if expr.name not in self.env:
+                raise ValueError(f"emit_ptx: variable {expr.name} is read before it is defined")
+            return self.env[expr.name]
+        if isinstance(expr, kir.Special):
+            register = self.kb.reg(RegClass.B32)
+            self.kb.emit(special.read_sreg(register, expr.kind.value))
+            return math.cast(register, dtypes.int32, expr.dtype)
+        if isinstance(expr, kir.Binary):
+            if expr.op in _COMPARISONS:
+                common = _common_dtype(expr.lhs.dtype, expr.rhs.dtype)
+                lhs, rhs = self.converted(expr.lhs, common), self.converted(expr.rhs, common)
+                return math.compare(expr.op, lhs, rhs, common)
+            operand_dtype = dtypes.bool_ if expr.op in _LOGICAL else expr.dtype
+            lhs = self.converted(expr.lhs, operand_dtype)
+            rhs = self.converted(expr.rhs, operand_dtype)
+            return math.cast(math.binary(expr.op, lhs, rhs, operand_dtype), operand_dtype, expr.dtype)
+        if isinstance(expr, kir.Unary):
+            operand_dtype = dtypes.bool_ if expr.op == "logical_not" else expr.dtype
+            value = math.unary(expr.op, self.converted(expr.operand, operand_dtype), operand_dtype)
+            return math.cast(value, operand_dtype, expr.dtype)
+        if isinstance(expr, kir.Select):
+            condition = self.converted(expr.condition, dtypes.bool_)
+            if not isinstance(condition, Reg):  # only the chosen side is emitted
+                return self.converted(expr.if_true if condition else expr.if_false, expr.dtype)
+            if_true = self.converted(expr.if_true, expr.dtype)
+            if_false = self.converted(expr.if_false, expr.dtype)
+            return math.select(condition, if_true, if_false, expr.dtype)
+        if isinstance(expr, kir.Cast):
+            return self.converted(expr.operand, expr.dtype)
+        if isinstance(expr, kir.Load):
+            return self.load(expr)
+        if isinstance(expr, kir.Param):
+            raise self.fail(f"scalar param {expr.name}: kernels take only tensor pointers")
+        raise ValueError(f"emit_ptx: unknown expression {type(expr).__name__}")
+
+    def load(self, expr: kir.Load) -> Value:
+        buffer = expr.buffer
+        if expr.dtype != buffer.dtype:
+            raise self.fail(f"load of {buffer.dtype.name} {buffer.name} as {expr.dtype.name}")
+        if buffer.memory == MemoryType.LOCAL:
+            return self.element(buffer, expr.index)
+        return self.load_memory(self.address(buffer, expr.index), buffer.dtype)

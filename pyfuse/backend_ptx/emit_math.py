@@ -1,0 +1,747 @@
+"""Scalar math for the PTX emitter: dtype tables, constant folding, op expansions, casts.
+
+A value is a register or a Python immediate (``bool``/``int``/``float``) in the *storage* form
+of its dtype: f32 in ``.f32``, f64 in ``.f64``, bf16/f16 as bits in ``.b16``, int32/int64 in
+``.b32``/``.b64``, bool in a predicate. Math happens in the *compute* type (16-bit floats in
+f32, rounded once to the node's dtype with ``cvt.rn``). Float add/sub/mul carry ``.rn`` so ptxas
+never contracts them: results round op by op, as the kernel-IR interpreter computes them.
+
+The f32 expansions are written once against :class:`FloatOps`, so the tests run the very same
+code on NumPy float32 arrays. Accuracy (float32 results against float64 math; "ulp" of f32):
+
+- exp: ``ex2.approx.ftz(hi) * (1 + lo*ln2)`` with ``hi + lo = x*log2(e)`` split exactly by an
+  fma: about 3e-7 relative. Results below 2**-126 flush to 0 (an absolute error < 1.2e-38).
+- log: ``lg2.approx * ln2``: 2**-22 absolute for x in (0.5, 2), 2**-22 relative elsewhere.
+- tanh: ``x + x**3 P(x**2)`` for ``|x| < 0.6``, else ``1 - 2/(exp(2|x|) + 1)``: ~3e-7 relative
+  (``tanh.approx`` is only ~5e-4). sigmoid = ``1/(1 + exp(-x))``, silu = ``x/(1 + exp(-x))``,
+  gelu_tanh = ``x/(1 + exp(-2u))``: all relative to the exp error, no cancellation.
+- erf: ``z P(z**2)`` for ``|z| < 0.9``, else ``1 - erfc(|z|)`` with
+  ``erfc(a) = t exp(Q(t) - a**2)``, ``t = 1/(1 + a/2)`` (coefficients fitted for this module):
+  ~1e-7 absolute. gelu takes erfc directly on the negative side, so it stays ~1e-6 relative
+  in the tail (down to x ~ -6) instead of cancelling in ``1 + erf``.
+- pow: ``ex2(y * lg2|x|)`` with the sign of ``x`` for odd integer ``y`` and NaN for ``x < 0``
+  with non-integer ``y``: relative error about ``1.7e-7 * |y*log2|x|| + 2 ulp``. Exponents 0,
+  1, 2 and -1 given as constants are exact (``x*x`` for 2). Limits: ``(-0)**odd`` is +0,
+  ``(-inf)**non-integer`` and ``(-1)**inf`` are NaN.
+- sin/cos: ``sin.approx``/``cos.approx``: ~2**-20.5 absolute on [-100pi, 100pi], worse beyond.
+- rsqrt: ``rsqrt.approx`` (2**-22.9 relative); sqrt, reciprocal and div are IEEE (``.rn``).
+
+Float64 keeps IEEE arithmetic, sqrt, reciprocal, rsqrt (as 1/sqrt) and constant exponents;
+its transcendental ops raise :class:`~pyfuse.errors.ScheduleError` (no f64 expansion yet).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Generic, Protocol, TypeVar
+
+import numpy as np
+
+from pyfuse.backend_ptx.emitter import KernelBuilder
+from pyfuse.backend_ptx.instructions import arith, control, convert, logic
+from pyfuse.backend_ptx.operands import Instr, Operand, Reg, RegClass
+from pyfuse.errors import ScheduleError
+from pyfuse.ir import dtypes
+from pyfuse.ir.dtypes import DType
+
+Imm = bool | int | float
+Value = Reg | Imm
+
+# ---- dtype tables ----------------------------------------------------------------------------
+
+# (register class, PTX type of mov/selp) of each dtype's storage form.
+_STORAGE: dict[DType, tuple[RegClass, str]] = {
+    dtypes.float32: (RegClass.F32, "f32"),
+    dtypes.float64: (RegClass.F64, "f64"),
+    dtypes.bfloat16: (RegClass.B16, "b16"),
+    dtypes.float16: (RegClass.B16, "b16"),
+    dtypes.int32: (RegClass.B32, "s32"),
+    dtypes.int64: (RegClass.B64, "s64"),
+    dtypes.bool_: (RegClass.PRED, "pred"),
+}
+_COMPUTE: dict[DType, str] = {
+    dtypes.float32: "f32", dtypes.bfloat16: "f32", dtypes.float16: "f32",
+    dtypes.float64: "f64", dtypes.int32: "s32", dtypes.int64: "s64", dtypes.bool_: "pred",
+}  # fmt: skip
+_CLASS: dict[str, RegClass] = {
+    "f32": RegClass.F32, "f64": RegClass.F64, "s32": RegClass.B32, "s64": RegClass.B64,
+    "u32": RegClass.B32, "u64": RegClass.B64, "b16": RegClass.B16, "pred": RegClass.PRED,
+}  # fmt: skip
+_HALF = (dtypes.bfloat16, dtypes.float16)
+# IR op names that mean the same compute op.
+_ALIASES = {"max": "maximum", "min": "minimum", "sum": "add"}
+_TRANSCENDENTAL = frozenset(
+    {"exp", "log", "tanh", "sigmoid", "silu", "gelu", "gelu_tanh", "sin", "cos"}
+)
+
+
+def storage_class(dtype: DType) -> RegClass:
+    return _STORAGE[dtype][0]
+
+
+def storage_type(dtype: DType) -> str:
+    return _STORAGE[dtype][1]
+
+
+def compute_type(dtype: DType) -> str:
+    return _COMPUTE[dtype]
+
+
+def is_imm(value: Value) -> bool:
+    return not isinstance(value, Reg)
+
+
+# ---- constant folding ------------------------------------------------------------------------
+
+
+def round_to(value: float | int | bool, dtype: DType) -> Imm:
+    """``value`` as the kernel-IR interpreter holds it in ``dtype`` (ints wrap, floats round)."""
+    if dtype.is_bool:
+        return bool(value)
+    if dtype.is_integer:
+        bits = dtype.bits
+        wrapped = int(value) & ((1 << bits) - 1)
+        return wrapped - (1 << bits) if wrapped >> (bits - 1) else wrapped
+    with np.errstate(all="ignore"):
+        if dtype == dtypes.float64:
+            return float(value)
+        single = np.float32(value)
+        if dtype in _HALF:
+            # Through f32, like a GPU (and the interpreter) rounding f32 math to 16 bits.
+            return float(single.astype(dtype.numpy()))
+        return float(single)
+
+
+def half_bits(value: float, dtype: DType) -> int:
+    """The 16-bit pattern of a bf16/f16 immediate, for ``.b16`` operands."""
+    with np.errstate(all="ignore"):
+        return int(np.array([value], dtype=np.float32).astype(dtype.numpy()).view(np.uint16)[0])
+
+
+def _float_unary(op: str, x: float) -> float | None:
+    table: dict[str, Callable[[np.float64], np.float64]] = {
+        "neg": np.negative, "abs": np.abs, "sqrt": np.sqrt, "exp": np.exp, "log": np.log,
+        "tanh": np.tanh, "sin": np.sin, "cos": np.cos,
+    }  # fmt: skip
+    v = np.float64(x)
+    with np.errstate(all="ignore"):
+        if op in table:
+            return float(table[op](v))
+        if op == "relu":
+            return float(np.maximum(v, 0.0))
+        if op == "reciprocal":
+            return float(np.float64(1.0) / v)
+        if op == "rsqrt":
+            return float(np.float64(1.0) / np.sqrt(v))
+        if op == "sigmoid":
+            return float(1.0 / (1.0 + np.exp(-v)))
+        if op == "silu":
+            return float(v / (1.0 + np.exp(-v)))
+        if op == "gelu":
+            return 0.5 * x * (1.0 + math.erf(x / math.sqrt(2.0))) if not math.isnan(x) else x
+        if op == "gelu_tanh":
+            inner = math.sqrt(2.0 / math.pi) * (v + 0.044715 * v * v * v)
+            return float(0.5 * v * (1.0 + np.tanh(inner)))
+    return None
+
+
+def fold_unary(op: str, value: Imm, dtype: DType) -> Imm | None:
+    """``op(value)`` computed here, or None when it must run on the GPU."""
+    if op == "logical_not":
+        return not value
+    if dtype.is_integer:
+        integral = {"neg": -int(value), "abs": abs(int(value)), "relu": max(int(value), 0)}
+        return round_to(integral[op], dtype) if op in integral else None
+    if dtype.is_floating:
+        result = _float_unary(op, float(value))
+        return None if result is None else round_to(result, dtype)
+    return None
+
+
+_COMPARE: dict[str, Callable[[Imm, Imm], bool]] = {
+    "lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b,
+    "ge": lambda a, b: a >= b, "eq": lambda a, b: a == b, "ne": lambda a, b: a != b,
+}  # fmt: skip
+
+
+def _nan_max(a: float, b: float, pick: Callable[[float, float], float]) -> float:
+    return math.nan if math.isnan(a) or math.isnan(b) else pick(a, b)
+
+
+def fold_binary(op: str, a: Imm, b: Imm, dtype: DType) -> Imm | None:
+    """``a op b`` for operands of ``dtype`` (the result is bool for comparisons)."""
+    op = _ALIASES.get(op, op)
+    if op in _COMPARE:
+        return bool(_COMPARE[op](a, b))
+    if op == "logical_and" or (dtype.is_bool and op in ("mul", "minimum")):
+        return bool(a) and bool(b)
+    if op == "logical_or" or (dtype.is_bool and op in ("add", "maximum")):
+        return bool(a) or bool(b)
+    if dtype.is_integer:
+        x, y = int(a), int(b)
+        if op in ("floordiv", "mod", "div"):
+            if y == 0:
+                return None
+            quotient = abs(x) // abs(y) * (1 if (x < 0) == (y < 0) else -1)
+            return round_to(x - quotient * y if op == "mod" else quotient, dtype)
+        if op == "pow":
+            return None if y < 0 else round_to(pow(x, y, 1 << dtype.bits), dtype)
+        ints = {"add": x + y, "sub": x - y, "mul": x * y, "maximum": max(x, y),
+                "minimum": min(x, y)}  # fmt: skip
+        return round_to(ints[op], dtype) if op in ints else None
+    if dtype.is_floating:
+        x64, y64 = np.float64(a), np.float64(b)
+        with np.errstate(all="ignore"):
+            floats = {"add": x64 + y64, "sub": x64 - y64, "mul": x64 * y64, "div": x64 / y64,
+                      "pow": np.power(x64, y64)}  # fmt: skip
+        if op in floats:
+            return round_to(float(floats[op]), dtype)
+        if op == "maximum":
+            return round_to(_nan_max(float(a), float(b), max), dtype)
+        if op == "minimum":
+            return round_to(_nan_max(float(a), float(b), min), dtype)
+    return None
+
+
+def fold_cast(value: Imm, dtype: DType) -> Imm:
+    """A cast of an immediate: float to int truncates and saturates, NaN gives 0 (cvt.rzi)."""
+    if dtype.is_integer and isinstance(value, float):
+        if math.isnan(value):
+            return 0
+        low, high = -(1 << (dtype.bits - 1)), (1 << (dtype.bits - 1)) - 1
+        return low if value < low else high if value > high else int(value)
+    if dtype.is_floating:
+        return round_to(float(value), dtype)
+    return round_to(value, dtype)
+
+
+# ---- f32 expansions, written once for PTX and for NumPy emulation ---------------------------
+
+V = TypeVar("V")
+P = TypeVar("P")
+
+
+class FloatOps(Protocol, Generic[V, P]):
+    """f32 operations with the PTX instruction semantics named in each method."""
+
+    def const(self, value: float) -> V: ...
+    def add(self, a: V, b: V) -> V: ...  # add.rn
+    def sub(self, a: V, b: V) -> V: ...  # sub.rn
+    def mul(self, a: V, b: V) -> V: ...  # mul.rn
+    def fma(self, a: V, b: V, c: V) -> V: ...  # fma.rn, one rounding
+    def div(self, a: V, b: V) -> V: ...  # div.rn
+    def rcp(self, a: V) -> V: ...  # rcp.rn
+    def neg(self, a: V) -> V: ...
+    def abs(self, a: V) -> V: ...
+    def max_nan(self, a: V, b: V) -> V: ...  # max.NaN
+    def min_nan(self, a: V, b: V) -> V: ...  # min.NaN
+    def ex2(self, a: V) -> V: ...  # ex2.approx.ftz: 2 ulp
+    def lg2(self, a: V) -> V: ...  # lg2.approx: 2**-22 abs in (0.5, 2), else relative
+    def rint(self, a: V) -> V: ...  # cvt.rni.f32.f32
+    def less(self, a: V, b: V) -> P: ...
+    def equal(self, a: V, b: V) -> P: ...
+    def both(self, p: P, q: P) -> P: ...
+    def negate(self, p: P) -> P: ...
+    def select(self, p: P, a: V, b: V) -> V: ...
+
+
+LOG2E = 1.4426950408889634
+LOG2E_HI = float(np.float32(LOG2E))
+LOG2E_LO = LOG2E - LOG2E_HI
+LN2 = 0.6931471805599453
+SQRT1_2 = 0.7071067811865476
+# exp clamps its input so that hi = x*log2(e) and its fma residual stay finite: below -104
+# the result is 0 in f32 anyway, above 89 it is inf (ex2 of 128.4).
+EXP_MIN, EXP_MAX = -104.0, 89.0
+# tanh(x) = x + x**3 * P(x**2) for |x| < TANH_SMALL (relative fit error 3e-9).
+TANH_SMALL = 0.6
+TANH_POLY = (-0.33333298002206024, 0.13331924128968875, -0.053783830456634034,
+             0.02079597222626728, -0.005895158694133686)  # fmt: skip
+# erf(z) = z * P(z**2) for |z| < ERF_SMALL (relative fit error 1.2e-8).
+ERF_SMALL = 0.9
+ERF_POLY = (1.1283791538124974, -0.376125233129483, 0.11282141061919979,
+            -0.026778915888758845, 0.005011971350399644, -0.0006090398004743938)  # fmt: skip
+# erfc(a) = t * exp(Q(t) - a*a) with t = 1/(1 + a/2), a >= ERF_SMALL (relative fit error 2e-8).
+ERFC_POLY = (-1.265512141840997, 1.0000050241836176, 0.3747737121095757, 0.0872525898761464,
+             -0.11982543981031465, 0.019297539460528403, -0.5407484054699768,
+             0.6957438542495279, -0.252090052208769)  # fmt: skip
+# Past a = 10 erfc is far below the smallest normal f32; clamping keeps t and a*a finite.
+ERFC_A_MAX = 10.0
+GELU_TANH_K0 = math.sqrt(2.0 / math.pi)
+GELU_TANH_K1 = 0.044715
+
+
+def _horner(ops: FloatOps[V, P], x: V, coefficients: tuple[float, ...]) -> V:
+    result = ops.const(coefficients[-1])
+    for c in reversed(coefficients[:-1]):
+        result = ops.fma(result, x, ops.const(c))
+    return result
+
+
+def exp(ops: FloatOps[V, P], x: V, x_lo: V | None = None) -> V:
+    """e**(x + x_lo), x_lo a small correction term (see the module doc for accuracy)."""
+    x = ops.min_nan(ops.max_nan(x, ops.const(EXP_MIN)), ops.const(EXP_MAX))
+    hi = ops.mul(x, ops.const(LOG2E_HI))
+    lo = ops.fma(x, ops.const(LOG2E_HI), ops.neg(hi))  # the exact rounding error of hi
+    lo = ops.fma(x, ops.const(LOG2E_LO), lo)
+    if x_lo is not None:
+        lo = ops.fma(x_lo, ops.const(LOG2E_HI), lo)
+    # 2**lo ~ 1 + lo*ln2 since |lo| < 2**-16; a product keeps inf and 0 exact.
+    return ops.mul(ops.ex2(hi), ops.fma(lo, ops.const(LN2), ops.const(1.0)))
+
+
+def log(ops: FloatOps[V, P], x: V) -> V:
+    return ops.mul(ops.lg2(x), ops.const(LN2))
+
+
+def tanh(ops: FloatOps[V, P], x: V) -> V:
+    ax = ops.abs(x)
+    x2 = ops.mul(x, x)
+    small = ops.fma(ops.mul(x, x2), _horner(ops, x2, TANH_POLY), x)
+    e = exp(ops, ops.add(ax, ax))
+    large = ops.fma(ops.const(-2.0), ops.rcp(ops.add(e, ops.const(1.0))), ops.const(1.0))
+    large = ops.select(ops.less(x, ops.const(0.0)), ops.neg(large), large)
+    return ops.select(ops.less(ax, ops.const(TANH_SMALL)), small, large)
+
+
+def sigmoid(ops: FloatOps[V, P], x: V) -> V:
+    return ops.rcp(ops.add(ops.const(1.0), exp(ops, ops.neg(x))))
+
+
+def silu(ops: FloatOps[V, P], x: V) -> V:
+    return ops.div(x, ops.add(ops.const(1.0), exp(ops, ops.neg(x))))
+
+
+def gelu_tanh(ops: FloatOps[V, P], x: V) -> V:
+    """0.5 x (1 + tanh(u)) written as x / (1 + exp(-2u)): no cancellation for x < 0."""
+    x3 = ops.mul(ops.mul(x, x), x)
+    inner = ops.fma(x3, ops.const(GELU_TANH_K1), x)
+    return ops.div(x, ops.add(ops.const(1.0), exp(ops, ops.mul(inner, ops.const(-2 * GELU_TANH_K0)))))
+
+
+def _erfc_tail(ops: FloatOps[V, P], ax: V, scale: float) -> V:
+    """erfc(a) for a = ax*scale >= ERF_SMALL, with a*a taken exactly from ax (ax >= 0)."""
+    ax = ops.min_nan(ax, ops.const(ERFC_A_MAX / scale))
+    a = ops.mul(ax, ops.const(scale))
+    t = ops.rcp(ops.fma(a, ops.const(0.5), ops.const(1.0)))
+    q = _horner(ops, t, ERFC_POLY)
+    # a*a = (ax*ax) * scale**2 as hi + lo; scale**2 is 1 or 1/2, so the product is exact.
+    square = ops.mul(ax, ax)
+    square_lo = ops.fma(ax, ax, ops.neg(square))
+    big = ops.mul(square, ops.const(scale * scale))
+    big_lo = ops.mul(square_lo, ops.const(scale * scale))
+    # Fast2Sum of q - big (|big| >= |q| here): s + error is exact.
+    s = ops.sub(q, big)
+    error = ops.sub(q, ops.add(s, big))
+    return ops.mul(t, exp(ops, s, ops.sub(error, big_lo)))
+
+
+def erf(ops: FloatOps[V, P], z: V) -> V:
+    az = ops.abs(z)
+    small = ops.mul(z, _horner(ops, ops.mul(z, z), ERF_POLY))
+    large = ops.sub(ops.const(1.0), _erfc_tail(ops, az, 1.0))
+    large = ops.select(ops.less(z, ops.const(0.0)), ops.neg(large), large)
+    return ops.select(ops.less(az, ops.const(ERF_SMALL)), small, large)
+
+
+def gelu(ops: FloatOps[V, P], x: V) -> V:
+    """x * Phi(x): Phi = (1 + erf(x/sqrt2))/2 near 0, erfc(|x|/sqrt2)/2 (or 1 minus it) else."""
+    z = ops.mul(x, ops.const(SQRT1_2))
+    erf_small = ops.mul(z, _horner(ops, ops.mul(z, z), ERF_POLY))
+    phi_small = ops.fma(erf_small, ops.const(0.5), ops.const(0.5))
+    half_erfc = ops.mul(_erfc_tail(ops, ops.abs(x), SQRT1_2), ops.const(0.5))
+    negative = ops.less(x, ops.const(0.0))
+    phi_large = ops.select(negative, half_erfc, ops.sub(ops.const(1.0), half_erfc))
+    phi = ops.select(ops.less(ops.abs(z), ops.const(ERF_SMALL)), phi_small, phi_large)
+    return ops.mul(x, phi)
+
+
+def pow_(ops: FloatOps[V, P], x: V, y: V) -> V:
+    """x**y = 2**(y log2|x|), signed for odd integer y, NaN for x < 0 and non-integer y."""
+    magnitude = ops.ex2(ops.mul(y, ops.lg2(ops.abs(x))))
+    integral = ops.equal(ops.rint(y), y)
+    half = ops.mul(y, ops.const(0.5))
+    odd = ops.both(integral, ops.negate(ops.equal(ops.rint(half), half)))
+    negative = ops.less(x, ops.const(0.0))
+    result = ops.select(ops.both(negative, odd), ops.neg(magnitude), magnitude)
+    result = ops.select(ops.both(negative, ops.negate(integral)), ops.const(math.nan), result)
+    trivial = ops.negate(
+        ops.both(ops.negate(ops.equal(y, ops.const(0.0))),
+                 ops.negate(ops.equal(x, ops.const(1.0))))
+    )  # fmt: skip
+    return ops.select(trivial, ops.const(1.0), result)
+
+
+_F32_EXPANSIONS: dict[str, Callable[[FloatOps[Value, Reg], Value], Value]] = {
+    "exp": exp, "log": log, "tanh": tanh, "sigmoid": sigmoid, "silu": silu, "gelu": gelu,
+    "gelu_tanh": gelu_tanh,
+}  # fmt: skip
+
+
+# ---- PTX emission -----------------------------------------------------------------------------
+
+
+class _PtxF32:
+    """:class:`FloatOps` over f32 registers; constants are immediates rounded to f32."""
+
+    def __init__(self, scalar: ScalarMath) -> None:
+        self.scalar = scalar
+
+    def _out(self, instr: Callable[[Reg], Instr], cls: RegClass = RegClass.F32) -> Reg:
+        d = self.scalar.kb.reg(cls)
+        self.scalar.kb.emit(instr(d))
+        return d
+
+    def _reg(self, a: Value) -> Reg:
+        return self.scalar.reg_of(a, "f32")
+
+    def const(self, value: float) -> Value:
+        return float(np.float32(value))
+
+    def add(self, a: Value, b: Value) -> Value:
+        return self._out(lambda d: arith.add("f32", d, a, b, rounding="rn"))
+
+    def sub(self, a: Value, b: Value) -> Value:
+        return self._out(lambda d: arith.sub("f32", d, a, b, rounding="rn"))
+
+    def mul(self, a: Value, b: Value) -> Value:
+        return self._out(lambda d: arith.mul("f32", d, a, b, rounding="rn"))
+
+    def fma(self, a: Value, b: Value, c: Value) -> Value:
+        return self._out(lambda d: arith.fma("f32", d, a, b, c))
+
+    def div(self, a: Value, b: Value) -> Value:
+        return self._out(lambda d: arith.div("f32", d, a, b, mode="rn"))
+
+    def rcp(self, a: Value) -> Value:
+        return self._out(lambda d: arith.rcp("f32", d, a, mode="rn"))
+
+    def neg(self, a: Value) -> Value:
+        return self._out(lambda d: arith.neg("f32", d, a))
+
+    def abs(self, a: Value) -> Value:
+        return self._out(lambda d: arith.abs_("f32", d, a))
+
+    def max_nan(self, a: Value, b: Value) -> Value:
+        return self._out(lambda d: arith.max_("f32", d, a, b, nan=True))
+
+    def min_nan(self, a: Value, b: Value) -> Value:
+        return self._out(lambda d: arith.min_("f32", d, a, b, nan=True))
+
+    def ex2(self, a: Value) -> Value:
+        source = self._reg(a)
+        return self._out(lambda d: arith.ex2("f32", d, source, ftz=True))
+
+    def lg2(self, a: Value) -> Value:
+        source = self._reg(a)
+        return self._out(lambda d: arith.lg2("f32", d, source))
+
+    def rint(self, a: Value) -> Value:
+        source = self._reg(a)
+        return self._out(lambda d: convert.cvt("f32", "f32", d, source, rounding="rni"))
+
+    def less(self, a: Value, b: Value) -> Reg:
+        return self._out(lambda p: arith.setp("lt", "f32", p, a, b), RegClass.PRED)
+
+    def equal(self, a: Value, b: Value) -> Reg:
+        return self._out(lambda p: arith.setp("eq", "f32", p, a, b), RegClass.PRED)
+
+    def both(self, p: Reg, q: Reg) -> Reg:
+        return self._out(lambda d: logic.and_("pred", d, p, q), RegClass.PRED)
+
+    def negate(self, p: Reg) -> Reg:
+        return self._out(lambda d: logic.not_("pred", d, p), RegClass.PRED)
+
+    def select(self, p: Reg, a: Value, b: Value) -> Value:
+        return self._out(lambda d: arith.selp("f32", d, a, b, p))
+
+
+class ScalarMath:
+    """Emits scalar operations on storage-form values into one kernel."""
+
+    def __init__(self, kb: KernelBuilder) -> None:
+        self.kb = kb
+        self.f32 = _PtxF32(self)
+
+    def new(self, ptype: str) -> Reg:
+        return self.kb.reg(_CLASS[ptype])
+
+    def _out(self, ptype: str, instr: Callable[[Reg], Instr]) -> Reg:
+        d = self.new(ptype)
+        self.kb.emit(instr(d))
+        return d
+
+    # ---- storage ---------------------------------------------------------------------------
+
+    def reg_of(self, value: Value, ptype: str) -> Reg:
+        """``value`` in a register of PTX type ``ptype`` (an immediate is moved in)."""
+        if isinstance(value, Reg):
+            return value
+        if ptype == "pred":
+            return self._out("pred", lambda d: arith.mov("pred", d, int(bool(value))))
+        return self._out(ptype, lambda d: arith.mov(ptype, d, value))
+
+    def encoded(self, value: Value, dtype: DType) -> Operand:
+        """An operand of the storage type: 16-bit float immediates become their bits."""
+        if isinstance(value, Reg):
+            return value
+        if dtype in _HALF:
+            return half_bits(float(value), dtype)
+        return int(value) if dtype.is_integer else value
+
+    def materialize(self, value: Value, dtype: DType) -> Reg:
+        if isinstance(value, Reg):
+            return value
+        reg = self.kb.reg(storage_class(dtype))
+        self.move(reg, value, dtype)
+        return reg
+
+    def move(self, dst: Reg, value: Value, dtype: DType) -> None:
+        if dtype.is_bool and not isinstance(value, Reg):
+            self.kb.emit(arith.mov("pred", dst, int(bool(value))))
+        else:
+            self.kb.emit(arith.mov(storage_type(dtype), dst, self.encoded(value, dtype)))
+
+    def to_compute(self, value: Value, dtype: DType) -> Value:
+        if dtype in _HALF and isinstance(value, Reg):
+            source = value
+            return self._out("f32", lambda d: convert.cvt("f32", dtype.ptx, d, source))
+        return value
+
+    def from_compute(self, value: Value, dtype: DType) -> Value:
+        if dtype not in _HALF:
+            return value
+        if not isinstance(value, Reg):
+            return round_to(float(value), dtype)
+        source = value
+        return self._out("b16", lambda d: convert.cvt(dtype.ptx, "f32", d, source, rounding="rn"))
+
+    # ---- operations ------------------------------------------------------------------------
+
+    def unary(self, op: str, value: Value, dtype: DType) -> Value:
+        """``op(value)`` for a value of ``dtype`` (bool for logical_not); same dtype out."""
+        if not isinstance(value, Reg):
+            folded = fold_unary(op, value, dtype)
+            if folded is not None:
+                return folded
+            value = self.materialize(value, dtype)
+        ctype = compute_type(dtype)
+        x = self.to_compute(value, dtype)
+        if op == "logical_not" and ctype == "pred":
+            return self._out("pred", lambda d: logic.not_("pred", d, x))
+        if ctype == "f32" and op in _F32_EXPANSIONS:
+            return self.from_compute(_F32_EXPANSIONS[op](self.f32, x), dtype)
+        result = self._simple_unary(op, x, ctype)
+        if result is None:
+            raise ScheduleError(
+                f"the PTX emitter has no {op} for {dtype.name}"
+                + ("; cast to float32 first" if op in _TRANSCENDENTAL or dtype.is_integer else "")
+            )
+        return self.from_compute(result, dtype)
+
+    def _simple_unary(self, op: str, x: Value, ctype: str) -> Value | None:
+        floating = ctype in ("f32", "f64")
+        if op == "neg" and ctype != "pred":
+            return self._out(ctype, lambda d: arith.neg(ctype, d, x))
+        if op == "abs" and ctype != "pred":
+            return self._out(ctype, lambda d: arith.abs_(ctype, d, x))
+        if op == "relu" and ctype != "pred":
+            return self.combine("maximum", x, 0.0 if floating else 0, ctype)
+        if not floating:
+            return None
+        if op == "sqrt":
+            return self._out(ctype, lambda d: arith.sqrt(ctype, d, x, mode="rn"))
+        if op == "reciprocal":
+            return self._out(ctype, lambda d: arith.rcp(ctype, d, x, mode="rn"))
+        if op == "rsqrt" and ctype == "f32":
+            return self._out(ctype, lambda d: arith.rsqrt(ctype, d, x))
+        if op == "rsqrt":
+            root = self._out(ctype, lambda d: arith.sqrt(ctype, d, x, mode="rn"))
+            return self._out(ctype, lambda d: arith.div(ctype, d, 1.0, root, mode="rn"))
+        if op in ("sin", "cos") and ctype == "f32":
+            sfu = arith.sin if op == "sin" else arith.cos
+            return self._out(ctype, lambda d: sfu(ctype, d, x))
+        return None
+
+    def binary(self, op: str, a: Value, b: Value, dtype: DType) -> Value:
+        """``a op b`` (arithmetic or logical) for operands and a result of ``dtype``."""
+        op = _ALIASES.get(op, op)
+        if not isinstance(a, Reg) and not isinstance(b, Reg):
+            folded = fold_binary(op, a, b, dtype)
+            if folded is not None:
+                return folded
+            a = self.materialize(a, dtype)
+        ctype = compute_type(dtype)
+        x, y = self.to_compute(a, dtype), self.to_compute(b, dtype)
+        if op == "pow" and dtype.is_floating:
+            return self.from_compute(self._float_pow(x, y, ctype, dtype), dtype)
+        return self.from_compute(self.combine(op, x, y, ctype), dtype)
+
+    def combine(self, op: str, x: Value, y: Value, ctype: str) -> Value:
+        """A binary op on compute-type values (also the combine step of reductions)."""
+        op = _ALIASES.get(op, op)
+        if ctype == "pred":
+            bool_ops = {"logical_and": logic.and_, "mul": logic.and_, "minimum": logic.and_,
+                        "logical_or": logic.or_, "add": logic.or_, "maximum": logic.or_}  # fmt: skip
+            if op not in bool_ops:
+                raise ScheduleError(f"the PTX emitter has no {op} for bool")
+            px, py, bool_op = self.reg_of(x, "pred"), self.reg_of(y, "pred"), bool_ops[op]
+            return self._out("pred", lambda d: bool_op("pred", d, px, py))
+        if ctype in ("f32", "f64"):
+            return self._float_binary(op, x, y, ctype)
+        return self._int_binary(op, x, y, ctype)
+
+    def _float_binary(self, op: str, x: Value, y: Value, ctype: str) -> Value:
+        rounded = {"add": arith.add, "sub": arith.sub, "mul": arith.mul}
+        if op in rounded:
+            return self._out(ctype, lambda d: rounded[op](ctype, d, x, y, rounding="rn"))
+        if op == "div":
+            return self._out(ctype, lambda d: arith.div(ctype, d, x, y, mode="rn"))
+        if op in ("maximum", "minimum"):
+            pick = arith.max_ if op == "maximum" else arith.min_
+            if ctype == "f32":
+                return self._out(ctype, lambda d: pick(ctype, d, x, y, nan=True))
+            # f64 has no .NaN form: a NaN operand makes x + y NaN, which replaces the result.
+            plain = self._out(ctype, lambda d: pick(ctype, d, x, y))
+            nan = self._out("pred", lambda p: arith.setp("nan", ctype, p, x, y))
+            total = self._out(ctype, lambda d: arith.add(ctype, d, x, y, rounding="rn"))
+            return self._out(ctype, lambda d: arith.selp(ctype, d, total, plain, nan))
+        raise ScheduleError(f"the PTX emitter has no {op} for {ctype}")
+
+    def _int_binary(self, op: str, x: Value, y: Value, ctype: str) -> Value:
+        if op in ("add", "sub"):
+            add_like = arith.add if op == "add" else arith.sub
+            return self._out(ctype, lambda d: add_like(ctype, d, x, y))
+        if op == "mul":
+            return self._out(ctype, lambda d: arith.mul(ctype, d, x, y))
+        if op in ("maximum", "minimum"):
+            pick = arith.max_ if op == "maximum" else arith.min_
+            return self._out(ctype, lambda d: pick(ctype, d, x, y))
+        if op in ("floordiv", "mod"):
+            # Index operands are non-negative, where unsigned division is C division.
+            unsigned = "u" + ctype[1:]
+            divide = arith.div if op == "floordiv" else arith.rem
+            return self._out(ctype, lambda d: divide(unsigned, d, x, y))
+        if op == "div":
+            return self._out(ctype, lambda d: arith.div(ctype, d, x, y))
+        if op == "pow":
+            return self._int_pow(x, y, ctype)
+        raise ScheduleError(f"the PTX emitter has no {op} for {ctype}")
+
+    def _float_pow(self, x: Value, y: Value, ctype: str, dtype: DType) -> Value:
+        if not isinstance(y, Reg) and float(y) in (0.0, 1.0, 2.0, -1.0):
+            exponent = float(y)
+            if exponent == 0.0:
+                return 1.0
+            if exponent == 1.0:
+                return x
+            if exponent == 2.0:
+                return self.combine("mul", x, x, ctype)
+            return self._out(ctype, lambda d: arith.rcp(ctype, d, x, mode="rn"))
+        if ctype != "f32":
+            raise ScheduleError(
+                f"pow on {dtype.name} supports only the constant exponents 0, 1, 2 and -1; "
+                "cast to float32 first"
+            )
+        return pow_(self.f32, self.reg_of(x, "f32"), self.reg_of(y, "f32"))
+
+    def _int_pow(self, x: Value, y: Value, ctype: str) -> Value:
+        """Square and multiply: unrolled for a constant exponent, a loop over its bits else."""
+        if not isinstance(y, Reg):
+            exponent = int(y)
+            if exponent < 0:
+                raise ScheduleError(f"integer pow with the negative exponent {exponent}")
+            result: Value = 1
+            base = x
+            while exponent:
+                if exponent & 1:
+                    result = base if result == 1 else self.combine("mul", result, base, ctype)
+                exponent >>= 1
+                if exponent:
+                    base = self.combine("mul", base, base, ctype)
+            return result
+        bits = ctype[1:]
+        result_reg, base_reg, rest = self.new(ctype), self.new(ctype), self.new(ctype)
+        self.kb.emit(
+            arith.mov(ctype, result_reg, 1), arith.mov(ctype, base_reg, x),
+            arith.mov(ctype, rest, y),
+        )  # fmt: skip
+        top, done = self.kb.new_label("pow"), self.kb.new_label("pow_done")
+        self.kb.place(top)
+        finished = self._out("pred", lambda p: arith.setp("eq", ctype, p, rest, 0))
+        self.kb.emit(control.bra(done).guarded(finished))
+        low_bit = self._out(ctype, lambda d: logic.and_("b" + bits, d, rest, 1))
+        odd = self._out("pred", lambda p: arith.setp("ne", ctype, p, low_bit, 0))
+        self.kb.emit(
+            arith.mul(ctype, result_reg, result_reg, base_reg).guarded(odd),
+            arith.mul(ctype, base_reg, base_reg, base_reg),
+            # A logical shift: a negative exponent ends after all its bits (NumPy rejects it).
+            logic.shr("u" + bits, rest, rest, 1),
+            control.bra(top),
+        )  # fmt: skip
+        self.kb.place(done)
+        return result_reg
+
+    def compare(self, op: str, a: Value, b: Value, dtype: DType) -> Value:
+        """``a op b`` for operands of ``dtype``: a predicate (NaN compares unequal)."""
+        if not isinstance(a, Reg) and not isinstance(b, Reg):
+            folded = fold_binary(op, a, b, dtype)
+            assert folded is not None
+            return folded
+        ctype = compute_type(dtype)
+        x, y = self.to_compute(a, dtype), self.to_compute(b, dtype)
+        if ctype != "pred":
+            cmp = "neu" if op == "ne" and ctype in ("f32", "f64") else op
+            return self._out("pred", lambda p: arith.setp(cmp, ctype, p, x, y))
+        px, py = self.reg_of(x, "pred"), self.reg_of(y, "pred")
+        differ = self._out("pred", lambda p: logic.xor("pred", p, px, py))
+        if op in ("ne", "eq"):
+            return differ if op == "ne" else self._out("pred", lambda p: logic.not_("pred", p, differ))
+        # On bools as 0/1: x < y is !x & y; x > y is x & !y; <= and >= add equality.
+        strict = self._out(
+            "pred", lambda p: logic.and_("pred", p, differ, py if op in ("lt", "le") else px)
+        )
+        if op in ("lt", "gt"):
+            return strict
+        equal = self._out("pred", lambda p: logic.not_("pred", p, differ))
+        return self._out("pred", lambda p: logic.or_("pred", p, strict, equal))
+
+    def select(self, condition: Value, a: Value, b: Value, dtype: DType) -> Value:
+        if not isinstance(condition, Reg):
+            return a if condition else b
+        if dtype.is_bool:
+            pa, pb = self.reg_of(a, "pred"), self.reg_of(b, "pred")
+            other = self._out("pred", lambda p: logic.not_("pred", p, condition))
+            first = self._out("pred", lambda p: logic.and_("pred", p, condition, pa))
+            second = self._out("pred", lambda p: logic.and_("pred", p, other, pb))
+            return self._out("pred", lambda p: logic.or_("pred", p, first, second))
+        ea, eb, ptype = self.encoded(a, dtype), self.encoded(b, dtype), storage_type(dtype)
+        return self._out(ptype, lambda d: arith.selp(ptype, d, ea, eb, condition))
+
+    def cast(self, value: Value, source: DType, target: DType) -> Value:
+        """The interpreter's Cast: float to int truncates (cvt.rzi, saturating, NaN to 0)."""
+        if source == target:
+            return value
+        if not isinstance(value, Reg):
+            return fold_cast(value, target)
+        if target.is_bool:
+            return self.compare("ne", value, round_to(0, source), source)
+        if source.is_bool:
+            one, zero = round_to(1, target), round_to(0, target)
+            return self.select(value, one, zero, target)
+        x = self.to_compute(value, source)
+        src, dst = compute_type(source), compute_type(target)
+        assert isinstance(x, Reg)
+        if source.is_floating and target.is_floating:
+            if src != dst:
+                narrowing = "rn" if dst == "f32" else None
+                source_reg = x
+                x = self._out(
+                    dst, lambda d: convert.cvt(dst, src, d, source_reg, rounding=narrowing)
+                )
+            return self.from_compute(x, target)
+        rounding = "rzi" if source.is_floating else "rn" if target.is_floating else None
+        result = self._out(dst, lambda d: convert.cvt(dst, src, d, x, rounding=rounding))
+        return self.from_compute(result, target)
+

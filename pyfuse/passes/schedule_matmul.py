@@ -1,0 +1,379 @@
+"""Hopper matmul scheduler: the loop structure of a warp-specialized TMA + wgmma matmul, written
+as domain transforms on the fusion's tensors.
+
+Expects a kernel fusion after ``translate_patterns`` and ``skip_intermediates``: one or more
+MmaOps over the same ``M x N x K`` space, each operand a chain of metadata ops (now aliases)
+from a fusion input, and an epilogue of pointwise ops only. Guarantees, on success:
+
+- the reference is the first MMA's fp32 accumulator (registers); its loop domain is
+  ``[batch?, Mo, No, Ko, Mi/64 (TIDy: consumer warpgroup), 64 (MMA), Ni (MMA), Ki/16, 16 (MMA)]``
+  after merging the M, N and K axes of each role and splitting by ``tile_m/n/k``;
+- a grid swizzle of factor ``s`` splits the M tile count by ``s`` and merges the inner part
+  with the N tile count (``[Mo/s, s*No]``), exactly the seed case of the IdModel tests;
+- a persistent schedule merges the tile loops and splits them by the SM count
+  (``[tiles/SMs (serial), SMs (BIDx)]``); both compose;
+- each distinct operand gets a shared-memory cache loaded by TMA (``LoadStoreKind.TMA_LOAD``)
+  with its box axes marked ``Bulk``, a 128-byte-swizzled allocation (the XOR of the row in
+  the 8-row atom with the 16-byte chunk, as a ``Swizzle`` in its allocation transforms) and
+  ``circular_buffer_stages = stages``; it is inlined inside the K-tile loop;
+- the epilogue tensors replay the accumulator's tile structure and inline into it;
+- ``params`` holds the full :class:`MatmulParams` (user fields kept, the rest chosen here).
+
+It declines, with the reason, what a TMA/wgmma kernel cannot take: operand dtypes other than
+bf16/f16, an operand computed by a non-metadata op (a *prologue*: the segmenter computes it
+in its own kernel), strides TMA cannot describe, MMAs of different shapes, and reductions or
+unrelated outputs in the epilogue.
+"""
+
+from __future__ import annotations
+
+from pyfuse.ir import dtypes
+from pyfuse.ir.caching import cache_after, cache_before
+from pyfuse.ir.exprs import Expr, LoadStoreKind, MmaOp, ReductionOp
+from pyfuse.ir.fusion import Fusion
+from pyfuse.ir.id_model import IdMappingMode, IdModel
+from pyfuse.ir.iterdomain import IterDomain, Merge, ParallelType, Split, Swizzle, SwizzleKind
+from pyfuse.ir.params import MatmulParams
+from pyfuse.ir.target import TargetInfo
+from pyfuse.ir.tensor import MemoryType, TensorView
+from pyfuse.passes.skip_intermediates import is_metadata_op
+from pyfuse.passes.transform_replay import replay_like
+
+NAME = "matmul"
+OPERAND_DTYPES = (dtypes.bfloat16, dtypes.float16)
+WGMMA_M = 64
+WGMMA_K = 16
+MAX_WGMMA_N = 256
+SWIZZLE_BYTES = 128
+TMA_ALIGNMENT = 16
+BARRIER_BYTES = 1024  # mbarriers and slack at the front of shared memory
+
+
+def _mmas(fusion: Fusion) -> list[MmaOp]:
+    return [e for e in fusion.exprs() if isinstance(e, MmaOp)]
+
+
+def operand_root(fusion: Fusion, operand: TensorView) -> TensorView | None:
+    """The fusion input an MMA operand views through metadata ops, or None if computed."""
+    tv = operand
+    while not fusion.is_input(tv):
+        definition = tv.definition
+        if definition is None or not is_metadata_op(definition):
+            return None
+        tv = definition.tensor_inputs[0]
+    return tv
+
+
+def _memory_strides(tv: TensorView) -> list[tuple[IterDomain, int]]:
+    """(axis, element stride) of a fusion input's memory axes, outermost first."""
+    if tv.strides is not None:
+        pairs = [(a, s) for a, s in zip(tv.no_reductions, tv.strides, strict=True)]
+        return sorted([(a, s) for a, s in pairs if not a.is_broadcast], key=lambda pair: -pair[1])
+    result = []
+    stride = 1
+    for axis in reversed(tv.maybe_allocation):
+        if axis.is_broadcast:
+            continue
+        result.append((axis, stride))
+        stride *= axis.logical_extent
+    return result[::-1]
+
+
+def _tma_reason(root: TensorView) -> str | None:
+    """Why TMA cannot load ``root`` (None when it can)."""
+    strides = _memory_strides(root)
+    if not strides:
+        return f"T{root.name} has no memory axes"
+    if len(strides) > 5:
+        return f"T{root.name} has {len(strides)} memory axes; a tensor map has at most 5"
+    if strides[-1][1] != 1:
+        return f"T{root.name}'s innermost stride is {strides[-1][1]}, TMA needs 1"
+    for axis, stride in strides[:-1]:
+        if stride * root.dtype.itemsize % TMA_ALIGNMENT:
+            return (
+                f"T{root.name}'s stride {stride} along {axis} is {stride * root.dtype.itemsize} "
+                f"bytes, not a multiple of {TMA_ALIGNMENT} (a TMA copy needs that)"
+            )
+    return None
+
+
+def _extents(mma: MmaOp) -> dict[str, int]:
+    sizes = {"m": 1, "n": 1, "k": 1, "batch": 1}
+    for axis, role in zip(mma.output.logical, mma.roles(), strict=True):
+        sizes[role] *= axis.logical_extent
+    return sizes
+
+
+def _downstream(fusion: Fusion, roots: list[TensorView]) -> list[Expr]:
+    reached = {id(tv) for tv in roots}
+    found = []
+    for expr in fusion.exprs():
+        if any(id(tv) in reached for tv in expr.tensor_inputs):
+            found.append(expr)
+            reached.add(id(expr.output))
+    return found
+
+
+def decline_reason(fusion: Fusion, target: TargetInfo) -> str | None:
+    mmas = _mmas(fusion)
+    if not mmas:
+        return "no MMA"
+    shape = _extents(mmas[0])
+    for mma in mmas:
+        if _extents(mma) != shape:
+            return f"MMAs of different shapes {_extents(mma)} and {shape} need separate kernels"
+        for name, operand in (("A", mma.a), ("B", mma.b)):
+            if operand.dtype not in OPERAND_DTYPES:
+                return f"operand {name} is {operand.dtype.name}; wgmma takes bf16 or f16"
+            root = operand_root(fusion, operand)
+            if root is None:
+                producer = operand.definition
+                op = producer.op_name if producer is not None else "?"
+                return (
+                    f"operand {name} (T{operand.name}) is computed by {op} before the MMA; "
+                    "operands are loaded by TMA from global memory, so a prologue runs in its "
+                    "own kernel"
+                )
+            reason = _tma_reason(root)
+            if reason is not None:
+                return reason
+    epilogue = _downstream(fusion, [m.output for m in mmas])
+    for expr in epilogue:
+        if isinstance(expr, ReductionOp | MmaOp):
+            return f"the epilogue has a {expr.op_name} (T{expr.output.name}); it must be pointwise"
+    results = {id(e.output) for e in epilogue} | {id(m.output) for m in mmas}
+    for out in fusion.outputs:
+        if id(out) not in results:
+            return f"output T{out.name} does not depend on an MMA"
+    del target
+    return None
+
+
+def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo) -> MatmulParams:
+    """The user's fields as given; every ``None`` chosen from the shape and the device."""
+    mmas = _mmas(fusion)
+    shape = _extents(mmas[0])
+    operands = {id(m.a) for m in mmas} | {id(m.b) for m in mmas}
+    tile_m = 128 if shape["m"] > 64 else 64
+    wide = len(mmas) == 1 and shape["n"] >= 256
+    tile_n = 256 if wide else 128
+    tile_k = SWIZZLE_BYTES // mmas[0].a.dtype.itemsize
+    itemsize = mmas[0].a.dtype.itemsize
+    given = user or MatmulParams()
+    tile_m = given.tile_m or tile_m
+    tile_n = given.tile_n or tile_n
+    tile_k = given.tile_k or tile_k
+    a_count = len({id(m.a) for m in mmas})
+    b_count = len(operands) - a_count
+    stage_bytes = (tile_m * a_count + tile_n * b_count) * tile_k * itemsize
+    stages = max(1, min(8, (target.max_smem_per_block - BARRIER_BYTES) // stage_bytes))
+    tiles = -(-shape["m"] // tile_m) * -(-shape["n"] // tile_n) * shape["batch"]
+    defaults = MatmulParams(
+        tile_m=tile_m,
+        tile_n=tile_n,
+        tile_k=tile_k,
+        stages=stages,
+        grid_swizzle=4 if -(-shape["m"] // tile_m) >= 8 else 1,
+        persistent=tiles > target.sm_count,
+        splitk=1,
+        cluster_m=1,
+        cluster_n=1,
+        warp_specialized=True,
+        smem_epilogue=False,
+    )
+    params = given.merged(defaults)
+    _check_params(params, tile_n_limit=MAX_WGMMA_N)
+    return params
+
+
+def _check_params(params: MatmulParams, tile_n_limit: int) -> None:
+    assert params.tile_m and params.tile_n and params.tile_k  # filled by merged()
+    if params.tile_m % WGMMA_M:
+        raise ValueError(f"tile_m must be a multiple of {WGMMA_M}, got {params.tile_m}")
+    if params.tile_n % 8 or params.tile_n > tile_n_limit:
+        raise ValueError(
+            f"tile_n must be a multiple of 8 and at most {tile_n_limit}, got {params.tile_n}"
+        )
+    if params.tile_k % WGMMA_K:
+        raise ValueError(f"tile_k must be a multiple of {WGMMA_K}, got {params.tile_k}")
+
+
+def _role_axes(tv: TensorView, roles: list[str], role: str) -> list[IterDomain]:
+    return [axis for axis, r in zip(tv.logical, roles, strict=True) if r == role]
+
+
+def _merge_group(tv: TensorView, axes: list[IterDomain]) -> IterDomain | None:
+    """Merge ``axes`` (in order, already adjacent in the loop domain) into one; returns it."""
+    if not axes:
+        return None
+    merged = axes[0]
+    for axis in axes[1:]:
+        tv.merge(tv.loop.index(merged), tv.loop.index(axis))
+        step = tv.history[-1]
+        assert isinstance(step, Merge)
+        merged = step.output
+    return merged
+
+
+def schedule_accumulator(
+    accumulator: TensorView, roles: list[str], params: MatmulParams, target: TargetInfo
+) -> None:
+    """The reference loop structure (see the module docstring) on the MMA output."""
+    assert params.tile_m and params.tile_n and params.tile_k
+    batch = _role_axes(accumulator, roles, "batch")
+    m_axes = _role_axes(accumulator, roles, "m")
+    n_axes = _role_axes(accumulator, roles, "n")
+    k_axes = _role_axes(accumulator, roles, "k")
+    order = [*batch, *m_axes, *n_axes, *k_axes]
+    accumulator.reorder({accumulator.loop.index(a): i for i, a in enumerate(order)})
+    batch_axis = _merge_group(accumulator, batch)
+    m_axis = _merge_group(accumulator, m_axes)
+    n_axis = _merge_group(accumulator, n_axes)
+    k_axis = _merge_group(accumulator, k_axes)
+    assert m_axis is not None and n_axis is not None and k_axis is not None
+    lead = 1 if batch_axis is not None else 0
+
+    # [B?, M, N, K] -> [B?, Mo, Mi, No, Ni, Ko, Ki] -> [B?, Mo, No, Ko, Mi, Ni, Ki]
+    accumulator.split(lead, params.tile_m)
+    accumulator.split(lead + 2, params.tile_n)
+    accumulator.split(lead + 4, params.tile_k)
+    accumulator.reorder(
+        {lead + 1: lead + 3, lead + 2: lead + 1, lead + 3: lead + 4, lead + 4: lead + 2}
+    )
+    tile_m_pos, tile_n_pos = lead, lead + 1
+    swizzle = params.grid_swizzle or 1
+    if swizzle > 1:
+        # Split the M tile count and walk `swizzle` M tiles with each N tile: [Mo/s, s*No].
+        accumulator.split(tile_m_pos, swizzle)
+        accumulator.merge(tile_m_pos + 1, tile_n_pos + 1)
+    tile_loops = lead + 2
+    if params.persistent:
+        for _ in range(tile_loops - 1):
+            accumulator.merge(0)
+        accumulator.split(0, target.sm_count)
+        accumulator.parallelize(1, ParallelType.BIDX)
+    else:
+        accumulator.parallelize(tile_n_pos, ParallelType.BIDX)
+        accumulator.parallelize(tile_m_pos, ParallelType.BIDY)
+        if batch_axis is not None:
+            accumulator.parallelize(0, ParallelType.BIDZ)
+    k_outer = tile_loops  # Ko
+    if (params.splitk or 1) > 1:
+        accumulator.split(k_outer, params.splitk or 1, inner_split=False)
+        accumulator.parallelize(k_outer, ParallelType.BIDZ)
+        k_outer += 1
+    mi = k_outer + 1
+    accumulator.split(mi, WGMMA_M)  # [Mi/64 (warpgroup), 64]
+    accumulator.parallelize(mi, ParallelType.TIDY)
+    accumulator.parallelize(mi + 1, ParallelType.MMA)
+    accumulator.parallelize(mi + 2, ParallelType.MMA)  # Ni
+    accumulator.split(mi + 3, WGMMA_K)  # [Ki/16, 16]
+    accumulator.parallelize(mi + 4, ParallelType.MMA)
+
+
+def k_tile_position(tv: TensorView) -> int:
+    """Loop position just inside the K-tile loop: the first non-block reduction axis plus one."""
+    for index, axis in enumerate(tv.loop):
+        if axis.is_reduction and not axis.parallel_type.is_block_dim:
+            return index + 1
+    return len(tv.loop)
+
+
+def _tile_axis(tv: TensorView, factor: int) -> IterDomain | None:
+    """The tile made by the first inner split of a real axis by ``factor`` in ``tv``'s history."""
+    for step in tv.history:
+        if (
+            isinstance(step, Split)
+            and step.inner_split
+            and step.factor == factor
+            and not step.input.is_broadcast
+        ):
+            return step.inner
+    return None
+
+
+def swizzle_operand_allocation(
+    operand: TensorView, rows: IterDomain, contiguous: IterDomain
+) -> None:
+    """Record the 128-byte swizzle of a shared-memory operand tile as its allocation: split the
+    rows into 8-row atoms and the contiguous axis into 16-byte chunks, and XOR the row in the
+    atom into the chunk index, which is how TMA writes the tile and wgmma reads it."""
+    chunk = TMA_ALIGNMENT // operand.dtype.itemsize
+    row_split = Split(rows, 8)
+    chunk_split = Split(contiguous, chunk)
+    swizzle = Swizzle(row_split.inner, chunk_split.outer, SwizzleKind.XOR)
+    allocation = [row_split.outer, swizzle.outputs[0], swizzle.outputs[1], chunk_split.inner]
+    operand.set_allocation(allocation, [True] * len(allocation))
+
+
+def _innermost_role(source: TensorView, roles_of: dict[int, str]) -> str:
+    """The MMA role (m, n or k) of the operand's contiguous memory axis."""
+    memory = [a for a in source.maybe_allocation if not a.is_broadcast]
+    return roles_of.get(id(memory[-1]), "k") if memory else "k"
+
+
+def schedule(
+    fusion: Fusion, user: MatmulParams | None, target: TargetInfo
+) -> tuple[TensorView, MatmulParams]:
+    """Schedule ``fusion`` in place; returns the reference (accumulator) and the params."""
+    reason = decline_reason(fusion, target)
+    if reason is not None:
+        raise ValueError(f"matmul scheduler cannot take this fusion: {reason}")
+    params = choose_params(fusion, user, target)
+    mmas = _mmas(fusion)
+    reference = mmas[0].output
+    roles = mmas[0].roles()
+
+    # Shared-memory operand caches (one per distinct operand), loaded by TMA.
+    smem_operands: list[TensorView] = []
+    seen: dict[int, TensorView] = {}
+    for mma in mmas:
+        for operand in (mma.a, mma.b):
+            if id(operand) in seen:
+                continue
+            cache = cache_after(fusion, operand, MemoryType.SHARED, LoadStoreKind.TMA_LOAD)
+            seen[id(operand)] = cache
+            smem_operands.append(cache)
+    epilogue_outputs = list(fusion.outputs)
+    for tv in epilogue_outputs:
+        cache_before(fusion, tv)
+
+    schedule_accumulator(reference, roles, params, target)
+    id_model = IdModel(fusion)
+    for tv in fusion.tensors():
+        if tv is reference or fusion.is_input(tv) or tv.alias_of is not None:
+            continue
+        replay_like(tv, reference, id_model)
+
+    k_position = k_tile_position(reference)
+    roles_of = _operand_roles(fusion, mmas, id_model)
+    for operand in smem_operands:
+        operand.circular_buffer_stages = params.stages or 1
+        for axis in operand.loop[k_position:]:
+            axis.parallel_type = ParallelType.BULK
+        source = operand.definition.tensor_inputs[0] if operand.definition else operand
+        row_role = "m" if any(m.a is operand for m in mmas) else "n"
+        rows = _tile_axis(operand, params.tile_m if row_role == "m" else params.tile_n)
+        k_tile = _tile_axis(operand, params.tile_k)
+        if rows is None or k_tile is None:
+            continue
+        if _innermost_role(source, roles_of) == "k":
+            swizzle_operand_allocation(operand, rows, k_tile)
+        else:
+            swizzle_operand_allocation(operand, k_tile, rows)
+    return reference, params
+
+
+def _operand_roles(fusion: Fusion, mmas: list[MmaOp], id_model: IdModel) -> dict[int, str]:
+    """Role of each logical axis of the MMA operands' sources (the aliased views)."""
+    roles_of: dict[int, str] = {}
+    for mma in mmas:
+        roles = mma.roles()
+        for operand in (mma.a, mma.b):
+            source = operand
+            for axis in source.logical:
+                for out_axis, role in zip(mma.output.logical, roles, strict=True):
+                    if id_model.mapped(axis, out_axis, IdMappingMode.EXACT):
+                        roles_of[id(axis)] = role
+    del fusion
+    return roles_of
