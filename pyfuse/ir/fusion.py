@@ -108,6 +108,7 @@ class Fusion:
             if out is old:
                 assert isinstance(new, TensorView)  # outputs are tensors
                 self.outputs[index] = new
+                new.memory_type = MemoryType.GLOBAL
 
     def clone(self) -> tuple[Fusion, dict[int, object]]:
         """A deep copy and the map ``id(original object) -> copy`` (names are kept)."""

@@ -548,6 +548,30 @@ def stmt_to_lines(stmt: Stmt, indent: str = "") -> list[str]:
         ]
     if isinstance(stmt, Comment):
         return [f"{indent}# {stmt.text}"]
+    if isinstance(stmt, MatmulMainLoop):
+        lines = [
+            f"{indent}matmul_main_loop m={stmt.m} n={stmt.n} k={stmt.k} batch={stmt.batch} "
+            f"tile=({stmt.tile_m}, {stmt.tile_n}, {stmt.tile_k}) stages={stmt.stages} "
+            f"consumer_warpgroups={stmt.consumer_warpgroups} grid_swizzle={stmt.grid_swizzle} "
+            f"persistent={stmt.persistent}"
+        ]
+        for operand in stmt.operands:
+            layout = "K-major" if operand.k_major else "MN-major"
+            lines.append(
+                f"{inner}tma {operand.buffer_name}: shape={list(operand.shape)} "
+                f"strides={list(operand.strides)} box={list(operand.box)} "
+                f"roles={list(operand.roles)} {layout} swizzle={operand.swizzle_bytes}B "
+                f"smem+{operand.smem_offset} (+{operand.stage_bytes}/stage)"
+            )
+        for a, b, accumulator in stmt.mmas:
+            lines.append(f"{inner}{accumulator.name} += wgmma(operand {a}, operand {b})")
+        lines.append(
+            f"{inner}epilogue for each ({stmt.batch_index}, {stmt.row}, {stmt.col}) at "
+            f"{stmt.element}:"
+        )
+        for child in stmt.epilogue:
+            lines += stmt_to_lines(child, inner + "  ")
+        return lines
     return [f"{indent}{type(stmt).__name__}"]
 
 
@@ -561,3 +585,80 @@ def kernel_to_str(kernel: Kernel) -> str:
     for stmt in kernel.body:
         lines += stmt_to_lines(stmt, "  ")
     return "\n".join(lines)
+
+
+# ---- Hopper matmul -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TmaOperand:
+    """One MMA operand loaded tile by tile with TMA from a global input. Dims are in memory
+    order, outermost first; ``roles`` names each dim ("m", "n", "k" or "batch")."""
+
+    buffer_name: str
+    dtype: DType
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]  # elements; the innermost is 1
+    box: tuple[int, ...]
+    roles: tuple[str, ...]
+    swizzle_bytes: int
+    smem_offset: int  # bytes of stage 0 in dynamic shared memory
+    stage_bytes: int  # bytes between stages
+    stage_tile_bytes: int  # bytes of this operand's tile in one stage
+
+    @property
+    def k_major(self) -> bool:
+        """The contiguous memory dim is K (else M or N: an MN-major, transposed operand)."""
+        return self.roles[-1] == "k"
+
+    @property
+    def box_bytes(self) -> int:
+        count = self.dtype.itemsize
+        for extent in self.box:
+            count *= extent
+        return count
+
+    @property
+    def copies(self) -> int:
+        """TMA copies per stage: the tile's bytes over one box's (a contiguous dim wider than
+        the swizzle span is loaded as several boxes side by side)."""
+        return max(1, self.stage_tile_bytes // self.box_bytes)
+
+
+@dataclass(eq=False)
+class MatmulMainLoop(Stmt):
+    """A warp-specialized Hopper matmul over output tiles: a producer warpgroup loads operand
+    tiles with TMA into ``stages`` shared-memory buffers (full/empty mbarriers), consumer
+    warpgroups run ``wgmma`` into fp32 register accumulators, then every consumer thread runs
+    ``epilogue`` once per accumulator element it holds, with ``row``, ``col`` (global M and N
+    indices), ``batch_index`` and ``element`` (the accumulator register index) bound.
+
+    Tiles are visited in the schedule's order: ``grid_swizzle`` M tiles walked together with
+    each N tile; ``persistent`` kernels loop over tiles with a stride of the grid size."""
+
+    operands: list[TmaOperand]
+    mmas: list[tuple[int, int, Buffer]]  # (A operand, B operand, accumulator registers)
+    m: int
+    n: int
+    k: int
+    batch: int
+    tile_m: int
+    tile_n: int
+    tile_k: int
+    stages: int
+    consumer_warpgroups: int
+    grid_swizzle: int
+    persistent: bool
+    row: Var
+    col: Var
+    batch_index: Var
+    element: Var
+    epilogue: list[Stmt] = field(default_factory=list)
+
+    def children(self) -> Iterator[list[Stmt]]:
+        yield self.epilogue
+
+    @property
+    def accumulator_registers(self) -> int:
+        """fp32 accumulator registers per consumer thread per MMA (m64nNk16: N/2 per 64 rows)."""
+        return self.tile_n // 2 * (self.tile_m // 64 // self.consumer_warpgroups)

@@ -72,7 +72,25 @@ def transforms_to_str(tv: TensorView, indent: str = "    ") -> list[str]:
     if tv.alias_of is not None:
         lines.append(f"{indent}aliases: T{tv.alias_of.name}")
     lines += [f"{indent}{step.describe()}" for step in tv.history]
+    if tv.allocation is not None:
+        # Steps reaching the allocation domain only (a swizzled shared-memory layout).
+        from pyfuse.ir.id_model import tensor_transforms
+
+        recorded = {id(step) for step in tv.history}
+        lines += [
+            f"{indent}allocation {step.describe()}"
+            for step in tensor_transforms(tv)
+            if id(step) not in recorded
+            and (tv.root is None or not _between_root_and_logical(step, tv))
+        ]
     return lines
+
+
+def _between_root_and_logical(step: object, tv: TensorView) -> bool:
+    """A reshape's own root-to-logical step (printed by the root line, not as allocation)."""
+    logical = {id(axis) for axis in tv.logical}
+    outputs = getattr(step, "outputs", ())
+    return any(id(axis) in logical for axis in outputs)
 
 
 def scheduled_to_str(fusion: Fusion) -> str:

@@ -2,6 +2,8 @@
 
     ── math IR ──────────────────────────────────────────────────────────────────────────
     translate_patterns    MatmulOp / LinearOp / mul-sum -> MmaOp, operand broadcasts kept
+    decompose_matmuls     matmuls refused for tensor cores (fp32, 1-D, layouts TMA cannot
+                          load) -> multiply + sum, a reduction
     ── segmentation ─────────────────────────────────────────────────────────────────────
     segment               kernels, each with the scheduler that accepts it
     ── scheduling (per kernel) ──────────────────────────────────────────────────────────
@@ -10,7 +12,8 @@
     inline                inline positions from the IdModel
     validate              parallel-type and memory consistency, before lowering
     ── lowering (per kernel) ────────────────────────────────────────────────────────────
-    lower                 kernel IR: loops, allocations, indices, predicates, syncs
+    remove_broadcasts     (matmul) operand broadcasts/permutes aliased: TMA reads the inputs
+    lower / lower_matmul  kernel IR: loops, allocations, indices, predicates, syncs
 
 Emission (kernel IR -> PTX) belongs to ``backend_ptx``; the frontend runs it after this.
 Each stage's artifact is kept in :class:`PipelineResult` by name, and the same record
@@ -22,7 +25,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from pyfuse import knobs
 from pyfuse.errors import ScheduleError
@@ -32,9 +35,12 @@ from pyfuse.ir.params import MatmulParams
 from pyfuse.ir.printer import scheduled_to_str
 from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.verify import verify_fusion
-from pyfuse.passes import inline, schedule_pointwise, schedule_reduction
+from pyfuse.passes import inline, schedule_matmul, schedule_pointwise, schedule_reduction
+from pyfuse.passes.decompose_matmul import decompose_matmuls, decompose_unschedulable_mmas
 from pyfuse.passes.lower import kernel_name, lower
+from pyfuse.passes.lower_matmul import lower_matmul
 from pyfuse.passes.plan import KernelPlan, SegmentedFusion
+from pyfuse.passes.remove_broadcasts import remove_broadcasts
 from pyfuse.passes.segment import segment
 from pyfuse.passes.skip_intermediates import skip_intermediates
 from pyfuse.passes.translate_patterns import translate_patterns
@@ -80,12 +86,15 @@ def _check(fusion: Fusion, after: str, boundary: bool) -> None:
 
 def schedule_kernel(plan: KernelPlan, target: TargetInfo, matmul: MatmulParams | None) -> None:
     """Run the plan's scheduler on its fusion in place and record its choices."""
-    del matmul  # used by the matmul scheduler
     fusion = plan.fusion
     with fusion:
         skip_intermediates(fusion)
         _check(fusion, "skip_intermediates", boundary=False)
-        if plan.scheduler == schedule_pointwise.NAME:
+        if plan.scheduler == schedule_matmul.NAME:
+            reference, matmul_params = schedule_matmul.schedule(fusion, matmul, target)
+            plan.reference = reference
+            plan.params.update(asdict(matmul_params))
+        elif plan.scheduler == schedule_pointwise.NAME:
             plan.reference = schedule_pointwise.reference_output(fusion)
             params = schedule_pointwise.schedule(fusion, target)
             plan.params.update(params.as_dict())
@@ -114,6 +123,11 @@ def run(fusion: Fusion, target: TargetInfo, matmul: MatmulParams | None = None) 
     with timer.stage("translate_patterns"), fusion:
         translate_patterns(fusion)
     _check(fusion, "translate_patterns", boundary=False)
+    with timer.stage("decompose_matmuls"):
+        # What translation left (fp32, 1-D operands) becomes multiply-sum: a reduction.
+        decompose_matmuls(fusion)
+        decompose_unschedulable_mmas(fusion)
+    _check(fusion, "decompose_matmuls", boundary=False)
     math_ir = str(fusion)
 
     # ── segmentation
@@ -128,6 +142,12 @@ def run(fusion: Fusion, target: TargetInfo, matmul: MatmulParams | None = None) 
             scheduled = scheduled_to_str(plan.fusion)
         # ── lowering
         with timer.stage("lower"):
-            kernel = lower(plan, kernel_name(fusion.name, index))
+            name = kernel_name(fusion.name, index)
+            if plan.scheduler == schedule_matmul.NAME:
+                with plan.fusion:
+                    remove_broadcasts(plan.fusion)
+                kernel = lower_matmul(plan, name, target)
+            else:
+                kernel = lower(plan, name)
         kernels.append(KernelStages(plan, scheduled, kernel))
     return PipelineResult(math_ir, segmented, kernels, timer.timings)

@@ -79,7 +79,7 @@ def _memory_strides(tv: TensorView) -> list[tuple[IterDomain, int]]:
     return result[::-1]
 
 
-def _tma_reason(root: TensorView) -> str | None:
+def tma_reason(root: TensorView) -> str | None:
     """Why TMA cannot load ``root`` (None when it can)."""
     strides = _memory_strides(root)
     if not strides:
@@ -93,6 +93,49 @@ def _tma_reason(root: TensorView) -> str | None:
             return (
                 f"T{root.name}'s stride {stride} along {axis} is {stride * root.dtype.itemsize} "
                 f"bytes, not a multiple of {TMA_ALIGNMENT} (a TMA copy needs that)"
+            )
+    return None
+
+
+def operand_memory_roles(
+    mma: MmaOp, root: TensorView, id_model: IdModel
+) -> list[tuple[int, int, str]] | None:
+    """The memory dims of an operand's input as (extent, element stride, role), outermost
+    first, with adjacent dims of one role collapsed where their strides make one run; None
+    when some memory axis has no M/N/K/batch role (a reshaped view)."""
+    dims: list[tuple[int, int, str]] = []
+    roles = mma.roles()
+    for axis, stride in _memory_strides(root):
+        role = None
+        for out_axis, out_role in zip(mma.output.logical, roles, strict=True):
+            if any(
+                id_model.mapped(axis, out_axis, m)
+                for m in (IdMappingMode.EXACT, IdMappingMode.BROADCAST)
+            ):
+                role = out_role
+                break
+        if role is None:
+            return None
+        extent = axis.logical_extent
+        if dims and dims[-1][2] == role and dims[-1][1] == stride * extent:
+            outer_extent, _, _ = dims[-1]
+            dims[-1] = (outer_extent * extent, stride, role)
+        else:
+            dims.append((extent, stride, role))
+    return dims
+
+
+def layout_reason(mma: MmaOp, root: TensorView, id_model: IdModel) -> str | None:
+    """Why one TMA box per tile cannot cover the operand read from ``root``: its M, N and K
+    axes must each be one run of memory."""
+    dims = operand_memory_roles(mma, root, id_model)
+    if dims is None:
+        return f"T{root.name}'s memory axes do not all map to MMA axes"
+    for role in ("m", "n", "k"):
+        if sum(1 for _, _, r in dims if r == role) > 1:
+            return (
+                f"T{root.name}'s {role.upper()} axes are not one run of memory "
+                f"(dims {[(e, s, r) for e, s, r in dims]}); one TMA box cannot cover a tile"
             )
     return None
 
@@ -119,6 +162,7 @@ def decline_reason(fusion: Fusion, target: TargetInfo) -> str | None:
     if not mmas:
         return "no MMA"
     shape = _extents(mmas[0])
+    id_model = IdModel(fusion)
     for mma in mmas:
         if _extents(mma) != shape:
             return f"MMAs of different shapes {_extents(mma)} and {shape} need separate kernels"
@@ -127,14 +171,17 @@ def decline_reason(fusion: Fusion, target: TargetInfo) -> str | None:
                 return f"operand {name} is {operand.dtype.name}; wgmma takes bf16 or f16"
             root = operand_root(fusion, operand)
             if root is None:
-                producer = operand.definition
+                computed = operand
+                while computed.definition is not None and is_metadata_op(computed.definition):
+                    computed = computed.definition.tensor_inputs[0]
+                producer = computed.definition
                 op = producer.op_name if producer is not None else "?"
                 return (
-                    f"operand {name} (T{operand.name}) is computed by {op} before the MMA; "
+                    f"operand {name} (T{computed.name}) is computed by {op} before the MMA; "
                     "operands are loaded by TMA from global memory, so a prologue runs in its "
                     "own kernel"
                 )
-            reason = _tma_reason(root)
+            reason = tma_reason(root) or layout_reason(mma, root, id_model)
             if reason is not None:
                 return reason
     epilogue = _downstream(fusion, [m.output for m in mmas])
@@ -325,15 +372,15 @@ def schedule(
     roles = mmas[0].roles()
 
     # Shared-memory operand caches (one per distinct operand), loaded by TMA.
-    smem_operands: list[TensorView] = []
-    seen: dict[int, TensorView] = {}
+    distinct: list[TensorView] = []
     for mma in mmas:
         for operand in (mma.a, mma.b):
-            if id(operand) in seen:
-                continue
-            cache = cache_after(fusion, operand, MemoryType.SHARED, LoadStoreKind.TMA_LOAD)
-            seen[id(operand)] = cache
-            smem_operands.append(cache)
+            if all(operand is not seen for seen in distinct):
+                distinct.append(operand)
+    smem_operands = [
+        cache_after(fusion, operand, MemoryType.SHARED, LoadStoreKind.TMA_LOAD)
+        for operand in distinct  # one shared tile per operand, read by every MMA using it
+    ]
     epilogue_outputs = list(fusion.outputs)
     for tv in epilogue_outputs:
         cache_before(fusion, tv)

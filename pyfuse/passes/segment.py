@@ -20,12 +20,13 @@ import copy
 from collections.abc import Callable, Sequence
 
 from pyfuse.errors import ScheduleError
-from pyfuse.ir.exprs import Expr
+from pyfuse.ir.exprs import Expr, MmaOp
 from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.tensor import TensorView
-from pyfuse.passes import schedule_pointwise, schedule_reduction
+from pyfuse.passes import schedule_matmul, schedule_pointwise, schedule_reduction
 from pyfuse.passes.plan import KernelPlan, SegmentedFusion
+from pyfuse.passes.skip_intermediates import is_metadata_op
 
 # A decline check: None when the scheduler accepts the fusion, else its reason.
 DeclineCheck = Callable[[Fusion, TargetInfo], "str | None"]
@@ -36,17 +37,12 @@ def _pointwise_reason(fusion: Fusion, target: TargetInfo) -> str | None:
     return schedule_pointwise.decline_reason(fusion)
 
 
-# Schedulers in order of preference; the matmul scheduler joins at the front when present.
+# Schedulers in order of preference.
 SCHEDULERS: list[tuple[str, DeclineCheck]] = [
+    (schedule_matmul.NAME, schedule_matmul.decline_reason),
     (schedule_reduction.NAME, schedule_reduction.decline_reason),
     (schedule_pointwise.NAME, _pointwise_reason),
 ]
-
-
-def register_scheduler(name: str, check: DeclineCheck) -> None:
-    """Put a scheduler first in line (the matmul scheduler registers itself this way)."""
-    if all(existing != name for existing, _ in SCHEDULERS):
-        SCHEDULERS.insert(0, (name, check))
 
 
 def pick_scheduler(fusion: Fusion, target: TargetInfo) -> tuple[str | None, dict[str, str]]:
@@ -107,12 +103,56 @@ def segment(fusion: Fusion, target: TargetInfo) -> SegmentedFusion:
     exprs = fusion.exprs()
     if pick_scheduler(fusion, target)[0] is not None:
         return _plans(fusion, [exprs], target)
+    prologue = _matmul_prologue(exprs)
+    if prologue:
+        # Operands computed before an MMA run in kernels of their own; the MMA kernel then
+        # loads them with TMA like any input.
+        rest = [e for e in exprs if all(e is not p for p in prologue)]
+        groups = _greedy(fusion, prologue, target) + _greedy(fusion, rest, target)
+        return _plans(fusion, groups, target)
+    return _plans(fusion, _greedy(fusion, exprs, target), target)
 
+
+def _matmul_prologue(exprs: list[Expr]) -> list[Expr]:
+    """The exprs that compute MMA operands (beyond the metadata ops right before the MMA)."""
+    cuts: list[TensorView] = []
+    for expr in exprs:
+        if not isinstance(expr, MmaOp):
+            continue
+        for operand in (expr.a, expr.b):
+            tv = operand
+            while tv.definition is not None and is_metadata_op(tv.definition):
+                tv = tv.definition.tensor_inputs[0]
+            if tv.definition is not None:
+                cuts.append(tv)
+    needed: set[int] = set()
+    frontier = list(cuts)
+    while frontier:
+        tv = frontier.pop()
+        if tv.definition is None or id(tv.definition) in needed:
+            continue
+        needed.add(id(tv.definition))
+        frontier.extend(tv.definition.tensor_inputs)
+    return [e for e in exprs if id(e) in needed]
+
+
+def _greedy(fusion: Fusion, exprs: list[Expr], target: TargetInfo) -> list[list[Expr]]:
+    """Groups grown in order while some scheduler accepts them (the whole list, when one
+    scheduler takes it: a lone metadata op must not become a copy kernel of its own)."""
+    if exprs:
+        members = {id(e) for e in exprs}
+        later = [e for e in fusion.exprs() if id(e) not in members]
+        whole, _, _ = sub_fusion(fusion, exprs, _group_outputs(fusion, exprs, later), "trial")
+        if pick_scheduler(whole, target)[0] is not None:
+            return [list(exprs)]
+    all_exprs = fusion.exprs()
     groups: list[list[Expr]] = []
     current: list[Expr] = []
-    for index, expr in enumerate(exprs):
+    for expr in exprs:
         candidate = [*current, expr]
-        outputs = _group_outputs(fusion, candidate, exprs[index + 1 :])
+        members = {id(e) for e in candidate}
+        later = [e for e in all_exprs if id(e) not in members]
+        outputs = _group_outputs(fusion, candidate, later)
         trial, _, _ = sub_fusion(fusion, candidate, outputs or [expr.output], "trial")
         if pick_scheduler(trial, target)[0] is not None:
             current = candidate
@@ -130,8 +170,7 @@ def segment(fusion: Fusion, target: TargetInfo) -> SegmentedFusion:
         current = [expr]
     if current:
         groups.append(current)
-
-    return _plans(fusion, groups, target)
+    return groups
 
 
 def _plans(fusion: Fusion, groups: list[list[Expr]], target: TargetInfo) -> SegmentedFusion:

@@ -116,3 +116,15 @@ def test_permuted_and_broadcast_inputs_are_read_in_place() -> None:
 def test_strided_input_honoured() -> None:
     # A [M, K] stored column-major: strides (1, M).
     check_fusion(lambda a: pf.exp(a) * 2.0, [pf.spec((9, 37), f32, strides=(1, 9))])
+
+
+def test_fp32_matmul_and_linear_run_as_reductions() -> None:
+    # fp32 operands stay fp32-accurate: decomposed into multiply + sum (no tf32).
+    result = check_fusion(lambda a, b: a @ b, [pf.spec((7, 13), f32), pf.spec((13, 5), f32)],
+                          rtol=1e-5, atol=1e-5)
+    assert [k.plan.scheduler for k in result.kernels] == ["reduction"]
+    check_fusion(lambda x, w, b: pf.relu(pf.linear(x, w, b)),
+                 [pf.spec((3, 9), f32), pf.spec((4, 9), f32), pf.spec((4,), f32)])
+    check_fusion(lambda a, b: a @ b, [pf.spec((13,), f32), pf.spec((13, 5), f32)])
+    check_fusion(lambda a, b: pf.matmul(a, pf.sin(b)), [pf.spec((6, 8), f32),
+                                                         pf.spec((8, 3), f32)])

@@ -1,0 +1,243 @@
+"""Side-by-side timings: pyfuse against torch eager and torch.compile, measured in one run.
+
+Run on a GPU machine with torch and triton installed:
+
+    PYTHONPATH=. python3 benchmarks/run.py [--only NAME ...] [--json results.json]
+
+Every case uses fresh random data (never zeros), checks pyfuse's result against eager
+torch first, and times with ``triton.testing.do_bench`` (median). Ratios are
+``anchor_time / pyfuse_time``: above 1.0 pyfuse is faster. Memory-bound cases also print
+achieved bandwidth (bytes read + written per second).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import pyfuse as pf
+
+
+@dataclass
+class Result:
+    name: str
+    pyfuse_ms: float
+    anchors_ms: dict[str, float]
+    bytes_moved: int = 0
+    flops: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def ratios(self) -> dict[str, float]:
+        return {name: ms / self.pyfuse_ms for name, ms in self.anchors_ms.items()}
+
+
+def _bench(fn: Callable[[], Any]) -> float:
+    from triton.testing import do_bench
+
+    return float(do_bench(fn, warmup=25, rep=200))
+
+
+def _check(name: str, got: Any, want: Any, tolerance: float) -> None:
+    import torch
+
+    error = (got.float() - want.float()).abs().max().item()
+    scale = want.float().abs().max().item() + 1e-6
+    if not error <= tolerance * max(1.0, scale):
+        raise SystemExit(f"{name}: pyfuse disagrees with torch (max error {error})")
+
+
+def _memory_case(
+    name: str,
+    fused: pf.FusedFunction,
+    eager: Callable[..., Any],
+    args: tuple[Any, ...],
+    tolerance: float,
+) -> Result:
+    import torch
+
+    compiled = torch.compile(eager)
+    out = fused(*args)
+    _check(name, out, eager(*args), tolerance)
+    moved = sum(a.numel() * a.element_size() for a in args) + out.numel() * out.element_size()
+    result = Result(
+        name,
+        _bench(lambda: fused(*args)),
+        {"eager": _bench(lambda: eager(*args)), "compile": _bench(lambda: compiled(*args))},
+        bytes_moved=moved,
+    )
+    return result
+
+
+def case_gelu() -> Result:
+    import torch
+
+    n = 2**27
+    x, y, z = (torch.randn(n, device="cuda") for _ in range(3))
+    fused = pf.fuse(lambda x, y, z: pf.gelu(x * y + z).to(pf.bfloat16), name="gelu_fma")
+
+    def eager(x: Any, y: Any, z: Any) -> Any:
+        return torch.nn.functional.gelu(x * y + z).to(torch.bfloat16)
+
+    return _memory_case("gelu(x*y+z) 2^27 f32->bf16", fused, eager, (x, y, z), 1e-2)
+
+
+def case_softmax() -> Result:
+    import torch
+
+    x = torch.randn(16384, 4096, device="cuda", dtype=torch.bfloat16)
+    fused = pf.fuse(lambda x: pf.softmax(x, -1), name="softmax")
+
+    def eager(x: Any) -> Any:
+        return torch.softmax(x.float(), -1).to(torch.bfloat16)
+
+    return _memory_case("softmax 16384x4096 bf16", fused, eager, (x,), 1e-2)
+
+
+def case_layer_norm() -> Result:
+    import torch
+
+    x = torch.randn(16384, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+    fused = pf.fuse(lambda x, w, b: pf.layer_norm(x, w, b, 1e-5), name="layer_norm")
+
+    def eager(x: Any, w: Any, b: Any) -> Any:
+        return torch.nn.functional.layer_norm(x, (4096,), w, b, 1e-5)
+
+    return _memory_case("layer_norm 16384x4096 bf16", fused, eager, (x, w, b), 5e-2)
+
+
+def case_rms_norm() -> Result:
+    import torch
+
+    x = torch.randn(16384, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+    fused = pf.fuse(lambda x, w: pf.rms_norm(x, w, 1e-6), name="rms_norm")
+
+    def eager(x: Any, w: Any) -> Any:
+        xf = x.float()
+        scale = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return (xf * scale * w.float()).to(torch.bfloat16)
+
+    return _memory_case("rms_norm 16384x4096 bf16", fused, eager, (x, w), 5e-2)
+
+
+def case_host_overhead() -> Result:
+    """Wall time of a warm call on 16 elements, against one torch op (both asynchronous)."""
+    import torch
+
+    x, y = torch.randn(16, device="cuda"), torch.randn(16, device="cuda")
+    fused = pf.fuse(lambda x, y: x + y, name="tiny_add")
+    fused(x, y)
+    torch.cuda.synchronize()
+
+    def per_call(fn: Callable[[], Any], count: int = 20000) -> float:
+        fn()
+        start = time.perf_counter()
+        for _ in range(count):
+            fn()
+        elapsed = time.perf_counter() - start
+        torch.cuda.synchronize()
+        return elapsed / count * 1e3  # ms
+
+    return Result(
+        "host overhead, warm call, 16 elements (wall ms per call)",
+        per_call(lambda: fused(x, y)),
+        {"torch x+y": per_call(lambda: x + y)},
+    )
+
+
+_COLD_SCRIPT = """
+import time, torch, pyfuse as pf
+x = torch.randn(1000, 1000, device="cuda")
+torch.cuda.synchronize()
+start = time.perf_counter()
+f = pf.fuse(lambda x: pf.tanh(x) * 3.0 + 1.0, name="cold_case")
+y = f(x)
+torch.cuda.synchronize()
+print(time.perf_counter() - start)
+"""
+
+
+def case_cold_call() -> Result:
+    """First call of a new pointwise fusion (trace to launched kernel) in a fresh process, with an
+    empty kernel cache and then with the cubin cached on disk."""
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, PYFUSE_CACHE_DIR=cache)
+        times = []
+        for _ in range(2):
+            output = subprocess.run(
+                [sys.executable, "-c", _COLD_SCRIPT], env=env, capture_output=True, text=True,
+                check=True,
+            )
+            times.append(float(output.stdout.strip().splitlines()[-1]) * 1e3)
+    return Result(
+        "cold first call (ms): empty cache / cubin cached",
+        times[0],
+        {"disk-cached call": times[1]},
+        notes=["ratios here are cached/empty: not a speed ratio against an anchor"],
+    )
+
+
+CASES: dict[str, Callable[[], Result]] = {
+    "gelu": case_gelu,
+    "softmax": case_softmax,
+    "layer_norm": case_layer_norm,
+    "rms_norm": case_rms_norm,
+    "host_overhead": case_host_overhead,
+    "cold_call": case_cold_call,
+}
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="*", choices=sorted(CASES), default=None)
+    parser.add_argument("--json", default=None, help="also write the results to this file")
+    args = parser.parse_args()
+
+    import torch
+
+    gpu = torch.cuda.get_device_name()
+    header = f"pyfuse {pf.__version__} commit {_commit()} on {gpu}, {datetime.date.today()}"
+    print(header)
+    results = []
+    for name in args.only or list(CASES):
+        try:
+            result = CASES[name]()
+        except Exception as error:  # report and go on: one failing case must not hide the rest
+            print(f"{name}: FAILED: {type(error).__name__}: {error}")
+            continue
+        results.append(result)
+        ratios = ", ".join(f"{k} {v:.2f}x" for k, v in result.ratios().items())
+        line = f"{result.name}: pyfuse {result.pyfuse_ms:.4f} ms; {ratios}"
+        if result.bytes_moved:
+            line += f"; pyfuse {result.bytes_moved / result.pyfuse_ms / 1e9:.2f} TB/s"
+            for anchor, ms in result.anchors_ms.items():
+                line += f", {anchor} {result.bytes_moved / ms / 1e9:.2f} TB/s"
+        print(line, flush=True)
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump({"header": header, "results": [asdict(r) for r in results]}, handle,
+                      indent=2)
+
+
+if __name__ == "__main__":
+    main()

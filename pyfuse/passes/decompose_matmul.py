@@ -1,0 +1,105 @@
+"""Decompose the matmuls that translation left alone into broadcast, multiply and sum.
+
+Expects the fusion after ``translate_patterns``: any MatmulOp or LinearOp still present was
+refused for the tensor-core path (fp32 operands, a 1-D operand, a size-1 M, N or K).
+Guarantees: each becomes ``sum_K(a[..., M, 1, K] * b[..., 1, N, K])`` computed in fp32 (fp32
+operands stay fp32-accurate: no tf32) and cast to the op's dtype, plus the bias for a
+LinearOp; the values are those of the original op (checked against the interpreter in
+tests). The reduction scheduler then takes the result like any other reduction.
+"""
+
+from __future__ import annotations
+
+from pyfuse.ir import dtypes
+from pyfuse.ir import ops as ir_ops
+from pyfuse.ir.exprs import BinaryOpType, LinearOp, MatmulOp, ReductionOpType
+from pyfuse.ir.fusion import Fusion
+from pyfuse.ir.naming import source_location
+from pyfuse.ir.tensor import TensorView
+
+
+def _contract(a: TensorView, b_nk: TensorView, out_dtype: dtypes.DType) -> TensorView:
+    """``a [..., M, K]`` times ``b_nk [..., N, K]`` summed over K, batch axes broadcast."""
+    math = dtypes.float32 if out_dtype.itemsize < 4 else out_dtype
+    a_b = ir_ops.unsqueeze(ir_ops.cast(a, math), -2)  # [..., M, 1, K]
+    b_b = ir_ops.unsqueeze(ir_ops.cast(b_nk, math), -3)  # [..., 1, N, K]
+    product = ir_ops.binary(BinaryOpType.MUL, a_b, b_b)
+    return ir_ops.reduce(ReductionOpType.SUM, product, -1)
+
+
+def decompose_matmuls(fusion: Fusion) -> int:
+    """Rewrite every remaining MatmulOp/LinearOp in place; returns how many were rewritten."""
+    count = 0
+    for expr in fusion.exprs():
+        if not isinstance(expr, MatmulOp | LinearOp):
+            continue
+        out = expr.output
+        with fusion, source_location(expr.source):
+            if isinstance(expr, MatmulOp):
+                a, b = expr.a, expr.b
+                a2 = ir_ops.unsqueeze(a, 0) if a.ndim == 1 else a
+                b2 = ir_ops.unsqueeze(b, 1) if b.ndim == 1 else b
+                result = _contract(a2, ir_ops.transpose(b2, -1, -2), out.dtype)
+                if a.ndim == 1:
+                    result = ir_ops.squeeze(result, result.ndim - 2)
+                if b.ndim == 1:
+                    result = ir_ops.squeeze(result, result.ndim - 1)
+            else:
+                x, weight, bias = expr.x, expr.weight, expr.bias
+                x2 = ir_ops.unsqueeze(x, 0) if x.ndim == 1 else x
+                result = _contract(x2, weight, out.dtype)
+                if bias is not None:
+                    result = ir_ops.binary(
+                        BinaryOpType.ADD, result, ir_ops.cast(bias, result.dtype)
+                    )
+                if x.ndim == 1:
+                    result = ir_ops.squeeze(result, 0)
+            result = ir_ops.cast(result, out.dtype)
+            if result is out or fusion.is_input(result):
+                result = ir_ops.set_copy(result)
+        _replace(fusion, out, result)
+        expr.unlink()
+        count += 1
+    return count
+
+
+def _replace(fusion: Fusion, old: TensorView, new: TensorView) -> None:
+    fusion.replace_uses(old, new)  # output slots too: an output keeps its place
+
+
+def decompose_unschedulable_mmas(fusion: Fusion) -> int:
+    """Rewrite MMAs whose operands TMA cannot load (strides that are not 16-byte multiples,
+    M/N/K axes split across memory) into multiply + sum, so they still run — on the
+    reduction path — instead of failing. Returns how many were rewritten."""
+    from pyfuse.ir.exprs import MmaOp
+    from pyfuse.ir.id_model import IdModel
+    from pyfuse.passes import schedule_matmul
+
+    count = 0
+    for expr in fusion.exprs():
+        if not isinstance(expr, MmaOp):
+            continue
+        id_model = IdModel(fusion)
+        reasons = []
+        for operand in (expr.a, expr.b):
+            root = schedule_matmul.operand_root(fusion, operand)
+            if root is None:
+                continue  # a computed operand: segmentation gives it a kernel of its own
+            reason = schedule_matmul.tma_reason(root) or schedule_matmul.layout_reason(
+                expr, root, id_model
+            )
+            if reason is not None:
+                reasons.append(reason)
+        if not reasons:
+            continue
+        out = expr.output
+        with fusion, source_location(expr.source):
+            a = ir_ops.cast(expr.a, dtypes.float32)
+            b = ir_ops.cast(expr.b, dtypes.float32)
+            product = ir_ops.binary(BinaryOpType.MUL, a, b)
+            axes = [i for i, axis in enumerate(out.logical) if axis.is_reduction]
+            result = ir_ops.reduce(ReductionOpType.SUM, product, axes)
+        _replace(fusion, out, result)
+        expr.unlink()
+        count += 1
+    return count

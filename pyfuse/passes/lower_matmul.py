@@ -1,0 +1,255 @@
+"""Lowering of a scheduled Hopper matmul kernel to kernel IR.
+
+Expects a :class:`KernelPlan` from the matmul scheduler, after ``remove_broadcasts``: MMA
+operands are shared-memory caches loaded by TMA from aliases of fusion inputs, the MMA
+outputs are fp32 register accumulators, everything downstream is a pointwise epilogue.
+
+Guarantees: the kernel body is one :class:`MatmulMainLoop`:
+
+- one :class:`TmaOperand` per distinct operand, described from the *input's* memory (the
+  alias chain is followed, so broadcast and permute ops cost nothing): dims in memory order
+  with their M/N/K/batch roles (adjacent dims of one role whose strides allow it are
+  collapsed into one), element strides, the box (``tile_m``/``tile_n`` x ``tile_k``), a
+  128-byte swizzle, and its place in the circular shared-memory buffer;
+- one accumulator register buffer per MMA;
+- an epilogue run per accumulator element with ``row``/``col``/``batch_index`` bound: every
+  epilogue expr lowered with the pointwise machinery of :mod:`pyfuse.passes.lower` (indices
+  derived from the accumulator's logical axes), guarded by ``row < M and col < N``;
+- the launch: ``block = (128, consumer warpgroups + 1)`` (warpgroup 0 produces), the grid
+  is the SM count for a persistent schedule, else ``(N tiles * swizzle, M tiles / swizzle,
+  batch)``, and the dynamic shared memory holds the barriers and every stage.
+"""
+
+from __future__ import annotations
+
+from pyfuse.errors import ScheduleError
+from pyfuse.ir import dtypes
+from pyfuse.ir import kernel_ir as k
+from pyfuse.ir.exprs import LoadStoreKind, LoadStoreOp, MmaOp
+from pyfuse.ir.id_model import IdMappingMode
+from pyfuse.ir.iterdomain import IterDomain
+from pyfuse.ir.params import MatmulParams
+from pyfuse.ir.target import TargetInfo
+from pyfuse.ir.tensor import MemoryType, TensorView, Val
+from pyfuse.passes.lower import _Lowering
+from pyfuse.passes.plan import KernelPlan
+from pyfuse.passes.schedule_matmul import (
+    BARRIER_BYTES,
+    SWIZZLE_BYTES,
+    WGMMA_M,
+    operand_memory_roles,
+)
+
+THREADS_PER_WARPGROUP = 128
+SMEM_ALIGN = 1024  # a 128-byte-swizzled tile starts on its 1024-byte pattern boundary
+
+
+def _align(value: int, alignment: int) -> int:
+    return -(-value // alignment) * alignment
+
+
+class _MatmulLowering(_Lowering):
+    def __init__(self, plan: KernelPlan, name: str, target: TargetInfo) -> None:
+        super().__init__(plan, name)
+        self.target = target
+        fields = MatmulParams.__dataclass_fields__
+        self.matmul = MatmulParams(**{key: plan.params[key] for key in fields})
+        self._allocated: set[int] = set()
+        self.mmas = [e for e in self.fusion.exprs() if isinstance(e, MmaOp)]
+        self.accumulators: dict[int, k.Buffer] = {}
+        first = self.mmas[0]
+        self.roles = first.roles()
+        self.row = k.Var("row", self.index_dtype)
+        self.col = k.Var("col", self.index_dtype)
+        self.batch_index = k.Var("batch", self.index_dtype)
+        self.element = k.Var("element", dtypes.int32)
+
+    # -- the accumulator's logical indices come from the fragment coordinates ------------------
+    def _reference_indices(self, by_position: dict[int, k.KExpr]) -> dict[int, k.KExpr]:
+        del by_position
+        index: dict[int, k.KExpr] = {}
+        by_role = {"m": self.row, "n": self.col, "batch": self.batch_index}
+        for role, combined in by_role.items():
+            axes = [a for a, r in zip(self.reference.logical, self.roles, strict=True) if r == role]
+            remaining: k.KExpr = combined
+            for axis in reversed(axes):  # the merged index, innermost axis fastest
+                extent = k.const(axis.logical_extent, self.index_dtype)
+                index[id(axis)] = k.mod(remaining, extent) if axis is not axes[0] else remaining
+                remaining = k.floordiv(remaining, extent)
+        zero = k.const(0, self.index_dtype)
+        for axis, role in zip(self.reference.logical, self.roles, strict=True):
+            if role == "k":
+                index[id(axis)] = zero
+        return index
+
+    def _read(self, expr, val: Val, consumer_index, by_position, compute_dtype):  # type: ignore[no-untyped-def,override]
+        if isinstance(val, TensorView) and id(val) in self.accumulators:
+            return k.Load(self.accumulators[id(val)], self.element, val.dtype)
+        return super()._read(expr, val, consumer_index, by_position, compute_dtype)
+
+    def _buffer_index(self, tv: TensorView, by_position: dict[int, k.KExpr]) -> k.KExpr:
+        # Epilogue values are one register per accumulator element: the element loop is the
+        # MatmulMainLoop's, unrolled by the emitter.
+        return k.const(0, self.index_dtype)
+
+    # -- operands ------------------------------------------------------------------------------
+    def _operand(self, cache: TensorView, offset: int) -> k.TmaOperand:
+        definition = cache.definition
+        assert isinstance(definition, LoadStoreOp) and definition.kind == LoadStoreKind.TMA_LOAD
+        source = definition.tensor_inputs[0]
+        root = source.alias_of if source.alias_of is not None else source
+        if not self.fusion.is_input(root):
+            raise ScheduleError(f"kernel {self.name}: operand T{cache.name} does not view an input")
+        buffer = self._buffer(root)
+        collapsed = operand_memory_roles(self.mmas[0], root, self.id_model)
+        if collapsed is None:
+            raise ScheduleError(f"kernel {self.name}: operand T{cache.name}'s memory has no roles")
+        tile = {"m": self.matmul.tile_m, "n": self.matmul.tile_n, "k": self.matmul.tile_k}
+        # The contiguous box dim spans at most the swizzle (128 bytes); a wider tile takes
+        # several copies side by side.
+        span = SWIZZLE_BYTES // cache.dtype.itemsize
+        box = [min(tile.get(role, 1) or 1, extent) for extent, _, role in collapsed]
+        box[-1] = min(box[-1], span)
+        stage_bytes = cache.dtype.itemsize
+        for (extent, _, role), width in zip(collapsed, box, strict=True):
+            stage_bytes *= min(tile.get(role, 1) or 1, extent) if role != "batch" else width
+        return k.TmaOperand(
+            buffer_name=buffer.name,
+            dtype=cache.dtype,
+            shape=tuple(extent for extent, _, _ in collapsed),
+            strides=tuple(stride for _, stride, _ in collapsed),
+            box=tuple(box),
+            roles=tuple(role for _, _, role in collapsed),
+            swizzle_bytes=SWIZZLE_BYTES,
+            smem_offset=offset,
+            stage_bytes=_align(stage_bytes, SMEM_ALIGN),
+            stage_tile_bytes=stage_bytes,
+        )
+
+    def _role(self, axis: IterDomain) -> str:
+        for out_axis, role in zip(self.reference.logical, self.roles, strict=True):
+            for mode in (IdMappingMode.EXACT, IdMappingMode.BROADCAST):
+                if self.id_model.mapped(axis, out_axis, mode):
+                    return role
+        raise ScheduleError(f"kernel {self.name}: operand axis {axis} has no MMA role")
+
+    # -- the kernel ----------------------------------------------------------------------------
+    def lower(self) -> k.Kernel:
+        params = self.matmul
+        assert params.tile_m and params.tile_n and params.tile_k and params.stages
+        caches: list[TensorView] = []
+        for tv in self.fusion.tensors():
+            definition = tv.definition
+            if isinstance(definition, LoadStoreOp) and definition.kind == LoadStoreKind.TMA_LOAD:
+                caches.append(tv)
+        offset = _align(BARRIER_BYTES, SMEM_ALIGN)
+        operands: list[k.TmaOperand] = []
+        operand_index: dict[int, int] = {}
+        for cache in caches:
+            operand = self._operand(cache, offset)
+            operand_index[id(cache)] = len(operands)
+            operands.append(operand)
+            offset += operand.stage_bytes
+        stage_total = offset - _align(BARRIER_BYTES, SMEM_ALIGN)
+        operands = [k.TmaOperand(**{**o.__dict__, "stage_bytes": stage_total}) for o in operands]
+        smem_bytes = _align(BARRIER_BYTES, SMEM_ALIGN) + stage_total * params.stages
+        if smem_bytes > self.target.max_smem_per_block:
+            raise ScheduleError(
+                f"kernel {self.name}: {params.stages} stages of {stage_total} bytes need "
+                f"{smem_bytes} bytes of shared memory, more than {self.target.max_smem_per_block}"
+            )
+        for tv in self.fusion.inputs + self.fusion.outputs:
+            self._buffer(tv)
+
+        warpgroups = params.tile_m // WGMMA_M
+        mmas: list[tuple[int, int, k.Buffer]] = []
+        for mma in self.mmas:
+            out = mma.output
+            registers = params.tile_n // 2 * (params.tile_m // WGMMA_M // warpgroups)
+            accumulator = k.Buffer(f"T{out.name}", dtypes.float32, MemoryType.LOCAL, registers)
+            self.accumulators[id(out)] = accumulator
+            self.buffers[id(out)] = accumulator
+            mmas.append((operand_index[id(mma.a)], operand_index[id(mma.b)], accumulator))
+
+        sizes = {"m": 1, "n": 1, "k": 1, "batch": 1}
+        for axis, role in zip(self.reference.logical, self.roles, strict=True):
+            sizes[role] *= axis.logical_extent
+        epilogue = self._epilogue(sizes)
+        loop = k.MatmulMainLoop(
+            operands=operands,
+            mmas=mmas,
+            m=sizes["m"],
+            n=sizes["n"],
+            k=sizes["k"],
+            batch=sizes["batch"],
+            tile_m=params.tile_m,
+            tile_n=params.tile_n,
+            tile_k=params.tile_k,
+            stages=params.stages,
+            consumer_warpgroups=warpgroups,
+            grid_swizzle=params.grid_swizzle or 1,
+            persistent=bool(params.persistent),
+            row=self.row,
+            col=self.col,
+            batch_index=self.batch_index,
+            element=self.element,
+            epilogue=epilogue,
+        )
+        m_tiles = -(-sizes["m"] // params.tile_m)
+        n_tiles = -(-sizes["n"] // params.tile_n)
+        tiles = m_tiles * n_tiles * sizes["batch"]
+        if params.persistent:
+            grid = (min(self.target.sm_count, tiles), 1, 1)
+        else:
+            swizzle = params.grid_swizzle or 1
+            grid = (n_tiles * swizzle, -(-m_tiles // swizzle), sizes["batch"])
+        params_sorted = sorted(self.params, key=lambda p: (p.role != k.ParamRole.INPUT, p.index))
+        return k.Kernel(
+            name=self.name,
+            params=params_sorted,
+            buffers={b.name: b for b in self.buffers.values()},
+            body=[loop],
+            grid=grid,
+            block=(THREADS_PER_WARPGROUP, warpgroups + 1, 1),
+            smem_bytes=smem_bytes,
+            index_dtype=self.index_dtype,
+        )
+
+    def _epilogue(self, sizes: dict[str, int]) -> list[k.Stmt]:
+        statements: list[k.Stmt] = []
+        epilogue_exprs = []
+        for expr in self.fusion.exprs():
+            if isinstance(expr, MmaOp) or expr.output.alias_of is not None:
+                continue
+            if isinstance(expr, LoadStoreOp) and expr.kind == LoadStoreKind.TMA_LOAD:
+                continue
+            epilogue_exprs.append(expr)
+        body: list[k.Stmt] = []
+        for expr in epilogue_exprs:
+            out = expr.output
+            ref_index = self._reference_indices({})
+            consumer_index = self._logical_index(out, ref_index)
+            value = self._value(expr, consumer_index, {})
+            buffer = self._buffer(out)
+            if buffer.memory == MemoryType.GLOBAL:
+                index = self._global_offset(out, consumer_index)
+            else:
+                if id(out) not in self._allocated:
+                    statements.append(k.Alloc(buffer))
+                    self._allocated.add(id(out))
+                index = k.const(0, self.index_dtype)
+            body.append(k.Store(buffer, index, value))
+        guard = k.all_of(
+            [
+                k.less_than(self.row, k.const(sizes["m"], self.index_dtype)),
+                k.less_than(self.col, k.const(sizes["n"], self.index_dtype)),
+            ]
+        )
+        statements.append(k.If(guard, body))
+        return statements
+
+
+def lower_matmul(plan: KernelPlan, name: str, target: TargetInfo) -> k.Kernel:
+    """Kernel IR of one scheduled matmul kernel (see the module docstring)."""
+    with plan.fusion:
+        return _MatmulLowering(plan, name, target).lower()

@@ -1,0 +1,262 @@
+"""The matmul path on the CPU: translation, intermediate skipping, the Hopper schedule (grid
+swizzle, persistent, both), inlining, validation, broadcast removal and lowering, for
+MatmulOp, LinearOp (with and without bias) and multiply-sum, in every operand layout."""
+
+from __future__ import annotations
+
+import pytest
+
+import pyfuse as pf
+from pyfuse.errors import ScheduleError
+from pyfuse.ir import kernel_ir as k
+from pyfuse.ir.exprs import MmaOp
+from pyfuse.ir.id_model import IdMappingMode, IdModel
+from pyfuse.ir.iterdomain import Merge, ParallelType
+from pyfuse.ir.target import HOPPER
+from pyfuse.passes import pipeline
+from pyfuse.passes.schedule_matmul import k_tile_position
+from pyfuse.passes.skip_intermediates import global_intermediates
+
+bf16 = pf.bfloat16
+M, N, K = 1024, 2048, 512
+
+
+def _matmul(a, b):  # type: ignore[no-untyped-def]
+    return pf.matmul(a, b)
+
+
+def _linear(x, w):  # type: ignore[no-untyped-def]
+    return pf.linear(x, w)
+
+
+def _linear_bias(x, w, b):  # type: ignore[no-untyped-def]
+    return pf.gelu(pf.linear(x, w, b), approximate="tanh")
+
+
+def _mul_sum(a, b):  # type: ignore[no-untyped-def]
+    return pf.sum(a.unsqueeze(1) * b.unsqueeze(0), -1)
+
+
+PATTERNS = {
+    "matmul": (_matmul, [((M, K), bf16), ((K, N), bf16)]),
+    "linear": (_linear, [((M, K), bf16), ((N, K), bf16)]),
+    "linear_bias": (_linear_bias, [((M, K), bf16), ((N, K), bf16), ((N,), bf16)]),
+    "mul_sum": (_mul_sum, [((M, K), bf16), ((N, K), bf16)]),
+}
+SCHEDULES = {
+    "default": pf.MatmulParams(grid_swizzle=1, persistent=False),
+    "swizzle": pf.MatmulParams(grid_swizzle=4, persistent=False),
+    "persistent": pf.MatmulParams(grid_swizzle=1, persistent=True),
+    "both": pf.MatmulParams(grid_swizzle=4, persistent=True),
+}
+
+
+def _run(fn, specs, params=None):  # type: ignore[no-untyped-def]
+    fused = pf.fuse(fn, matmul=params)
+    fusion = fused.trace(*(pf.spec(shape, dtype) for shape, dtype in specs))
+    return fusion, pipeline.run(fusion, HOPPER, params)
+
+
+@pytest.mark.parametrize("schedule", sorted(SCHEDULES))
+@pytest.mark.parametrize("pattern", sorted(PATTERNS))
+def test_matmul_patterns_under_every_schedule(pattern: str, schedule: str) -> None:
+    fn, specs = PATTERNS[pattern]
+    params = SCHEDULES[schedule]
+    _, result = _run(fn, specs, params)
+
+    # One kernel, taken by the matmul scheduler, with one MMA and no global intermediate.
+    assert len(result.kernels) == 1
+    stages = result.kernels[0]
+    assert stages.plan.scheduler == "matmul"
+    fusion = stages.plan.fusion
+    mmas = [e for e in fusion.exprs() if isinstance(e, MmaOp)]
+    assert len(mmas) == 1
+    assert result.segmented.intermediates == {}
+    assert global_intermediates(fusion) == []
+
+    # The inline positions the scheduler intends: operand tiles inside the K-tile loop, the
+    # accumulator at the tile loops, the epilogue fully inlined into the accumulator's nest.
+    mma = mmas[0]
+    accumulator = mma.output
+    k_position = k_tile_position(accumulator)
+    a_smem, b_smem = mma.a, mma.b
+    for operand in (a_smem, b_smem):
+        assert operand.memory_type.value == "s"
+        assert operand.inline_position == k_position
+        assert operand.circular_buffer_stages >= 2
+        assert all(a.parallel_type == ParallelType.BULK for a in operand.loop[k_position:])
+    assert accumulator.inline_position == k_position - 1
+    epilogue = [tv for tv in fusion.tensors() if tv.definition is not None
+                and not isinstance(tv.definition, MmaOp) and tv.memory_type.value == "l"
+                and tv is not accumulator]
+    for tv in epilogue:
+        assert tv.inline_position == len(tv.loop)
+
+    # The IdModel maps A's swizzled/persistent outer tile ID to B's and the output's.
+    id_model = IdModel(fusion)
+    merges = [step for step in accumulator.history if isinstance(step, Merge)]
+    tile_merges = [m for m in merges if not m.output.is_reduction]
+    if params.grid_swizzle and params.grid_swizzle > 1 or params.persistent:
+        assert tile_merges, "the schedule must merge tile loops"
+        outer = accumulator.loop[0]
+        assert id_model.mapped(a_smem.loop[0], outer, IdMappingMode.PERMISSIVE)
+        assert id_model.mapped(b_smem.loop[0], outer, IdMappingMode.PERMISSIVE)
+        assert id_model.mapped(a_smem.loop[0], b_smem.loop[0], IdMappingMode.PERMISSIVE)
+        # A's N tile is a broadcast: its merged tile ID is not EXACT-mapped to the output's.
+        if params.grid_swizzle and params.grid_swizzle > 1 and not params.persistent:
+            swizzled = accumulator.loop[1]
+            assert id_model.mapped(a_smem.loop[1], swizzled, IdMappingMode.PERMISSIVE)
+            assert not id_model.mapped(a_smem.loop[1], swizzled, IdMappingMode.EXACT)
+
+    # Lowering succeeds: one MatmulMainLoop that reads the inputs in place with TMA.
+    kernel = stages.kernel_ir
+    (loop,) = kernel.body
+    assert isinstance(loop, k.MatmulMainLoop)
+    assert loop.persistent == bool(params.persistent)
+    assert loop.grid_swizzle == (params.grid_swizzle or 1)
+    assert (loop.m, loop.n, loop.k) == (M, N, K)
+    input_names = {p.buffer_name for p in kernel.params if p.role == k.ParamRole.INPUT}
+    assert {o.buffer_name for o in loop.operands} <= input_names
+    if params.persistent:
+        tiles = -(-M // loop.tile_m) * -(-N // loop.tile_n)
+        assert kernel.grid == (min(HOPPER.sm_count, tiles), 1, 1)
+
+
+def _layout_case(a_major: str, b_major: str, as_transpose: bool):  # type: ignore[no-untyped-def]
+    """A [M, K] and B [K, N] in the given majors, as user transposes or strided inputs."""
+    a_shape = (M, K) if a_major == "k" else (K, M)
+    b_shape = (N, K) if b_major == "k" else (K, N)
+    if as_transpose:
+        def fn(a, b):  # type: ignore[no-untyped-def]
+            a2 = a if a_major == "k" else a.T
+            b2 = b.T if b_major == "k" else b
+            return a2 @ b2
+
+        return fn, [pf.spec(a_shape, bf16), pf.spec(b_shape, bf16)]
+    a_spec = pf.spec((M, K), bf16, strides=(K, 1) if a_major == "k" else (1, M))
+    b_spec = pf.spec((K, N), bf16, strides=(1, K) if b_major == "k" else (N, 1))
+    return (lambda a, b: a @ b), [a_spec, b_spec]
+
+
+@pytest.mark.parametrize("as_transpose", [True, False])
+@pytest.mark.parametrize("b_major", ["k", "n"])
+@pytest.mark.parametrize("a_major", ["k", "m"])
+def test_all_operand_layouts(a_major: str, b_major: str, as_transpose: bool) -> None:
+    fn, specs = _layout_case(a_major, b_major, as_transpose)
+    fusion = pf.fuse(fn).trace(*specs)
+    result = pipeline.run(fusion, HOPPER)
+    assert [s.plan.scheduler for s in result.kernels] == ["matmul"]
+    assert result.segmented.intermediates == {}
+    (loop,) = result.kernels[0].kernel_ir.body
+    assert isinstance(loop, k.MatmulMainLoop)
+    a_operand, b_operand = (loop.operands[i] for i in loop.mmas[0][:2])
+    assert a_operand.k_major == (a_major == "k")
+    assert b_operand.k_major == (b_major == "k")
+    assert set(a_operand.roles) == {"m", "k"} and set(b_operand.roles) == {"n", "k"}
+    # The contiguous box dim never exceeds the 128-byte swizzle span.
+    for operand in (a_operand, b_operand):
+        assert operand.box[-1] * operand.dtype.itemsize <= operand.swizzle_bytes
+
+
+def test_batch_matmul_keeps_batch_role() -> None:
+    fusion = pf.fuse(lambda a, b: a @ b).trace(pf.spec((3, 256, 64), bf16),
+                                              pf.spec((3, 64, 128), bf16))
+    result = pipeline.run(fusion, HOPPER)
+    (loop,) = result.kernels[0].kernel_ir.body
+    assert isinstance(loop, k.MatmulMainLoop) and loop.batch == 3
+
+
+def test_broadcast_batch_matmul_still_runs() -> None:
+    # B's N axes ([5, K, N]: the broadcast batch becomes an N axis) are not one run of memory,
+    # so TMA cannot load an N tile: the MMA runs as multiply + sum instead, never an error.
+    fusion = pf.fuse(lambda a, b: a @ b).trace(pf.spec((2, 1, 64, 32), bf16),
+                                              pf.spec((5, 32, 48), bf16))
+    result = pipeline.run(fusion, HOPPER)
+    assert [s.plan.scheduler for s in result.kernels] == ["reduction"]
+
+
+def test_epilogue_with_bias_activation_residual_cast_and_extra_output() -> None:
+    def fn(x, w, b, r):  # type: ignore[no-untyped-def]
+        pre = pf.linear(x, w, b)
+        out = (pf.gelu(pre, approximate="tanh") + r).to(pf.float32)
+        return out, pre
+
+    specs = [((M, K), bf16), ((N, K), bf16), ((N,), bf16), ((M, N), bf16)]
+    _, result = _run(fn, specs)
+    assert [s.plan.scheduler for s in result.kernels] == ["matmul"]
+    kernel = result.kernels[0].kernel_ir
+    outputs = [p for p in kernel.params if p.role == k.ParamRole.OUTPUT]
+    assert sorted(p.dtype.name for p in outputs) == ["bfloat16", "float32"]
+    assert result.segmented.intermediates == {}
+
+
+def test_gate_up_pair_shares_one_operand_load() -> None:
+    def fn(x, w1, w3):  # type: ignore[no-untyped-def]
+        return pf.silu(x @ w1.T) * (x @ w3.T)
+
+    _, result = _run(fn, [((M, K), bf16), ((N, K), bf16), ((N, K), bf16)])
+    assert [s.plan.scheduler for s in result.kernels] == ["matmul"]
+    (loop,) = result.kernels[0].kernel_ir.body
+    assert isinstance(loop, k.MatmulMainLoop)
+    assert len(loop.mmas) == 2 and len(loop.operands) == 3  # x loaded once for both MMAs
+    assert loop.mmas[0][0] == loop.mmas[1][0]
+
+
+def test_prologue_is_routed_to_its_own_kernel() -> None:
+    fusion = pf.fuse(lambda a, b: pf.matmul(a, pf.sin(b))).trace(
+        pf.spec((256, 128), bf16), pf.spec((128, 512), bf16)
+    )
+    result = pipeline.run(fusion, HOPPER)
+    assert [s.plan.scheduler for s in result.kernels] == ["pointwise", "matmul"]
+    assert "matmul" in result.kernels[0].plan.declined
+    assert list(result.segmented.intermediates) == [f"T{fusion.exprs()[0].output.name}"]
+
+
+def test_matmul_scheduler_declines_with_reasons() -> None:
+    from pyfuse.passes.schedule_matmul import decline_reason
+    from pyfuse.passes.translate_patterns import translate_patterns
+
+    fusion = pf.fuse(lambda a, b: pf.matmul(a, pf.sin(b))).trace(
+        pf.spec((256, 128), bf16), pf.spec((128, 512), bf16)
+    )
+    with fusion:
+        translate_patterns(fusion)
+    reason = decline_reason(fusion, HOPPER)
+    assert reason is not None and "sin" in reason and "prologue" in reason
+
+    padded = pf.fuse(lambda a, b: a @ b).trace(
+        pf.spec((64, 30), bf16, strides=(31, 1)), pf.spec((30, 48), bf16)
+    )
+    with padded:
+        translate_patterns(padded)
+    reason = decline_reason(padded, HOPPER)
+    assert reason is not None and "multiple of 16" in reason
+    # ... and the fusion still compiles, on the reduction path.
+    result = pipeline.run(padded, HOPPER)
+    assert [s.plan.scheduler for s in result.kernels] == ["reduction"]
+
+
+def test_validation_names_both_tensors() -> None:
+    from pyfuse.ir.tensor import MemoryType
+    from pyfuse.passes.validate import validate
+
+    fusion = pf.fuse(lambda x: pf.exp(x) * 2.0).trace(pf.spec((64, 32), pf.float32))
+    exprs = fusion.exprs()
+    producer, consumer = exprs[0].output, exprs[1].output
+    with fusion:
+        producer.memory_type = MemoryType.LOCAL
+        producer.split(1, 32).parallelize(2, ParallelType.TIDX)
+        consumer.split(1, 32).parallelize(2, ParallelType.TIDY)
+    with pytest.raises(ScheduleError) as info:
+        validate(fusion)
+    message = str(info.value)
+    assert f"T{producer.name}" in message and f"T{consumer.name}" in message
+    assert "shared or global memory" in message
+
+
+def test_scheduled_ir_of_the_seed_case_reads_clearly() -> None:
+    fn, specs = PATTERNS["linear_bias"]
+    _, result = _run(fn, specs, SCHEDULES["both"])
+    text = result.kernels[0].scheduled_ir
+    assert "kind=tma_load" in text and "Swizzle(xor)" in text and "iBx" in text
+    assert "mma(" in text and "iTy" in text and "iMMA" in text
