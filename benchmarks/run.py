@@ -47,8 +47,6 @@ def _bench(fn: Callable[[], Any]) -> float:
 
 
 def _check(name: str, got: Any, want: Any, tolerance: float) -> None:
-    import torch
-
     error = (got.float() - want.float()).abs().max().item()
     scale = want.float().abs().max().item() + 1e-6
     if not error <= tolerance * max(1.0, scale):
@@ -176,7 +174,10 @@ def case_cold_call() -> Result:
         times = []
         for _ in range(2):
             output = subprocess.run(
-                [sys.executable, "-c", _COLD_SCRIPT], env=env, capture_output=True, text=True,
+                [sys.executable, "-c", _COLD_SCRIPT],
+                env=env,
+                capture_output=True,
+                text=True,
                 check=True,
             )
             times.append(float(output.stdout.strip().splitlines()[-1]) * 1e3)
@@ -235,8 +236,7 @@ def main() -> None:
         print(line, flush=True)
     if args.json:
         with open(args.json, "w") as handle:
-            json.dump({"header": header, "results": [asdict(r) for r in results]}, handle,
-                      indent=2)
+            json.dump({"header": header, "results": [asdict(r) for r in results]}, handle, indent=2)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@ Layout of the emitted kernel:
   arrays fold). A serial loop with a constant trip count of 1 runs its body once, inline.
 - addresses: an index is split into ``sum(coefficient * term) + constant``; each term becomes one
   64-bit ``mad.wide`` into the base pointer and the constant the ``[reg+offset]`` immediate, so
-  the copies of an unrolled loop share one address register and the address math never wraps.
+  the copies of an unrolled loop differ only in that immediate (ptxas then keeps one address
+  register for all of them) and address math never wraps, even past 2**31 elements.
 
 Scalar math (folding, dtype conversion, op expansions and their accuracy) is in
 :mod:`pyfuse.backend_ptx.emit_math`. The output is deterministic: the same kernel IR gives the
@@ -87,10 +88,6 @@ def _assigned(kernel: kir.Kernel) -> frozenset[str]:
     return frozenset(names)
 
 
-def _common_dtype(a: DType, b: DType) -> DType:
-    return a if a == b else dtypes.promote_pair(a, b)
-
-
 class _KernelEmitter:
     def __init__(self, kernel: kir.Kernel, kb: KernelBuilder) -> None:
         self.kernel = kernel
@@ -101,6 +98,7 @@ class _KernelEmitter:
         self.tensors: dict[str, _Tensor] = {}
         self.smem: Reg | None = None
         self.assigned = _assigned(kernel)
+        self.branches = 0  # how many non-constant Ifs enclose the statement being emitted
         # Values of the expressions of the current statement (nothing changes within one).
         self.memo: dict[kir.KExpr, Value] = {}
 
@@ -116,7 +114,9 @@ class _KernelEmitter:
         for tensor in kernel.params:
             param = kb.param(tensor.buffer_name, ParamKind.PTR)
             generic, address = kb.reg(RegClass.B64), kb.reg(RegClass.B64)
-            kb.emit(memory.ld_param(generic, param), memory.cvta("global", address, generic, to=True))
+            kb.emit(
+                memory.ld_param(generic, param), memory.cvta("global", address, generic, to=True)
+            )
             read_only = tensor.role == kir.ParamRole.INPUT
             self.tensors[tensor.buffer_name] = _Tensor(address, read_only)
         if kernel.smem_bytes > 0:
@@ -151,12 +151,12 @@ class _KernelEmitter:
             self.thread_reduce(stmt)
         elif isinstance(stmt, kir.Comment):
             self.kb.comment(" ".join(stmt.text.split()))
-        else:
-            raise ValueError(f"emit_ptx: unknown statement {type(stmt).__name__}")
+        else:  # MatmulMainLoop has its own emitter
+            raise self.fail(f"emit_ptx has no rule for a {type(stmt).__name__} statement")
 
     def loop(self, loop: kir.For) -> None:
         name = loop.var.name
-        extent = self.expr(loop.extent)
+        extent = self.converted(loop.extent, loop.var.dtype)
         saved = self.env.get(name)
         if loop.unroll:
             if isinstance(extent, Reg):
@@ -203,11 +203,13 @@ class _KernelEmitter:
         end = kb.new_label("endif")
         orelse = kb.new_label("else") if stmt.orelse else end
         kb.emit(control.bra(orelse).guarded(condition, negate=True))
+        self.branches += 1
         self.block(stmt.then)
         if stmt.orelse:
             kb.emit(control.bra(end))
             kb.place(orelse)
             self.block(stmt.orelse)
+        self.branches -= 1
         kb.place(end)
 
     def define(self, stmt: kir.Let | kir.Assign) -> None:
@@ -215,14 +217,16 @@ class _KernelEmitter:
         if stmt.value.dtype != var.dtype:
             raise self.fail(f"{var.name} is {var.dtype.name}, its value {stmt.value.dtype.name}")
         value = self.expr(stmt.value)
+        target = self.env.get(var.name)
         if isinstance(stmt, kir.Assign):
-            target = self.env.get(var.name)
             if not isinstance(target, Reg):
                 raise ValueError(f"emit_ptx: {var.name} is assigned before its Let")
-        elif not isinstance(value, Reg) and var.name not in self.assigned:
+        elif not isinstance(value, Reg) and var.name not in self.assigned and not self.branches:
             self.env[var.name] = value  # a constant: uses of it fold
             return
-        else:
+        elif not isinstance(target, Reg) or target.cls != storage_class(var.dtype):
+            # A Let run again (an unrolled copy, the other side of an If) reuses the register,
+            # so the definitions on both sides of a branch meet in one place.
             target = self.kb.reg(storage_class(var.dtype))
             self.env[var.name] = target
         self.math.move(target, value, var.dtype)
@@ -372,11 +376,10 @@ class _KernelEmitter:
     def store_memory(
         self, where: _Location, value: Value, dtype: DType, guard: Reg | None = None
     ) -> None:
+        operand = self.math.encoded(value, dtype)
         if dtype.is_bool and isinstance(value, Reg):
-            byte = self.kb.reg(RegClass.B32)
-            self.kb.emit(arith.selp("u32", byte, 1, 0, value))
-            value = byte
-        operand = int(value) if dtype.is_bool else self.math.encoded(value, dtype)
+            operand = self.kb.reg(RegClass.B32)
+            self.kb.emit(arith.selp("u32", operand, 1, 0, value))
         instr = memory.st(where.space, memory_type(dtype), where.address, operand)
         self.kb.emit(instr if guard is None else instr.guarded(guard))
 
@@ -384,8 +387,12 @@ class _KernelEmitter:
 
     def vector_copy(self, stmt: kir.VectorLoad | kir.VectorStore) -> None:
         load = isinstance(stmt, kir.VectorLoad)
-        local, local_index = (stmt.target, stmt.target_index) if load else (stmt.source, stmt.source_index)
-        other, other_index = (stmt.source, stmt.source_index) if load else (stmt.target, stmt.target_index)
+        local, local_index = (
+            (stmt.target, stmt.target_index) if load else (stmt.source, stmt.source_index)
+        )
+        other, other_index = (
+            (stmt.source, stmt.source_index) if load else (stmt.target, stmt.target_index)
+        )
         dtype, width = local.dtype, stmt.width
         nbytes = width * dtype.itemsize
         if local.memory != MemoryType.LOCAL or other.memory == MemoryType.LOCAL:
@@ -457,7 +464,9 @@ class _KernelEmitter:
             return shuffle.FULL_MASK
         if threads < _WARP:
             return (1 << threads) - 1
-        raise self.fail(f"a block of {threads} threads ends in a partial warp; shuffles need whole warps")
+        raise self.fail(
+            f"a block of {threads} threads ends in a partial warp; shuffles need whole warps"
+        )
 
     def shuffle(self, value: Reg, lane_mask: int, mask: int) -> Reg:
         """``value`` of the lane ``lane ^ lane_mask`` (64-bit values move as two halves)."""
@@ -549,6 +558,22 @@ class _KernelEmitter:
         self.memo[expr] = value
         return value
 
+    def compare_dtype(self, lhs: kir.KExpr, rhs: kir.KExpr) -> DType:
+        """The type two sides compare in: an integer constant that fits the other side's
+        integer type does not widen it (``i < 250`` stays 32-bit when 250 is an int64)."""
+        if lhs.dtype == rhs.dtype:
+            return lhs.dtype
+        for constant, other in ((lhs, rhs), (rhs, lhs)):
+            value = self.expr(constant)
+            if (
+                not isinstance(value, Reg)
+                and constant.dtype.is_integer
+                and other.dtype.is_integer
+                and round_to(value, other.dtype) == value
+            ):
+                return other.dtype
+        return dtypes.promote_pair(lhs.dtype, rhs.dtype)
+
     def converted(self, expr: kir.KExpr, dtype: DType) -> Value:
         return self.math.cast(self.expr(expr), expr.dtype, dtype)
 
@@ -566,13 +591,15 @@ class _KernelEmitter:
             return math.cast(register, dtypes.int32, expr.dtype)
         if isinstance(expr, kir.Binary):
             if expr.op in _COMPARISONS:
-                common = _common_dtype(expr.lhs.dtype, expr.rhs.dtype)
+                common = self.compare_dtype(expr.lhs, expr.rhs)
                 lhs, rhs = self.converted(expr.lhs, common), self.converted(expr.rhs, common)
                 return math.compare(expr.op, lhs, rhs, common)
             operand_dtype = dtypes.bool_ if expr.op in _LOGICAL else expr.dtype
             lhs = self.converted(expr.lhs, operand_dtype)
             rhs = self.converted(expr.rhs, operand_dtype)
-            return math.cast(math.binary(expr.op, lhs, rhs, operand_dtype), operand_dtype, expr.dtype)
+            return math.cast(
+                math.binary(expr.op, lhs, rhs, operand_dtype), operand_dtype, expr.dtype
+            )
         if isinstance(expr, kir.Unary):
             operand_dtype = dtypes.bool_ if expr.op == "logical_not" else expr.dtype
             value = math.unary(expr.op, self.converted(expr.operand, operand_dtype), operand_dtype)

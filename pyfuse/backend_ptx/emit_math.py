@@ -13,17 +13,21 @@ code on NumPy float32 arrays. Accuracy (float32 results against float64 math; "u
   fma: about 3e-7 relative. Results below 2**-126 flush to 0 (an absolute error < 1.2e-38).
 - log: ``lg2.approx * ln2``: 2**-22 absolute for x in (0.5, 2), 2**-22 relative elsewhere.
 - tanh: ``x + x**3 P(x**2)`` for ``|x| < 0.6``, else ``1 - 2/(exp(2|x|) + 1)``: ~3e-7 relative
-  (``tanh.approx`` is only ~5e-4). sigmoid = ``1/(1 + exp(-x))``, silu = ``x/(1 + exp(-x))``,
-  gelu_tanh = ``x/(1 + exp(-2u))``: all relative to the exp error, no cancellation.
+  (``tanh.approx`` is only ~5e-4).
+- sigmoid ``1/(1 + exp(-x))``, silu ``x * sigmoid(x)``, gelu_tanh ``x/(1 + exp(-2u))`` with
+  ``u = sqrt(2/pi)(x + 0.044715 x**3)``: no cancellation; reciprocals by ``rcp.approx.ftz``
+  (1 ulp; results below 2**-126 flush to 0). ~3e-7 relative; gelu_tanh ~1.5e-6 for x in
+  [-5, 0] (the rounding of u) and a few 1e-6 where ``|result| < 1e-10``.
 - erf: ``z P(z**2)`` for ``|z| < 0.9``, else ``1 - erfc(|z|)`` with
-  ``erfc(a) = t exp(Q(t) - a**2)``, ``t = 1/(1 + a/2)`` (coefficients fitted for this module):
-  ~1e-7 absolute. gelu takes erfc directly on the negative side, so it stays ~1e-6 relative
-  in the tail (down to x ~ -6) instead of cancelling in ``1 + erf``.
+  ``erfc(a) = t exp(Q(t) - a**2)``, ``t = 1/(1 + 0.4a)`` (coefficients fitted for this module):
+  ~1e-7 absolute. gelu is ``x erfc(-x/sqrt2)/2`` (1 minus that for x >= 0) from the same
+  erfc: ~1e-6 relative down to x ~ -6, where ``1 + erf`` would have cancelled.
 - pow: ``ex2(y * lg2|x|)`` with the sign of ``x`` for odd integer ``y`` and NaN for ``x < 0``
-  with non-integer ``y``: relative error about ``1.7e-7 * |y*log2|x|| + 2 ulp``. Exponents 0,
-  1, 2 and -1 given as constants are exact (``x*x`` for 2). Limits: ``(-0)**odd`` is +0,
+  with non-integer ``y``: relative error about ``1.7e-7 * |y*log2|x|| + 2 ulp``. Constant
+  exponents 0, 1, 2 and -1 are correctly rounded (``x*x``, ``rcp.rn``). Limits: ``(-0)**odd`` is +0,
   ``(-inf)**non-integer`` and ``(-1)**inf`` are NaN.
-- sin/cos: ``sin.approx``/``cos.approx``: ~2**-20.5 absolute on [-100pi, 100pi], worse beyond.
+- sin/cos: ``sin.approx``/``cos.approx``: 2**-20.5 absolute on [-2pi, 2pi], 2**-14.7 on
+  [-100pi, 100pi], no bound beyond (PTX ISA).
 - rsqrt: ``rsqrt.approx`` (2**-22.9 relative); sqrt, reciprocal and div are IEEE (``.rn``).
 
 Float64 keeps IEEE arithmetic, sqrt, reciprocal, rsqrt (as 1/sqrt) and constant exponents;
@@ -33,6 +37,7 @@ its transcendental ops raise :class:`~pyfuse.errors.ScheduleError` (no f64 expan
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
 
@@ -71,9 +76,11 @@ _CLASS: dict[str, RegClass] = {
 _HALF = (dtypes.bfloat16, dtypes.float16)
 # IR op names that mean the same compute op.
 _ALIASES = {"max": "maximum", "min": "minimum", "sum": "add"}
-_TRANSCENDENTAL = frozenset(
-    {"exp", "log", "tanh", "sigmoid", "silu", "gelu", "gelu_tanh", "sin", "cos"}
-)
+# On bools, + and max are "or", * and min are "and" (NumPy's bool arithmetic).
+_BOOL_COMBINE = {
+    "logical_and": logic.and_, "mul": logic.and_, "minimum": logic.and_,
+    "logical_or": logic.or_, "add": logic.or_, "maximum": logic.or_,
+}  # fmt: skip
 
 
 def storage_class(dtype: DType) -> RegClass:
@@ -86,10 +93,6 @@ def storage_type(dtype: DType) -> str:
 
 def compute_type(dtype: DType) -> str:
     return _COMPUTE[dtype]
-
-
-def is_imm(value: Value) -> bool:
-    return not isinstance(value, Reg)
 
 
 # ---- constant folding ------------------------------------------------------------------------
@@ -119,31 +122,14 @@ def half_bits(value: float, dtype: DType) -> int:
         return int(np.array([value], dtype=np.float32).astype(dtype.numpy()).view(np.uint16)[0])
 
 
-def _float_unary(op: str, x: float) -> float | None:
-    table: dict[str, Callable[[np.float64], np.float64]] = {
-        "neg": np.negative, "abs": np.abs, "sqrt": np.sqrt, "exp": np.exp, "log": np.log,
-        "tanh": np.tanh, "sin": np.sin, "cos": np.cos,
-    }  # fmt: skip
-    v = np.float64(x)
+def _exact_unary(op: str, x: float) -> float | None:
+    """The correctly rounded float ops; transcendentals of constants run on the GPU, so a
+    constant gives the same bits as a tensor holding it."""
+    value = np.float64(x)
     with np.errstate(all="ignore"):
-        if op in table:
-            return float(table[op](v))
-        if op == "relu":
-            return float(np.maximum(v, 0.0))
-        if op == "reciprocal":
-            return float(np.float64(1.0) / v)
-        if op == "rsqrt":
-            return float(np.float64(1.0) / np.sqrt(v))
-        if op == "sigmoid":
-            return float(1.0 / (1.0 + np.exp(-v)))
-        if op == "silu":
-            return float(v / (1.0 + np.exp(-v)))
-        if op == "gelu":
-            return 0.5 * x * (1.0 + math.erf(x / math.sqrt(2.0))) if not math.isnan(x) else x
-        if op == "gelu_tanh":
-            inner = math.sqrt(2.0 / math.pi) * (v + 0.044715 * v * v * v)
-            return float(0.5 * v * (1.0 + np.tanh(inner)))
-    return None
+        results = {"neg": -value, "abs": np.abs(value), "relu": np.maximum(value, 0.0),
+                   "sqrt": np.sqrt(value), "reciprocal": 1.0 / value}  # fmt: skip
+    return float(results[op]) if op in results else None
 
 
 def fold_unary(op: str, value: Imm, dtype: DType) -> Imm | None:
@@ -154,14 +140,14 @@ def fold_unary(op: str, value: Imm, dtype: DType) -> Imm | None:
         integral = {"neg": -int(value), "abs": abs(int(value)), "relu": max(int(value), 0)}
         return round_to(integral[op], dtype) if op in integral else None
     if dtype.is_floating:
-        result = _float_unary(op, float(value))
+        result = _exact_unary(op, float(value))
         return None if result is None else round_to(result, dtype)
     return None
 
 
 _COMPARE: dict[str, Callable[[Imm, Imm], bool]] = {
-    "lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b,
-    "ge": lambda a, b: a >= b, "eq": lambda a, b: a == b, "ne": lambda a, b: a != b,
+    "lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge,
+    "eq": operator.eq, "ne": operator.ne,
 }  # fmt: skip
 
 
@@ -216,6 +202,26 @@ def fold_cast(value: Imm, dtype: DType) -> Imm:
     return round_to(value, dtype)
 
 
+def _identity(op: str, a: Value, b: Value, dtype: DType) -> Value | None:
+    """``a op b`` when one immediate side decides it (x + 0, x * 1, x && true, ...)."""
+    if dtype.is_floating:
+        return a if op in ("mul", "div") and b == 1.0 and not isinstance(b, Reg) else None
+    for constant, other in ((b, a), (a, b)):
+        if isinstance(constant, Reg):
+            continue
+        if dtype.is_bool and op in ("logical_and", "mul", "minimum"):
+            return other if constant else False
+        if dtype.is_bool and op in ("logical_or", "add", "maximum"):
+            return True if constant else other
+        if (op == "add" and constant == 0) or (op == "mul" and constant == 1):
+            return other
+        if op == "mul" and constant == 0:
+            return 0
+        if constant is b and ((op == "sub" and b == 0) or (op == "floordiv" and b == 1)):
+            return a
+    return None
+
+
 # ---- f32 expansions, written once for PTX and for NumPy emulation ---------------------------
 
 V = TypeVar("V")
@@ -232,6 +238,7 @@ class FloatOps(Protocol, Generic[V, P]):
     def fma(self, a: V, b: V, c: V) -> V: ...  # fma.rn, one rounding
     def div(self, a: V, b: V) -> V: ...  # div.rn
     def rcp(self, a: V) -> V: ...  # rcp.rn
+    def rcp_approx(self, a: V) -> V: ...  # rcp.approx.ftz: 1 ulp, subnormal results flush
     def neg(self, a: V) -> V: ...
     def abs(self, a: V) -> V: ...
     def max_nan(self, a: V, b: V) -> V: ...  # max.NaN
@@ -262,10 +269,13 @@ TANH_POLY = (-0.33333298002206024, 0.13331924128968875, -0.053783830456634034,
 ERF_SMALL = 0.9
 ERF_POLY = (1.1283791538124974, -0.376125233129483, 0.11282141061919979,
             -0.026778915888758845, 0.005011971350399644, -0.0006090398004743938)  # fmt: skip
-# erfc(a) = t * exp(Q(t) - a*a) with t = 1/(1 + a/2), a >= ERF_SMALL (relative fit error 2e-8).
-ERFC_POLY = (-1.265512141840997, 1.0000050241836176, 0.3747737121095757, 0.0872525898761464,
-             -0.11982543981031465, 0.019297539460528403, -0.5407484054699768,
-             0.6957438542495279, -0.252090052208769)  # fmt: skip
+# erfc(a) = t * exp(Q(t - 1/2) - a*a) with t = 1/(1 + 0.4 a), for every a >= 0 (relative fit
+# error 5e-8; about 2e-7 once evaluated in f32).
+ERFC_P = 0.4
+ERFC_POLY = (-0.8636680676583308, 1.5268085930324533, 0.5570052429761775, -0.14396293269393262,
+             -0.38033141611999743, -0.06005711333912858, 0.29763228337193215,
+             0.1257028009235104, -0.2334077170250826, -0.09544417432115194,
+             0.12377854917711592)  # fmt: skip
 # Past a = 10 erfc is far below the smallest normal f32; clamping keeps t and a*a finite.
 ERFC_A_MAX = 10.0
 GELU_TANH_K0 = math.sqrt(2.0 / math.pi)
@@ -280,7 +290,7 @@ def _horner(ops: FloatOps[V, P], x: V, coefficients: tuple[float, ...]) -> V:
 
 
 def exp(ops: FloatOps[V, P], x: V, x_lo: V | None = None) -> V:
-    """e**(x + x_lo), x_lo a small correction term (see the module doc for accuracy)."""
+    """e**(x + x_lo); x_lo is a small finite correction (|x_lo| <= ulp(x), say)."""
     x = ops.min_nan(ops.max_nan(x, ops.const(EXP_MIN)), ops.const(EXP_MAX))
     hi = ops.mul(x, ops.const(LOG2E_HI))
     lo = ops.fma(x, ops.const(LOG2E_HI), ops.neg(hi))  # the exact rounding error of hi
@@ -300,38 +310,43 @@ def tanh(ops: FloatOps[V, P], x: V) -> V:
     x2 = ops.mul(x, x)
     small = ops.fma(ops.mul(x, x2), _horner(ops, x2, TANH_POLY), x)
     e = exp(ops, ops.add(ax, ax))
-    large = ops.fma(ops.const(-2.0), ops.rcp(ops.add(e, ops.const(1.0))), ops.const(1.0))
+    large = ops.fma(ops.const(-2.0), ops.rcp_approx(ops.add(e, ops.const(1.0))), ops.const(1.0))
     large = ops.select(ops.less(x, ops.const(0.0)), ops.neg(large), large)
     return ops.select(ops.less(ax, ops.const(TANH_SMALL)), small, large)
 
 
 def sigmoid(ops: FloatOps[V, P], x: V) -> V:
-    return ops.rcp(ops.add(ops.const(1.0), exp(ops, ops.neg(x))))
+    return ops.rcp_approx(ops.add(ops.const(1.0), exp(ops, ops.neg(x))))
 
 
 def silu(ops: FloatOps[V, P], x: V) -> V:
-    return ops.div(x, ops.add(ops.const(1.0), exp(ops, ops.neg(x))))
+    return ops.mul(x, sigmoid(ops, x))
 
 
 def gelu_tanh(ops: FloatOps[V, P], x: V) -> V:
     """0.5 x (1 + tanh(u)) written as x / (1 + exp(-2u)): no cancellation for x < 0."""
-    x3 = ops.mul(ops.mul(x, x), x)
-    inner = ops.fma(x3, ops.const(GELU_TANH_K1), x)
-    return ops.div(x, ops.add(ops.const(1.0), exp(ops, ops.mul(inner, ops.const(-2 * GELU_TANH_K0)))))
+    # Past |x| = 20 the result is x or 0 in f32; the clamp keeps u and its error finite.
+    clamped = ops.min_nan(ops.max_nan(x, ops.const(-20.0)), ops.const(20.0))
+    x3 = ops.mul(ops.mul(clamped, clamped), clamped)
+    inner = ops.fma(x3, ops.const(GELU_TANH_K1), clamped)
+    scale = ops.const(-2 * GELU_TANH_K0)
+    exponent = ops.mul(inner, scale)
+    exponent_lo = ops.fma(inner, scale, ops.neg(exponent))  # its rounding error, exactly
+    return ops.mul(x, ops.rcp_approx(ops.add(ops.const(1.0), exp(ops, exponent, exponent_lo))))
 
 
-def _erfc_tail(ops: FloatOps[V, P], ax: V, scale: float) -> V:
-    """erfc(a) for a = ax*scale >= ERF_SMALL, with a*a taken exactly from ax (ax >= 0)."""
+def _erfc(ops: FloatOps[V, P], ax: V, scale: float) -> V:
+    """erfc(a) for a = ax*scale, ax >= 0, with a*a taken exactly from ax."""
     ax = ops.min_nan(ax, ops.const(ERFC_A_MAX / scale))
-    a = ops.mul(ax, ops.const(scale))
-    t = ops.rcp(ops.fma(a, ops.const(0.5), ops.const(1.0)))
-    q = _horner(ops, t, ERFC_POLY)
+    t = ops.rcp_approx(ops.fma(ax, ops.const(scale * ERFC_P), ops.const(1.0)))
+    q = _horner(ops, ops.sub(t, ops.const(0.5)), ERFC_POLY)
     # a*a = (ax*ax) * scale**2 as hi + lo; scale**2 is 1 or 1/2, so the product is exact.
     square = ops.mul(ax, ax)
     square_lo = ops.fma(ax, ax, ops.neg(square))
     big = ops.mul(square, ops.const(scale * scale))
     big_lo = ops.mul(square_lo, ops.const(scale * scale))
-    # Fast2Sum of q - big (|big| >= |q| here): s + error is exact.
+    # Fast2Sum of q - big: exact where |big| >= |q|, which is where s is large enough for its
+    # rounding to matter (|s| < 1.3 elsewhere).
     s = ops.sub(q, big)
     error = ops.sub(q, ops.add(s, big))
     return ops.mul(t, exp(ops, s, ops.sub(error, big_lo)))
@@ -340,21 +355,17 @@ def _erfc_tail(ops: FloatOps[V, P], ax: V, scale: float) -> V:
 def erf(ops: FloatOps[V, P], z: V) -> V:
     az = ops.abs(z)
     small = ops.mul(z, _horner(ops, ops.mul(z, z), ERF_POLY))
-    large = ops.sub(ops.const(1.0), _erfc_tail(ops, az, 1.0))
+    large = ops.sub(ops.const(1.0), _erfc(ops, az, 1.0))
     large = ops.select(ops.less(z, ops.const(0.0)), ops.neg(large), large)
     return ops.select(ops.less(az, ops.const(ERF_SMALL)), small, large)
 
 
 def gelu(ops: FloatOps[V, P], x: V) -> V:
-    """x * Phi(x): Phi = (1 + erf(x/sqrt2))/2 near 0, erfc(|x|/sqrt2)/2 (or 1 minus it) else."""
-    z = ops.mul(x, ops.const(SQRT1_2))
-    erf_small = ops.mul(z, _horner(ops, ops.mul(z, z), ERF_POLY))
-    phi_small = ops.fma(erf_small, ops.const(0.5), ops.const(0.5))
-    half_erfc = ops.mul(_erfc_tail(ops, ops.abs(x), SQRT1_2), ops.const(0.5))
+    """x * Phi(x) with Phi = erfc(|x|/sqrt2)/2 for x < 0 and 1 minus that else: relative
+    accuracy on both sides (1 + erf would cancel for x < 0)."""
+    half_erfc = ops.mul(_erfc(ops, ops.abs(x), SQRT1_2), ops.const(0.5))
     negative = ops.less(x, ops.const(0.0))
-    phi_large = ops.select(negative, half_erfc, ops.sub(ops.const(1.0), half_erfc))
-    phi = ops.select(ops.less(ops.abs(z), ops.const(ERF_SMALL)), phi_small, phi_large)
-    return ops.mul(x, phi)
+    return ops.mul(x, ops.select(negative, half_erfc, ops.sub(ops.const(1.0), half_erfc)))
 
 
 def pow_(ops: FloatOps[V, P], x: V, y: V) -> V:
@@ -416,6 +427,9 @@ class _PtxF32:
 
     def rcp(self, a: Value) -> Value:
         return self._out(lambda d: arith.rcp("f32", d, a, mode="rn"))
+
+    def rcp_approx(self, a: Value) -> Value:
+        return self._out(lambda d: arith.rcp("f32", d, a, mode="approx", ftz=True))
 
     def neg(self, a: Value) -> Value:
         return self._out(lambda d: arith.neg("f32", d, a))
@@ -488,7 +502,7 @@ class ScalarMath:
             return value
         if dtype in _HALF:
             return half_bits(float(value), dtype)
-        return int(value) if dtype.is_integer else value
+        return int(value) if dtype.is_integer or dtype.is_bool else value
 
     def materialize(self, value: Value, dtype: DType) -> Reg:
         if isinstance(value, Reg):
@@ -534,10 +548,7 @@ class ScalarMath:
             return self.from_compute(_F32_EXPANSIONS[op](self.f32, x), dtype)
         result = self._simple_unary(op, x, ctype)
         if result is None:
-            raise ScheduleError(
-                f"the PTX emitter has no {op} for {dtype.name}"
-                + ("; cast to float32 first" if op in _TRANSCENDENTAL or dtype.is_integer else "")
-            )
+            raise ScheduleError(f"the PTX emitter has no {op} for {dtype.name}; cast to float32")
         return self.from_compute(result, dtype)
 
     def _simple_unary(self, op: str, x: Value, ctype: str) -> Value | None:
@@ -572,6 +583,9 @@ class ScalarMath:
             if folded is not None:
                 return folded
             a = self.materialize(a, dtype)
+        simplified = _identity(op, a, b, dtype)
+        if simplified is not None:
+            return simplified
         ctype = compute_type(dtype)
         x, y = self.to_compute(a, dtype), self.to_compute(b, dtype)
         if op == "pow" and dtype.is_floating:
@@ -582,11 +596,9 @@ class ScalarMath:
         """A binary op on compute-type values (also the combine step of reductions)."""
         op = _ALIASES.get(op, op)
         if ctype == "pred":
-            bool_ops = {"logical_and": logic.and_, "mul": logic.and_, "minimum": logic.and_,
-                        "logical_or": logic.or_, "add": logic.or_, "maximum": logic.or_}  # fmt: skip
-            if op not in bool_ops:
+            if op not in _BOOL_COMBINE:
                 raise ScheduleError(f"the PTX emitter has no {op} for bool")
-            px, py, bool_op = self.reg_of(x, "pred"), self.reg_of(y, "pred"), bool_ops[op]
+            px, py, bool_op = self.reg_of(x, "pred"), self.reg_of(y, "pred"), _BOOL_COMBINE[op]
             return self._out("pred", lambda d: bool_op("pred", d, px, py))
         if ctype in ("f32", "f64"):
             return self._float_binary(op, x, y, ctype)
@@ -696,8 +708,10 @@ class ScalarMath:
             return self._out("pred", lambda p: arith.setp(cmp, ctype, p, x, y))
         px, py = self.reg_of(x, "pred"), self.reg_of(y, "pred")
         differ = self._out("pred", lambda p: logic.xor("pred", p, px, py))
-        if op in ("ne", "eq"):
-            return differ if op == "ne" else self._out("pred", lambda p: logic.not_("pred", p, differ))
+        if op == "ne":
+            return differ
+        if op == "eq":
+            return self._out("pred", lambda p: logic.not_("pred", p, differ))
         # On bools as 0/1: x < y is !x & y; x > y is x & !y; <= and >= add equality.
         strict = self._out(
             "pred", lambda p: logic.and_("pred", p, differ, py if op in ("lt", "le") else px)
@@ -744,4 +758,3 @@ class ScalarMath:
         rounding = "rzi" if source.is_floating else "rn" if target.is_floating else None
         result = self._out(dst, lambda d: convert.cvt(dst, src, d, x, rounding=rounding))
         return self.from_compute(result, target)
-

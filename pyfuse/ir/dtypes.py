@@ -10,6 +10,7 @@ when its category is higher than every tensor's (``int32_tensor * 2.5`` is f32,
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,7 +127,7 @@ def promote_pair(a: DType, b: DType) -> DType:
     return a if a.itemsize > b.itemsize else b
 
 
-def result_type(tensor_dtypes: list[DType], scalars: list[object]) -> DType:
+def result_type(tensor_dtypes: Sequence[DType], scalars: Sequence[object]) -> DType:
     """torch's result_type of tensors and Python scalars (a scalar never widens its category)."""
     if not tensor_dtypes:
         raise ValueError("result_type needs at least one tensor dtype")

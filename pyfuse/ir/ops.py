@@ -213,7 +213,7 @@ def unary(op: UnaryOpType, x: TensorView) -> TensorView:
     return out
 
 
-def _math_dtype(op: BinaryOpType, tensors: list[DType], scalars: list[object]) -> DType:
+def _math_dtype(op: BinaryOpType, tensors: Sequence[DType], scalars: Sequence[object]) -> DType:
     dtype = dtypes.result_type(tensors, scalars)
     if op == BinaryOpType.DIV and not dtype.is_floating:
         return dtypes.DEFAULT_FLOAT  # true division, like torch's `/`

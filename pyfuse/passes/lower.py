@@ -90,7 +90,8 @@ def reduction_init(op: ReductionOpType, dtype: DType) -> bool | int | float:
     if dtype.is_bool:
         return op == ReductionOpType.MIN
     bits = dtype.bits - 1
-    return -(2**bits) if op == ReductionOpType.MAX else 2**bits - 1
+    limit: int = 2**bits
+    return -limit if op == ReductionOpType.MAX else limit - 1
 
 
 @dataclass
@@ -280,7 +281,7 @@ class _Lowering:
         self, expr: Expr, producer: TensorView, consumer_index: dict[int, k.KExpr]
     ) -> dict[int, k.KExpr]:
         zero = k.const(0, self.index_dtype)
-        result = {id(axis): zero for axis in producer.logical}
+        result: dict[int, k.KExpr] = {id(axis): zero for axis in producer.logical}
         for p_axis, c_axis in expr.logical_pairs(producer):
             if p_axis.is_broadcast and p_axis.expanded_extent is None:
                 continue
@@ -346,7 +347,8 @@ class _Lowering:
                 value = ref_index[id(transform.input)]
                 conditions.append(k.less_than(value, k.const(transform.input.extent)))
         for axis in tv.loop:
-            if not axis.parallel_type.is_hardware_index:
+            if not axis.parallel_type.is_hardware_index or axis.is_broadcast:
+                # A broadcast axis holds one value: every thread computes it (and may read it).
                 continue
             # A loop shared with a consumer runs the consumer's (promoted) extent.
             extent = max(axis.extent, self.id_model.loop_promotion(axis).extent)
@@ -608,10 +610,13 @@ class _Lowering:
             return False
         axis = strides[-1][0]
         innermost = [a for a in self.reference.logical if not a.is_reduction][-1]
-        return any(
-            self.id_model.mapped(axis, innermost, mode)
-            for mode in (IdMappingMode.EXACT, IdMappingMode.BROADCAST)
-        ) and not axis.is_broadcast
+        return (
+            any(
+                self.id_model.mapped(axis, innermost, mode)
+                for mode in (IdMappingMode.EXACT, IdMappingMode.BROADCAST)
+            )
+            and not axis.is_broadcast
+        )
 
     def _emit_statement(
         self, expr: Expr, by_position: dict[int, k.KExpr], width: int, stack: list[_Loop]

@@ -22,6 +22,8 @@ Guarantees: the kernel body is one :class:`MatmulMainLoop`:
 
 from __future__ import annotations
 
+from typing import Any
+
 from pyfuse.errors import ScheduleError
 from pyfuse.ir import dtypes
 from pyfuse.ir import kernel_ir as k
@@ -53,7 +55,8 @@ class _MatmulLowering(_Lowering):
         super().__init__(plan, name)
         self.target = target
         fields = MatmulParams.__dataclass_fields__
-        self.matmul = MatmulParams(**{key: plan.params[key] for key in fields})
+        values: dict[str, Any] = {key: plan.params[key] for key in fields}
+        self.matmul = MatmulParams(**values)
         self._allocated: set[int] = set()
         self.mmas = [e for e in self.fusion.exprs() if isinstance(e, MmaOp)]
         self.accumulators: dict[int, k.Buffer] = {}

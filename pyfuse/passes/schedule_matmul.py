@@ -400,6 +400,7 @@ def schedule(
             axis.parallel_type = ParallelType.BULK
         source = operand.definition.tensor_inputs[0] if operand.definition else operand
         row_role = "m" if any(m.a is operand for m in mmas) else "n"
+        assert params.tile_m and params.tile_n and params.tile_k  # filled by choose_params
         rows = _tile_axis(operand, params.tile_m if row_role == "m" else params.tile_n)
         k_tile = _tile_axis(operand, params.tile_k)
         if rows is None or k_tile is None:

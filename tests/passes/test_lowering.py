@@ -106,8 +106,9 @@ def test_chain_through_intermediate() -> None:
 
 
 def test_permuted_and_broadcast_inputs_are_read_in_place() -> None:
-    result = check_fusion(lambda x, b: pf.exp(x.T) + b.unsqueeze(0),
-                          [pf.spec((9, 37), f32), pf.spec((9,), f32)])
+    result = check_fusion(
+        lambda x, b: pf.exp(x.T) + b.unsqueeze(0), [pf.spec((9, 37), f32), pf.spec((9,), f32)]
+    )
     fusion = result.kernels[0].plan.fusion
     aliases = [tv for tv in fusion.tensors() if tv.alias_of is not None]
     assert len(aliases) == 2  # the permute of x and the unsqueeze of b
@@ -120,11 +121,19 @@ def test_strided_input_honoured() -> None:
 
 def test_fp32_matmul_and_linear_run_as_reductions() -> None:
     # fp32 operands stay fp32-accurate: decomposed into multiply + sum (no tf32).
-    result = check_fusion(lambda a, b: a @ b, [pf.spec((7, 13), f32), pf.spec((13, 5), f32)],
-                          rtol=1e-5, atol=1e-5)
+    result = check_fusion(
+        lambda a, b: a @ b, [pf.spec((7, 13), f32), pf.spec((13, 5), f32)], rtol=1e-5, atol=1e-5
+    )
     assert [k.plan.scheduler for k in result.kernels] == ["reduction"]
-    check_fusion(lambda x, w, b: pf.relu(pf.linear(x, w, b)),
-                 [pf.spec((3, 9), f32), pf.spec((4, 9), f32), pf.spec((4,), f32)])
+    check_fusion(
+        lambda x, w, b: pf.relu(pf.linear(x, w, b)),
+        [pf.spec((3, 9), f32), pf.spec((4, 9), f32), pf.spec((4,), f32)],
+    )
     check_fusion(lambda a, b: a @ b, [pf.spec((13,), f32), pf.spec((13, 5), f32)])
-    check_fusion(lambda a, b: pf.matmul(a, pf.sin(b)), [pf.spec((6, 8), f32),
-                                                         pf.spec((8, 3), f32)])
+    check_fusion(lambda a, b: pf.matmul(a, pf.sin(b)), [pf.spec((6, 8), f32), pf.spec((8, 3), f32)])
+
+
+def test_column_major_softmax() -> None:
+    # Two kernels (the reduction runs over the strided axis); the second reads the row max
+    # through a broadcast axis that every thread must load.
+    check_fusion(lambda x: pf.softmax(x, -1), [pf.spec((3, 100), f32, strides=(1, 3))])

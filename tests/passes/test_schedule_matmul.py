@@ -86,9 +86,14 @@ def test_matmul_patterns_under_every_schedule(pattern: str, schedule: str) -> No
         assert operand.circular_buffer_stages >= 2
         assert all(a.parallel_type == ParallelType.BULK for a in operand.loop[k_position:])
     assert accumulator.inline_position == k_position - 1
-    epilogue = [tv for tv in fusion.tensors() if tv.definition is not None
-                and not isinstance(tv.definition, MmaOp) and tv.memory_type.value == "l"
-                and tv is not accumulator]
+    epilogue = [
+        tv
+        for tv in fusion.tensors()
+        if tv.definition is not None
+        and not isinstance(tv.definition, MmaOp)
+        and tv.memory_type.value == "l"
+        and tv is not accumulator
+    ]
     for tv in epilogue:
         assert tv.inline_position == len(tv.loop)
 
@@ -96,7 +101,7 @@ def test_matmul_patterns_under_every_schedule(pattern: str, schedule: str) -> No
     id_model = IdModel(fusion)
     merges = [step for step in accumulator.history if isinstance(step, Merge)]
     tile_merges = [m for m in merges if not m.output.is_reduction]
-    if params.grid_swizzle and params.grid_swizzle > 1 or params.persistent:
+    if (params.grid_swizzle or 1) > 1 or params.persistent:
         assert tile_merges, "the schedule must merge tile loops"
         outer = accumulator.loop[0]
         assert id_model.mapped(a_smem.loop[0], outer, IdMappingMode.PERMISSIVE)
@@ -127,6 +132,7 @@ def _layout_case(a_major: str, b_major: str, as_transpose: bool):  # type: ignor
     a_shape = (M, K) if a_major == "k" else (K, M)
     b_shape = (N, K) if b_major == "k" else (K, N)
     if as_transpose:
+
         def fn(a, b):  # type: ignore[no-untyped-def]
             a2 = a if a_major == "k" else a.T
             b2 = b.T if b_major == "k" else b
@@ -159,8 +165,9 @@ def test_all_operand_layouts(a_major: str, b_major: str, as_transpose: bool) -> 
 
 
 def test_batch_matmul_keeps_batch_role() -> None:
-    fusion = pf.fuse(lambda a, b: a @ b).trace(pf.spec((3, 256, 64), bf16),
-                                              pf.spec((3, 64, 128), bf16))
+    fusion = pf.fuse(lambda a, b: a @ b).trace(
+        pf.spec((3, 256, 64), bf16), pf.spec((3, 64, 128), bf16)
+    )
     result = pipeline.run(fusion, HOPPER)
     (loop,) = result.kernels[0].kernel_ir.body
     assert isinstance(loop, k.MatmulMainLoop) and loop.batch == 3
@@ -169,8 +176,9 @@ def test_batch_matmul_keeps_batch_role() -> None:
 def test_broadcast_batch_matmul_still_runs() -> None:
     # B's N axes ([5, K, N]: the broadcast batch becomes an N axis) are not one run of memory,
     # so TMA cannot load an N tile: the MMA runs as multiply + sum instead, never an error.
-    fusion = pf.fuse(lambda a, b: a @ b).trace(pf.spec((2, 1, 64, 32), bf16),
-                                              pf.spec((5, 32, 48), bf16))
+    fusion = pf.fuse(lambda a, b: a @ b).trace(
+        pf.spec((2, 1, 64, 32), bf16), pf.spec((5, 32, 48), bf16)
+    )
     result = pipeline.run(fusion, HOPPER)
     assert [s.plan.scheduler for s in result.kernels] == ["reduction"]
 

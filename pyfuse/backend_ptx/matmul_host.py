@@ -1,0 +1,302 @@
+"""Host-side facts of the warp-specialized Hopper matmul (the PTX is ``matmul_template``).
+
+- :class:`TileOrder`: which output tile each CTA computes, in which order.
+- :func:`operand_layout`: how one :class:`TmaOperand`'s boxes fill a pipeline stage, and
+  the wgmma descriptor fields (LBO, SBO, k-step offsets) that read it; the checks refuse a
+  layout the descriptors would misread instead of computing a wrong product.
+- :func:`register_split`: the ``setmaxnreg`` counts of the producer and the consumers.
+- :func:`tensor_map_plans` / :func:`encode_tensor_maps`: one tiled, 128-byte-swizzled
+  tensor map per operand, dims in the operand's memory order, encoded from the buffers'
+  device addresses and cached by those addresses (a launch with the same tensors encodes
+  nothing).
+
+**Tile order.** Tiles are numbered ``t = b * (m_tiles * n_tiles) + g * (S * n_tiles) + w``
+for batch ``b``, M-tile group ``g`` (``S = grid_swizzle`` M tiles; the last group has
+``rows = m_tiles - S g`` when ragged) and ``w`` inside the group, with
+``m_tile = S g + w % rows`` and ``n_tile = w // rows``: ``S`` consecutive tiles share one
+N tile (one B tile stays hot in L2 while ``S`` A tiles stream). Persistent CTAs take
+``t = blockIdx.x, blockIdx.x + gridDim.x, ...``; otherwise ``(w, g, b) = blockIdx`` and a
+CTA with ``w >= rows * n_tiles`` (the ragged last group) has no tile.
+
+**Operand layouts** (128-byte swizzle, every box on a 1024-byte boundary, base offset 0):
+
+- K-major (K contiguous: one 128-byte row per M/N index, ``tile_k / 64`` boxes along K):
+  LBO 16 (unused), SBO 1024 (8 rows); k-step ``j`` starts ``32 j`` bytes into its box.
+- MN-major (M/N contiguous: boxes of 64 M/N elements by ``tile_k`` K rows side by side):
+  LBO = one box's bytes (the next 64 M/N elements), SBO 1024 (8 K rows); k-step ``j``
+  starts ``16 j`` K rows (``2048 j`` bytes) in; wgmma's transpose bit is 1.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyfuse.backend_ptx import smem_desc
+from pyfuse.backend_ptx import tma as tma_host
+from pyfuse.backend_ptx.emitter import Directives
+from pyfuse.ir import dtypes
+from pyfuse.ir.kernel_ir import Kernel, MatmulMainLoop, TmaOperand
+from pyfuse.ir.target import HOPPER, TargetInfo
+
+SWIZZLE = smem_desc.Swizzle.B128
+ATOM_ROWS = 8  # a 128B-swizzle atom is 8 rows of 128 bytes
+WGMMA_K = 16
+# wgmma operand types, by pyfuse dtype (also the TMA dtype names).
+WGMMA_TYPES = {dtypes.bfloat16: "bf16", dtypes.float16: "f16"}
+# Encoded map sets kept per kernel (one per distinct tuple of operand addresses).
+TENSOR_MAP_CACHE_SIZE = 256
+WARPGROUP = 128
+PRODUCER_REGISTERS = 40  # CUTLASS's load warpgroup: one thread issuing TMA needs few
+MAX_CONSUMER_REGISTERS = 240
+
+
+# ---- tile order -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TileOrder:
+    """The order in which output tiles are visited (see the module docstring)."""
+
+    m_tiles: int
+    n_tiles: int
+    batch: int
+    swizzle: int
+
+    @staticmethod
+    def of(stmt: MatmulMainLoop) -> TileOrder:
+        return TileOrder(
+            -(-stmt.m // stmt.tile_m), -(-stmt.n // stmt.tile_n), stmt.batch, stmt.grid_swizzle
+        )
+
+    @property
+    def tiles(self) -> int:
+        return self.batch * self.m_tiles * self.n_tiles
+
+    @property
+    def groups(self) -> int:
+        return -(-self.m_tiles // self.swizzle)
+
+    @property
+    def last_rows(self) -> int:
+        """M tiles in the last group (fewer than ``swizzle`` when it is ragged)."""
+        return self.m_tiles - (self.groups - 1) * self.swizzle
+
+    def grid(self) -> tuple[int, int, int]:
+        """The non-persistent launch grid: (w, g, b) = blockIdx."""
+        return self.n_tiles * self.swizzle, self.groups, self.batch
+
+    def tile(self, batch: int, group: int, within: int) -> tuple[int, int, int] | None:
+        """(batch, m_tile, n_tile) of position ``within`` of ``group``; None past its end."""
+        rows = self.last_rows if group == self.groups - 1 else self.swizzle
+        if within >= rows * self.n_tiles:
+            return None
+        return batch, group * self.swizzle + within % rows, within // rows
+
+    def linear(self, t: int) -> tuple[int, int, int]:
+        """(batch, m_tile, n_tile) of tile number ``t`` (persistent kernels)."""
+        batch, rest = divmod(t, self.m_tiles * self.n_tiles)
+        group, within = divmod(rest, self.swizzle * self.n_tiles)
+        found = self.tile(batch, group, within)
+        assert found is not None
+        return found
+
+
+# ---- operand layouts in shared memory -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OperandLayout:
+    """How one TMA operand sits in a stage and how wgmma reads it."""
+
+    operand: TmaOperand
+    role: str  # "m" (an A operand) or "n" (a B operand)
+    copies: int
+    box_bytes: int
+    lbo: int
+    sbo: int
+    k_steps: tuple[int, ...]  # byte offset of each k16 step from the stage tile
+    rows64_bytes: int  # bytes between consecutive 64-row (M/N) blocks
+
+    @property
+    def k_major(self) -> bool:
+        return self.operand.k_major
+
+    @property
+    def contiguous_box(self) -> int:
+        return self.operand.box[-1]
+
+
+def _fail(stmt: MatmulMainLoop, operand: TmaOperand, message: str) -> ValueError:
+    return ValueError(
+        f"matmul main loop ({stmt.m}x{stmt.n}x{stmt.k}, tile {stmt.tile_m}x{stmt.tile_n}x"
+        f"{stmt.tile_k}): operand {operand.buffer_name} {message}"
+    )
+
+
+def operand_layout(stmt: MatmulMainLoop, operand: TmaOperand) -> OperandLayout:
+    """Check that ``operand``'s boxes tile its stage the way the descriptors assume."""
+    roles = operand.roles
+    if operand.dtype not in WGMMA_TYPES:
+        raise _fail(stmt, operand, f"is {operand.dtype.name}; wgmma reads bf16 or f16")
+    if operand.swizzle_bytes != SWIZZLE.span_bytes:
+        raise _fail(stmt, operand, f"uses a {operand.swizzle_bytes}-byte swizzle, not 128")
+    mn_roles = [r for r in roles if r in ("m", "n")]
+    if len(mn_roles) != 1 or roles.count("k") != 1:
+        raise _fail(stmt, operand, f"needs one M or N dim and one K dim, has roles {roles}")
+    role = mn_roles[0]
+    rows = stmt.tile_m if role == "m" else stmt.tile_n
+    itemsize = operand.dtype.itemsize
+    span = SWIZZLE.span_bytes // itemsize
+    box = dict(zip(roles, operand.box, strict=True))
+    for dim_role, extent in zip(roles, operand.box, strict=True):
+        if dim_role == "batch" and extent != 1:
+            raise _fail(stmt, operand, f"has a batch box of {extent}; it must be 1")
+    if box[roles[-1]] != span:
+        raise _fail(
+            stmt,
+            operand,
+            f"box {list(operand.box)}: the contiguous dim must be one {SWIZZLE.span_bytes}-byte "
+            f"swizzle row ({span} elements); TMA zero-fills past the tensor's end, so the box "
+            "must not be clipped to a smaller extent",
+        )
+    box_bytes = operand.box_bytes
+    if operand.k_major:
+        wanted = {role: rows, "k": span}
+        copies = stmt.tile_k // span
+        k_steps = tuple(
+            (k // span) * box_bytes + (k % span) * itemsize for k in range(0, stmt.tile_k, WGMMA_K)
+        )
+        lbo, sbo = smem_desc.k_major(SWIZZLE)
+        rows64_bytes = 64 * SWIZZLE.span_bytes
+    else:
+        wanted = {role: span, "k": stmt.tile_k}
+        copies = rows // span
+        k_steps = tuple(k * SWIZZLE.span_bytes for k in range(0, stmt.tile_k, WGMMA_K))
+        lbo, sbo = box_bytes, ATOM_ROWS * SWIZZLE.span_bytes
+        rows64_bytes = box_bytes * 64 // span
+    for dim_role, extent in wanted.items():
+        if box[dim_role] != extent:
+            raise _fail(
+                stmt,
+                operand,
+                f"box {list(operand.box)} (roles {list(roles)}) must be {extent} along "
+                f"{dim_role.upper()} to fill the {stmt.tile_m}x{stmt.tile_n}x{stmt.tile_k} "
+                "tile; TMA zero-fills out-of-bounds elements, so boxes are never clipped",
+            )
+    layout_ok = copies * span == (stmt.tile_k if operand.k_major else rows)
+    if not layout_ok or copies * box_bytes != operand.stage_tile_bytes:
+        raise _fail(
+            stmt,
+            operand,
+            f"stage tile of {operand.stage_tile_bytes} bytes is not {copies} boxes of "
+            f"{box_bytes} bytes",
+        )
+    pattern = SWIZZLE.pattern_bytes
+    if operand.smem_offset % pattern or operand.stage_bytes % pattern or box_bytes % pattern:
+        raise _fail(
+            stmt,
+            operand,
+            f"smem offset {operand.smem_offset}, stage stride {operand.stage_bytes} and box "
+            f"bytes {box_bytes} must be multiples of {pattern} (the swizzle pattern)",
+        )
+    return OperandLayout(operand, role, copies, box_bytes, lbo, sbo, k_steps, rows64_bytes)
+
+
+def find_main_loop(kernel: Kernel) -> MatmulMainLoop:
+    for stmt in kernel.walk():
+        if isinstance(stmt, MatmulMainLoop):
+            return stmt
+    raise ValueError(f"kernel {kernel.name} has no MatmulMainLoop")
+
+
+# ---- registers ------------------------------------------------------------------------------
+
+
+def register_split(
+    stmt: MatmulMainLoop, directives: Directives, target: TargetInfo = HOPPER
+) -> tuple[int, int]:
+    """(producer, consumer) ``setmaxnreg`` counts that fit the CTA's registers at entry.
+
+    ptxas caps every thread at ``.maxnreg`` or, with ``.maxntid`` + ``.minnctapersm 1``, at
+    the register file over the thread count (rounded down to 8, at most 255); the producer
+    gives ``cap - 40`` per thread back and the consumers share it.
+    """
+    threads = WARPGROUP * (stmt.consumer_warpgroups + 1)
+    cap = directives.maxnreg or min(
+        target.max_registers_per_thread, target.registers_per_sm // threads // 8 * 8
+    )
+    pool = cap * threads - PRODUCER_REGISTERS * WARPGROUP
+    consumer = min(MAX_CONSUMER_REGISTERS, pool // (WARPGROUP * stmt.consumer_warpgroups) // 8 * 8)
+    return PRODUCER_REGISTERS, consumer
+
+
+# ---- tensor maps ----------------------------------------------------------------------------
+
+
+def tensor_map_plans(kernel: Kernel) -> list[tma_host.TensorMapPlan]:
+    """One tiled-map plan per TMA operand (checked against the smem layout first)."""
+    stmt = find_main_loop(kernel)
+    plans = []
+    for operand in stmt.operands:
+        operand_layout(stmt, operand)
+        plans.append(
+            tma_host.plan_tiled(
+                WGMMA_TYPES[operand.dtype],
+                operand.shape,
+                operand.strides,
+                operand.box,
+                swizzle=SWIZZLE,
+                l2_promotion=tma_host.L2Promotion.B256,
+            )
+        )
+    return plans
+
+
+@dataclass
+class _KernelMaps:
+    plans: tuple[tma_host.TensorMapPlan, ...]
+    encoded: OrderedDict[tuple[int, ...], list[Any]]  # by operand addresses, oldest first
+
+
+# Per kernel (dropped with it): its plans and the maps encoded for each address tuple.
+_CACHE: weakref.WeakKeyDictionary[Kernel, _KernelMaps] = weakref.WeakKeyDictionary()
+
+
+def encode_tensor_maps(kernel: Kernel, pointers: Mapping[str, int] | Sequence[int]) -> list[Any]:
+    """The CUtensorMaps to pass, in ``tensor_map_params_for(kernel)`` order.
+
+    ``pointers``: device addresses by buffer name, or one per ``kernel.params`` entry in
+    order. Maps are cached per kernel by the operands' addresses, so repeated launches on
+    the same tensors skip ``cuTensorMapEncodeTiled``.
+    """
+    stmt = find_main_loop(kernel)
+    if isinstance(pointers, Mapping):
+        by_name = dict(pointers)
+    else:
+        if len(pointers) != len(kernel.params):
+            raise ValueError(
+                f"kernel {kernel.name}: {len(kernel.params)} pointers expected "
+                f"({[p.buffer_name for p in kernel.params]}), got {len(pointers)}"
+            )
+        by_name = {p.buffer_name: int(ptr) for p, ptr in zip(kernel.params, pointers, strict=True)}
+    missing = [o.buffer_name for o in stmt.operands if o.buffer_name not in by_name]
+    if missing:
+        raise ValueError(f"kernel {kernel.name}: no device pointer for operands {missing}")
+    cached = _CACHE.get(kernel)
+    if cached is None:
+        cached = _KernelMaps(tuple(tensor_map_plans(kernel)), OrderedDict())
+        _CACHE[kernel] = cached
+    addresses = tuple(int(by_name[o.buffer_name]) for o in stmt.operands)
+    maps = cached.encoded.get(addresses)
+    if maps is None:
+        maps = [tma_host.encode(p, a) for p, a in zip(cached.plans, addresses, strict=True)]
+        cached.encoded[addresses] = maps
+        if len(cached.encoded) > TENSOR_MAP_CACHE_SIZE:
+            cached.encoded.popitem(last=False)
+    else:
+        cached.encoded.move_to_end(addresses)
+    return maps

@@ -1,0 +1,597 @@
+"""The warp-specialized Hopper matmul main loop: :class:`MatmulMainLoop` to PTX.
+
+One CTA is ``consumer_warpgroups + 1`` warpgroups (``block = (128, C + 1, 1)``):
+
+- **Shared memory.** ``full[s]`` and ``empty[s]`` mbarriers at bytes ``8 s`` and
+  ``8 (stages + s)`` of dynamic shared memory (below the first operand tile, which starts
+  on a 1024-byte boundary), then the lowering's ``stages`` ring of operand tiles. Thread
+  (0, 0) initializes them (full: 1 arrival plus the stage's bytes; empty: one arrival per
+  consumer warp), then ``fence.mbarrier_init`` and ``bar.sync 0``.
+- **Producer** (``threadIdx.y == 0``): ``setmaxnreg.dec``; one elected thread of warp 0
+  walks this CTA's tiles and their K tiles, waits ``empty[s]``, expects the stage's bytes
+  on ``full[s]`` and issues ``copies`` TMA loads per operand. Out-of-bounds boxes are
+  zero-filled, so ragged M, N and K need no other code.
+- **Consumers** (``threadIdx.y = 1 + w``): ``setmaxnreg.inc``; warpgroup ``w`` owns rows
+  ``64 w .. 64 w + 63`` of the tile. Per K tile: wait ``full[s]``, ``wgmma m64nNk16`` over
+  the ``tile_k / 16`` k-steps for every MMA (``scale-d = 0`` on the tile's first k-step
+  instead of zeroing), commit, ``wait_group 1`` (the previous K tile's group retires) and
+  release that tile's stage. After the last K tile: ``wait_group 0``, release, and the
+  epilogue once per accumulator register.
+
+The tile order (which tiles a CTA computes, persistent or not, with the grid swizzle), the
+operands' shared-memory layouts and the descriptor fields that read them (K-major and
+MN-major, 128-byte swizzle) are host-side facts in :mod:`pyfuse.backend_ptx.matmul_host`;
+this module emits the code that follows them, the same tile walk in both roles.
+
+The caller (``emit.py``) builds the KernelBuilder with :func:`matmul_directives`, declares
+:func:`tensor_map_params_for`'s params, allocates the accumulators with
+:func:`allocate_accumulators` (the epilogue reads them), and calls
+:func:`emit_matmul_main_loop` with a callback that emits the epilogue statements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+from pyfuse.backend_ptx import smem_desc
+from pyfuse.backend_ptx.emitter import Directives, KernelBuilder, Param, ParamKind
+from pyfuse.backend_ptx.instructions import (
+    arith,
+    control,
+    convert,
+    logic,
+    mbarrier,
+    memory,
+    special,
+    tma,
+    wgmma,
+)
+from pyfuse.backend_ptx.matmul_host import (
+    SWIZZLE,
+    WARPGROUP,
+    WGMMA_K,
+    WGMMA_TYPES,
+    OperandLayout,
+    TileOrder,
+    find_main_loop,
+    operand_layout,
+    register_split,
+)
+from pyfuse.backend_ptx.operands import Address, Reg, RegClass
+from pyfuse.ir.kernel_ir import Buffer, Kernel, MatmulMainLoop, Var
+
+WARPS_PER_WARPGROUP = 4
+BARRIER_BYTES = 8
+
+EmitEpilogue = Callable[[dict[Var, Reg], int], None]
+
+
+# ---- launch facts the caller needs ----------------------------------------------------------
+
+
+def matmul_directives(kernel: Kernel) -> Directives:
+    """``.maxntid`` + ``.minnctapersm 1``: the register cap at entry setmaxnreg needs."""
+    return Directives(maxntid=kernel.block, minnctapersm=1)
+
+
+def tensor_map_params_for(kernel: Kernel) -> list[Param]:
+    """One by-value CUtensorMap param per TMA operand, in operand order; declare each with
+    ``kb.param(p.name, p.kind)`` and pass the maps of ``matmul_host.encode_tensor_maps``."""
+    stmt = find_main_loop(kernel)
+    return [
+        Param(f"tmap{i}_{operand.buffer_name}", ParamKind.TENSOR_MAP)
+        for i, operand in enumerate(stmt.operands)
+    ]
+
+
+def allocate_accumulators(kb: KernelBuilder, stmt: MatmulMainLoop) -> dict[Buffer, tuple[Reg, ...]]:
+    """f32 registers for every MMA's accumulator; the epilogue reads element ``i`` of
+    buffer ``acc`` as ``result[acc][i]``."""
+    return {acc: kb.regs(RegClass.F32, stmt.accumulator_registers) for _, _, acc in stmt.mmas}
+
+
+# ---- emission -------------------------------------------------------------------------------
+
+
+def emit_matmul_main_loop(
+    kb: KernelBuilder,
+    stmt: MatmulMainLoop,
+    kernel: Kernel,
+    tensor_map_params: Sequence[Param],
+    emit_epilogue: EmitEpilogue,
+    *,
+    accumulators: Mapping[Buffer, Sequence[Reg]] | None = None,
+) -> None:
+    """Emit the whole warp-specialized main loop into ``kb`` (see the module docstring).
+
+    ``emit_epilogue(bindings, element)`` emits the epilogue for accumulator register
+    ``element`` with ``stmt.row``/``stmt.col``/``stmt.batch_index`` bound to registers;
+    it reads the accumulators from ``accumulators`` (from :func:`allocate_accumulators`,
+    allocated here when not given). Every thread leaves through the end of the emitted code.
+    """
+    _MainLoop(kb, stmt, kernel, tensor_map_params, emit_epilogue, accumulators).emit()
+
+
+class _Ring:
+    """Stage index and phase parity of the circular buffer, advanced the same in both roles."""
+
+    def __init__(self, kb: KernelBuilder, stages: int) -> None:
+        self.kb, self.stages = kb, stages
+        self.stage, self.phase = kb.regs(RegClass.B32, 2)
+        kb.emit(arith.mov("u32", self.stage, 0), arith.mov("u32", self.phase, 0))
+
+    def advance(self) -> None:
+        wrapped = self.kb.reg(RegClass.PRED)
+        self.kb.emit(
+            arith.add("u32", self.stage, self.stage, 1),
+            arith.setp("eq", "u32", wrapped, self.stage, self.stages),
+            arith.mov("u32", self.stage, 0).guarded(wrapped),
+            logic.xor("b32", self.phase, self.phase, 1).guarded(wrapped),
+        )
+
+
+class _MainLoop:
+    def __init__(
+        self,
+        kb: KernelBuilder,
+        stmt: MatmulMainLoop,
+        kernel: Kernel,
+        tensor_map_params: Sequence[Param],
+        emit_epilogue: EmitEpilogue,
+        accumulators: Mapping[Buffer, Sequence[Reg]] | None,
+    ) -> None:
+        self.kb, self.stmt, self.kernel = kb, stmt, kernel
+        self.emit_epilogue = emit_epilogue
+        self.layouts = [operand_layout(stmt, operand) for operand in stmt.operands]
+        self.order = TileOrder.of(stmt)
+        self.k_tiles = -(-stmt.k // stmt.tile_k)
+        self.stage_tx = sum(layout.copies * layout.box_bytes for layout in self.layouts)
+        self._check(tensor_map_params)
+        self.maps = list(tensor_map_params)
+        if accumulators is None:
+            accumulators = allocate_accumulators(kb, stmt)
+        self.accumulators = {acc: tuple(accumulators[acc]) for _, _, acc in stmt.mmas}
+        for acc, registers in self.accumulators.items():
+            if len(registers) != stmt.accumulator_registers:
+                raise ValueError(
+                    f"accumulator {acc.name}: {stmt.accumulator_registers} registers needed "
+                    f"(m64n{stmt.tile_n}), got {len(registers)}"
+                )
+        self.ab_type = WGMMA_TYPES[stmt.operands[0].dtype]
+        self.end = kb.new_label("matmul_end")
+
+    def _check(self, tensor_map_params: Sequence[Param]) -> None:
+        stmt, kernel, kb = self.stmt, self.kernel, self.kb
+        c = stmt.consumer_warpgroups
+        if stmt.tile_m != 64 * c or kernel.block != (WARPGROUP, c + 1, 1):
+            raise ValueError(
+                f"kernel {kernel.name}: tile_m {stmt.tile_m} needs {stmt.tile_m // 64} consumer "
+                f"warpgroups and block (128, {stmt.tile_m // 64 + 1}, 1); got "
+                f"{c} and {kernel.block}"
+            )
+        wgmma.check_n(stmt.tile_n)
+        if stmt.tile_k % WGMMA_K:
+            raise ValueError(f"tile_k must be a multiple of 16, got {stmt.tile_k}")
+        if len({layout.operand.dtype for layout in self.layouts}) != 1:
+            raise ValueError(f"kernel {kernel.name}: operands of different dtypes")
+        for a, b, _ in stmt.mmas:
+            if self.layouts[a].role != "m" or self.layouts[b].role != "n":
+                raise ValueError(
+                    f"kernel {kernel.name}: MMA ({a}, {b}) needs an M and an N operand"
+                )
+        lowest = min(layout.operand.smem_offset for layout in self.layouts)
+        if 2 * stmt.stages * BARRIER_BYTES > lowest:
+            raise ValueError(f"{2 * stmt.stages} mbarriers do not fit below smem offset {lowest}")
+        end = max(
+            o.operand.smem_offset
+            + (stmt.stages - 1) * o.operand.stage_bytes
+            + o.copies * o.box_bytes
+            for o in self.layouts
+        )
+        if end > kernel.smem_bytes:
+            raise ValueError(
+                f"kernel {kernel.name}: the stages need {end} B of smem, has {kernel.smem_bytes}"
+            )
+        if len({layout.operand.stage_bytes for layout in self.layouts}) != 1:
+            raise ValueError(f"kernel {kernel.name}: operands disagree on the stage stride")
+        if self.stage_tx > mbarrier.MAX_TX_BYTES:
+            raise ValueError(f"a stage of {self.stage_tx} B exceeds the mbarrier tx limit")
+        if not stmt.persistent and kernel.grid != self.order.grid():
+            raise ValueError(
+                f"kernel {kernel.name}: a non-persistent grid must be {self.order.grid()} "
+                f"(N tiles x swizzle, M tile groups, batch), got {kernel.grid}"
+            )
+        directives = kb.directives
+        if directives.maxnreg is None and directives.minnctapersm is None:
+            raise ValueError(
+                f"kernel {kernel.name}: setmaxnreg needs a register cap at entry; build the "
+                "KernelBuilder with matmul_directives(kernel)"
+            )
+        if len(tensor_map_params) != len(stmt.operands):
+            raise ValueError(
+                f"kernel {kernel.name}: {len(stmt.operands)} tensor maps needed, got "
+                f"{len(tensor_map_params)} (use tensor_map_params_for)"
+            )
+        for param in tensor_map_params:
+            if param.kind is not ParamKind.TENSOR_MAP or param not in kb.params:
+                raise ValueError(f"param {param.name} must be a declared TENSOR_MAP param")
+
+    # -- small helpers -----------------------------------------------------------------------
+
+    def u32(self) -> Reg:
+        return self.kb.reg(RegClass.B32)
+
+    def pred(self) -> Reg:
+        return self.kb.reg(RegClass.PRED)
+
+    def sreg(self, name: str) -> Reg:
+        reg = self.u32()
+        self.kb.emit(special.read_sreg(reg, name))
+        return reg
+
+    def full_barrier(self, stage: Reg) -> Reg:
+        address = self.u32()
+        self.kb.emit(arith.mad("u32", address, stage, BARRIER_BYTES, self.smem))
+        return address
+
+    def empty_barrier(self, stage: Reg) -> Address:
+        return Address(self.full_barrier(stage), BARRIER_BYTES * self.stmt.stages)
+
+    # -- the kernel --------------------------------------------------------------------------
+
+    def emit(self) -> None:
+        kb, stmt = self.kb, self.stmt
+        kb.comment(
+            f"matmul main loop: tile {stmt.tile_m}x{stmt.tile_n}x{stmt.tile_k}, "
+            f"{stmt.stages} stages, {stmt.consumer_warpgroups} consumer warpgroups, "
+            f"swizzle {stmt.grid_swizzle}, {'persistent' if stmt.persistent else 'one tile'}"
+        )
+        self.smem = self.u32()
+        kb.emit(memory.mov_address(self.smem, kb.dynamic_smem()))
+        self.tid, self.warpgroup = self.sreg("tid.x"), self.sreg("tid.y")
+        if not stmt.persistent:
+            self.cta_tile = self.decode(
+                self.sreg("ctaid.z"), self.sreg("ctaid.y"), self.sreg("ctaid.x"), check=True
+            )
+        self.init_barriers()
+        producer_regs, consumer_regs = register_split(stmt, kb.directives)
+        consumer = kb.new_label("consumer")
+        is_consumer = self.pred()
+        kb.emit(
+            arith.setp("ne", "u32", is_consumer, self.warpgroup, 0),
+            control.bra(consumer, uni=True).guarded(is_consumer),
+            special.setmaxnreg("dec", producer_regs),
+        )
+        self.producer()
+        kb.emit(control.bra(self.end))
+        kb.place(consumer)
+        kb.emit(special.setmaxnreg("inc", consumer_regs))
+        self.consumer()
+        kb.place(self.end)
+
+    def init_barriers(self) -> None:
+        kb, stmt = self.kb, self.stmt
+        leader = self.pred()
+        kb.emit(
+            arith.setp(
+                "eq", "u32", leader, self.tid, 0, bool_op="and", c=self.pred_eq0(self.warpgroup)
+            )
+        )
+        arrivals = WARPS_PER_WARPGROUP * stmt.consumer_warpgroups
+        for stage in range(stmt.stages):
+            kb.emit(
+                mbarrier.init(Address(self.smem, BARRIER_BYTES * stage), 1).guarded(leader),
+                mbarrier.init(
+                    Address(self.smem, BARRIER_BYTES * (stmt.stages + stage)), arrivals
+                ).guarded(leader),
+            )
+        kb.emit(mbarrier.fence_init().guarded(leader), control.bar_sync(0))
+
+    def pred_eq0(self, value: Reg) -> Reg:
+        p = self.pred()
+        self.kb.emit(arith.setp("eq", "u32", p, value, 0))
+        return p
+
+    # -- tile schedule -----------------------------------------------------------------------
+
+    def decode(
+        self, batch: Reg, group: Reg, within: Reg, *, check: bool = False
+    ) -> tuple[Reg, Reg, Reg]:
+        """(batch, m0, n0) in elements for position ``within`` of M-tile group ``group``;
+        with ``check``, the whole CTA leaves when the position is past a ragged group."""
+        kb, order, stmt = self.kb, self.order, self.stmt
+        m_tile, n_tile = self.u32(), self.u32()
+        swizzle, last = order.swizzle, order.last_rows
+        if check and last != swizzle:
+            is_last, outside = self.pred(), self.pred()
+            kb.emit(
+                arith.setp("eq", "u32", is_last, group, order.groups - 1),
+                arith.setp(
+                    "ge", "u32", outside, within, last * order.n_tiles, bool_op="and", c=is_last
+                ),
+                control.bra(self.end, uni=True).guarded(outside),
+            )
+        if swizzle == 1:
+            kb.emit(arith.mov("u32", m_tile, group), arith.mov("u32", n_tile, within))
+        else:
+            kb.emit(
+                arith.rem("u32", m_tile, within, swizzle), arith.div("u32", n_tile, within, swizzle)
+            )
+            if last != swizzle:
+                is_last = self.pred()
+                ragged_m, ragged_n = self.u32(), self.u32()
+                kb.emit(
+                    arith.setp("eq", "u32", is_last, group, order.groups - 1),
+                    arith.rem("u32", ragged_m, within, last),
+                    arith.div("u32", ragged_n, within, last),
+                    arith.selp("u32", m_tile, ragged_m, m_tile, is_last),
+                    arith.selp("u32", n_tile, ragged_n, n_tile, is_last),
+                )
+            kb.emit(arith.mad("u32", m_tile, group, swizzle, m_tile))
+        m0, n0 = self.u32(), self.u32()
+        kb.emit(
+            arith.mul("u32", m0, m_tile, stmt.tile_m), arith.mul("u32", n0, n_tile, stmt.tile_n)
+        )
+        return batch, m0, n0
+
+    def tile_loop(self, body: Callable[[Reg, Reg, Reg], None]) -> None:
+        """Run ``body(batch, m0, n0)`` for each of this CTA's tiles, in the same order in
+        every role (persistent: tile ids from blockIdx.x stepping by gridDim.x)."""
+        kb, order = self.kb, self.order
+        if not self.stmt.persistent:
+            body(*self.cta_tile)
+            return
+        t, stride = self.sreg("ctaid.x"), self.sreg("nctaid.x")
+        top, done = kb.new_label("tile"), kb.new_label("tiles_done")
+        finished = self.pred()
+        kb.place(top)
+        kb.emit(
+            arith.setp("ge", "u32", finished, t, order.tiles),
+            control.bra(done, uni=True).guarded(finished),
+        )
+        per_batch, per_group = order.m_tiles * order.n_tiles, order.swizzle * order.n_tiles
+        batch, rest, group, within = (self.u32() for _ in range(4))
+        kb.emit(
+            arith.div("u32", batch, t, per_batch),
+            arith.rem("u32", rest, t, per_batch),
+            arith.div("u32", group, rest, per_group),
+            arith.rem("u32", within, rest, per_group),
+        )
+        body(*self.decode(batch, group, within))
+        kb.emit(arith.add("u32", t, t, stride), control.bra(top, uni=True))
+        kb.place(done)
+
+    def k_loop(self, body: Callable[[Reg], None]) -> None:
+        """``body(kt)`` for kt in range(k_tiles), as a loop (k_tiles >= 1)."""
+        kb = self.kb
+        kt = self.u32()
+        top, more = kb.new_label("k_tile"), self.pred()
+        kb.emit(arith.mov("u32", kt, 0))
+        kb.place(top)
+        body(kt)
+        kb.emit(
+            arith.add("u32", kt, kt, 1),
+            arith.setp("lt", "u32", more, kt, self.k_tiles),
+            control.bra(top, uni=True).guarded(more),
+        )
+
+    # -- producer ----------------------------------------------------------------------------
+
+    def producer(self) -> None:
+        kb = self.kb
+        warp, elected, other_warp = self.u32(), self.pred(), self.pred()
+        kb.emit(
+            logic.shr("u32", warp, self.tid, 5),
+            arith.setp("ne", "u32", other_warp, warp, 0),
+            control.bra(self.end, uni=True).guarded(other_warp),
+            special.elect_sync(elected),
+            control.bra(self.end).guarded(elected, negate=True),
+        )
+        self.map_addresses = []
+        for param in self.maps:
+            address = kb.reg(RegClass.B64)
+            kb.emit(memory.tensor_map_address(address, param), tma.prefetch_tensormap(address))
+            self.map_addresses.append(address)
+        self.ring = _Ring(kb, self.stmt.stages)
+        self.tile_loop(self.produce_tile)
+
+    def produce_tile(self, batch: Reg, m0: Reg, n0: Reg) -> None:
+        def produce(kt: Reg) -> None:
+            kb, ring, stmt = self.kb, self.ring, self.stmt
+            k0, parity, stage_smem = self.u32(), self.u32(), self.u32()
+            waited = self.pred()
+            full = self.full_barrier(ring.stage)
+            kb.emit(logic.xor("b32", parity, ring.phase, 1))  # a fresh barrier passes parity 1
+            kb.emit(
+                mbarrier.wait_parity(
+                    waited, self.empty_barrier(ring.stage), parity, kb.new_label("empty_wait")
+                )
+            )
+            kb.emit(
+                mbarrier.arrive_expect_tx(full, self.stage_tx),
+                arith.mul("u32", k0, kt, stmt.tile_k),
+                arith.mad("u32", stage_smem, ring.stage, stmt.operands[0].stage_bytes, self.smem),
+            )
+            starts = {"m": m0, "n": n0, "k": k0}
+            for layout, tensor_map in zip(self.layouts, self.map_addresses, strict=True):
+                self.load_operand(layout, tensor_map, starts, batch, stage_smem, full)
+            ring.advance()
+
+        self.k_loop(produce)
+
+    def batch_coordinates(self, layout: OperandLayout, batch: Reg) -> dict[int, Reg | int]:
+        operand = layout.operand
+        dims = [i for i, role in enumerate(operand.roles) if role == "batch"]
+        wide = [i for i in dims if operand.shape[i] > 1]
+        if not wide:
+            return dict.fromkeys(dims, 0)
+        if len(wide) > 1 or operand.shape[wide[0]] != self.stmt.batch:
+            raise ValueError(
+                f"operand {operand.buffer_name}: batch dims {[operand.shape[i] for i in dims]} "
+                f"cannot be indexed by one batch index of {self.stmt.batch}; the lowering must "
+                "collapse them into one (or broadcast them entirely)"
+            )
+        return {i: (batch if i in wide else 0) for i in dims}
+
+    def load_operand(
+        self,
+        layout: OperandLayout,
+        tensor_map: Reg,
+        starts: dict[str, Reg],
+        batch: Reg,
+        stage_smem: Reg,
+        full: Reg,
+    ) -> None:
+        kb, operand = self.kb, layout.operand
+        batch_coords = self.batch_coordinates(layout, batch)
+        for copy in range(layout.copies):
+            coords: list[Reg | int] = []
+            for dim, role in enumerate(operand.roles):
+                if role == "batch":
+                    coords.append(batch_coords[dim])
+                elif dim == len(operand.roles) - 1 and copy:
+                    shifted = self.u32()
+                    kb.emit(arith.add("u32", shifted, starts[role], copy * layout.contiguous_box))
+                    coords.append(shifted)
+                else:
+                    coords.append(starts[role])
+            destination = Address(stage_smem, operand.smem_offset + copy * layout.box_bytes)
+            kb.emit(tma.load_tile(destination, tensor_map, coords[::-1], full))
+
+    # -- consumers ---------------------------------------------------------------------------
+
+    def consumer(self) -> None:
+        kb, stmt = self.kb, self.stmt
+        self.consumer_index, lane, warp = self.u32(), self.u32(), self.u32()
+        self.lane0 = self.pred()
+        kb.emit(
+            arith.sub("u32", self.consumer_index, self.warpgroup, 1),
+            logic.and_("b32", lane, self.tid, 31),
+            logic.shr("u32", warp, self.tid, 5),
+            arith.setp("eq", "u32", self.lane0, lane, 0),
+        )
+        self.lane, self.warp = lane, warp
+        a_operands = {a for a, _, _ in stmt.mmas}
+        self.base_descriptors = []
+        for index, layout in enumerate(self.layouts):
+            address = self.u32()
+            kb.emit(arith.add("u32", address, self.smem, layout.operand.smem_offset))
+            if index in a_operands:  # this warpgroup's 64 rows of the A tile
+                kb.emit(
+                    arith.mad("u32", address, self.consumer_index, layout.rows64_bytes, address)
+                )
+            self.base_descriptors.append(
+                smem_desc.emit_descriptor(
+                    kb, address, lbo=layout.lbo, sbo=layout.sbo, swizzle=SWIZZLE
+                )
+            )
+        self.ring = _Ring(kb, stmt.stages)
+        self.previous_stage = self.u32()  # the stage of the K tile whose wgmmas may be pending
+        kb.emit(arith.mov("u32", self.previous_stage, 0))
+        self.tile_loop(self.consume_tile)
+
+    def consume_tile(self, batch: Reg, m0: Reg, n0: Reg) -> None:
+        kb, ring, stmt = self.kb, self.ring, self.stmt
+
+        def consume(kt: Reg) -> None:
+            ready, accumulate, release = self.pred(), self.pred(), self.pred()
+            kb.emit(
+                mbarrier.wait_parity(
+                    ready, self.full_barrier(ring.stage), ring.phase, kb.new_label("full_wait")
+                )
+            )
+            stage_offset = kb.reg(RegClass.B64)
+            kb.emit(
+                arith.mul(
+                    "u32", stage_offset, ring.stage, stmt.operands[0].stage_bytes >> 4, mode="wide"
+                ),
+                arith.setp("ne", "u32", accumulate, kt, 0),
+            )
+            descriptors = []
+            for base in self.base_descriptors:
+                descriptor = kb.reg(RegClass.B64)
+                kb.emit(arith.add("s64", descriptor, base, stage_offset))
+                descriptors.append(descriptor)
+            self.issue_wgmmas(descriptors, accumulate)
+            # The previous K tile's wgmmas have retired: its stage may be refilled.
+            kb.emit(
+                wgmma.wait_group(1),
+                arith.setp("ne", "u32", release, kt, 0, bool_op="and", c=self.lane0),
+                mbarrier.arrive(self.empty_barrier(self.previous_stage)).guarded(release),
+                arith.mov("u32", self.previous_stage, ring.stage),
+            )
+            ring.advance()
+
+        self.k_loop(consume)
+        kb.emit(
+            wgmma.wait_group(0),
+            mbarrier.arrive(self.empty_barrier(self.previous_stage)).guarded(self.lane0),
+        )
+        self.epilogue(batch, m0, n0)
+
+    def issue_wgmmas(self, descriptors: list[Reg], accumulate: Reg) -> None:
+        kb, stmt = self.kb, self.stmt
+        kb.emit(wgmma.fence())
+        for step in range(stmt.tile_k // WGMMA_K):
+            stepped = [
+                descriptor
+                if step == 0
+                else smem_desc.emit_advance(kb, descriptor, layout.k_steps[step])
+                for descriptor, layout in zip(descriptors, self.layouts, strict=True)
+            ]
+            for a, b, acc in stmt.mmas:
+                kb.emit(
+                    wgmma.mma_async(
+                        stmt.tile_n,
+                        self.accumulators[acc],
+                        stepped[a],
+                        stepped[b],
+                        ab_dtype=self.ab_type,
+                        scale_d=accumulate if step == 0 else 1,
+                        trans_a=0 if self.layouts[a].k_major else 1,
+                        trans_b=0 if self.layouts[b].k_major else 1,
+                    )
+                )
+        kb.emit(wgmma.commit_group())
+
+    # -- epilogue ----------------------------------------------------------------------------
+
+    def epilogue(self, batch: Reg, m0: Reg, n0: Reg) -> None:
+        """Bind row/col/batch for each accumulator register (hopper-ptx-notes 4.4): d[i] is
+        row 16 warp + lane / 4 + 8 ((i >> 1) & 1), col 8 (i >> 2) + 2 (lane % 4) + (i & 1)."""
+        kb, stmt = self.kb, self.stmt
+        row0, col0, quad = self.u32(), self.u32(), self.u32()
+        kb.emit(
+            arith.mad("u32", row0, self.consumer_index, 64, m0),
+            arith.mad("u32", row0, self.warp, 16, row0),
+            logic.shr("u32", quad, self.lane, 2),
+            arith.add("u32", row0, row0, quad),
+            logic.and_("b32", col0, self.lane, 3),
+            arith.mad("u32", col0, col0, 2, n0),
+        )
+        rows: dict[int, Reg] = {}
+        cols: dict[int, Reg] = {}
+        batch_value = self.index_value(stmt.batch_index, batch, 0, {})
+        for element in range(stmt.accumulator_registers):
+            row = self.index_value(stmt.row, row0, 8 * ((element >> 1) & 1), rows)
+            col = self.index_value(stmt.col, col0, 8 * (element >> 2) + (element & 1), cols)
+            bindings = {stmt.row: row, stmt.col: col, stmt.batch_index: batch_value}
+            self.emit_epilogue(bindings, element)
+
+    def index_value(self, var: Var, base: Reg, offset: int, cache: dict[int, Reg]) -> Reg:
+        """``base + offset`` in a register of ``var``'s index type (made once per offset)."""
+        if offset in cache:
+            return cache[offset]
+        kb = self.kb
+        value = base
+        if offset:
+            value = self.u32()
+            kb.emit(arith.add("u32", value, base, offset))
+        if var.dtype.itemsize == 8:
+            wide = kb.reg(RegClass.B64)
+            kb.emit(convert.cvt("u64", "u32", wide, value))
+            value = wide
+        elif var.dtype.itemsize != 4:
+            raise ValueError(f"index variable {var} must be int32 or int64, got {var.dtype.name}")
+        cache[offset] = value
+        return value

@@ -1,0 +1,465 @@
+"""Running fused functions: signatures, compiled variants, array kinds and launches.
+
+Cold path (a signature not seen before by this function): describe every argument and check
+it (host arrays, negative strides, mixed devices raise ``InputError``), compile a variant
+(trace + :func:`~pyfuse.frontend.compile.compile_fusion`, cached in memory by
+:class:`Signature`), load its kernels on the device once per process (cubins through the
+disk cache, :mod:`pyfuse.frontend.cache`) and bind a launch plan for the kind of arrays
+given (torch, CuPy, or anything else, which gets :class:`~pyfuse.frontend.arrays.DeviceArray`
+outputs).
+
+Hot path (``FusedFunction.__call__``): one pass over the arguments builds the call key
+(per array: shape, strides, dtype, device; the alignment class; Python numbers by value) and
+the pointer list; one dict lookup finds the bound plan, which allocates the outputs from the
+caller's allocator (torch's caching allocator for torch inputs: no synchronization and no
+driver allocation, so calls are safe under CUDA graph capture) and launches on the caller's
+current stream. Everything the launch needs is precomputed on the plan.
+
+A misaligned input (address not a multiple of 16 bytes) compiles an unvectorized variant
+(``vector_bytes=1``); strided and offset views are read through their element strides.
+
+``PYFUSE_DISABLE_CACHE`` (and ``PYFUSE_DUMP``) turn off the compile caches, read when a
+signature is first seen; a function's table of bound signatures is kept regardless, so a
+warm call never reads the environment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from pyfuse import knobs
+from pyfuse.errors import FusionError, InputError, LaunchError
+from pyfuse.frontend.arrays import (
+    ArgumentError,
+    Bound,
+    Kind,
+    call_key,
+    describe_arguments,
+    gpu_info,
+)
+from pyfuse.frontend.location import user_location
+from pyfuse.frontend.spec import ArrayInfo, Spec, spec, spec_of
+from pyfuse.ir.dtypes import DType
+from pyfuse.ir.params import MatmulParams
+from pyfuse.ir.target import HOPPER, TargetInfo
+
+Number = bool | int | float
+_STATE = "_pyfuse_runtime"  # attribute of a FusedFunction holding its _FunctionState
+
+
+@dataclasses.dataclass(frozen=True)
+class Signature:
+    """What a compiled variant is specialized to; the key of the in-memory compile cache.
+
+    ``arguments`` holds, per argument, ``(shape, dtype, element strides)`` for an array
+    (strides of size-1 axes normalized away) or ``(type, value)`` for a Python number. The
+    alignment class is in ``target.vector_bytes`` (1 for a variant with misaligned inputs).
+    """
+
+    arguments: tuple[tuple[Any, ...], ...]
+    matmul: MatmulParams | None
+    target: TargetInfo
+
+
+class _FunctionState:
+    """Per-FusedFunction state: compiled variants and bound call keys."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.compiled: dict[Signature, Any] = {}
+        self.bound: dict[tuple[Any, ...], Bound] = {}
+
+
+def _state_of(fused: Any) -> _FunctionState:
+    state = fused.__dict__.get(_STATE)
+    if state is None:
+        state = fused.__dict__.setdefault(_STATE, _FunctionState())
+    return state  # type: ignore[no-any-return]
+
+
+# ---- targets -----------------------------------------------------------------------------------
+
+
+def target_for(device: int | None, aligned: bool = True) -> TargetInfo:
+    """The device's TargetInfo (HOPPER without a driver); ``aligned`` False: unvectorized."""
+    from pyfuse.backend_ptx import driver
+
+    if device is None and driver.available():
+        device = 0
+    if device is None:
+        target = HOPPER
+    else:
+        info = driver.device_info(device)
+        target = TargetInfo(
+            arch=info.arch,
+            sm_count=info.sm_count,
+            warp_size=info.warp_size,
+            max_threads_per_block=info.max_threads_per_block,
+            registers_per_sm=info.regs_per_sm,
+            max_smem_per_block=info.smem_per_block_optin,
+            default_smem_per_block=info.smem_per_block,
+        )
+    return target if aligned else dataclasses.replace(target, vector_bytes=1)
+
+
+# ---- compiling ---------------------------------------------------------------------------------
+
+
+def _normalized(array_spec: Spec) -> Spec:
+    """The spec with the strides of size-1 axes (which no index reads) made row-major."""
+    if 0 in array_spec.shape:
+        return spec(array_spec.shape, array_spec.dtype)
+    row_major = spec(array_spec.shape, array_spec.dtype).strides
+    strides = [
+        expected if extent == 1 else stride
+        for extent, stride, expected in zip(
+            array_spec.shape, array_spec.strides, row_major, strict=True
+        )
+    ]
+    return spec(array_spec.shape, array_spec.dtype, strides)
+
+
+def _signature_item(argument: Spec | Number) -> tuple[Any, ...]:
+    if isinstance(argument, Spec):
+        return (argument.shape, argument.dtype, argument.strides)
+    return (type(argument), argument)
+
+
+def _compile(fused: Any, arguments: Sequence[Spec | Number], target: TargetInfo) -> Any:
+    """A compiled variant for normalized specs and numbers, from the cache when allowed."""
+    from pyfuse.frontend.compile import compile_fusion  # the passes load on first compile
+
+    state = _state_of(fused)
+    signature = Signature(tuple(_signature_item(a) for a in arguments), fused.matmul, target)
+    use_cache = knobs.cache_enabled()
+    with state.lock:
+        if use_cache:
+            hit = state.compiled.get(signature)
+            if hit is not None:
+                return hit
+        start = time.perf_counter()
+        fusion = fused.trace(*arguments)
+        traced = time.perf_counter() - start
+        compiled = compile_fusion(fusion, target, fused.matmul)
+        compiled.timings = {"trace": traced, **compiled.timings}
+        compiled.runtime = CompiledRuntime(compiled, signature)
+        if use_cache:
+            state.compiled[signature] = compiled
+        return compiled
+
+
+def compile_for(fused: Any, args: Sequence[object]) -> Any:
+    """``FusedFunction.compile``: a variant for arrays (host or GPU) or ``pf.spec`` s.
+
+    GPU arrays also decide the device (its TargetInfo) and the alignment class; specs and
+    host arrays compile for device 0 (HOPPER without a driver), aligned.
+    """
+    arguments: list[Spec | Number] = []
+    device: int | None = None
+    aligned = True
+    for index, argument in enumerate(args):
+        if isinstance(argument, Number):
+            arguments.append(argument)
+            continue
+        info = gpu_info(argument)
+        if info is not None and info.device != -1:
+            aligned = aligned and info.pointer % 16 == 0
+            if device is None:
+                device = info.device
+        try:
+            arguments.append(_normalized(spec_of(argument)))
+        except FusionError as error:
+            raise FusionError(
+                f"argument {index}: {error.bare_message}", op=fused.name, where=user_location()
+            ) from None
+    return _compile(fused, arguments, target_for(device, aligned))
+
+
+# ---- calling -----------------------------------------------------------------------------------
+
+
+def _input_error(fused_name: str, error: ArgumentError) -> InputError:
+    return InputError(str(error), op=fused_name, where=user_location())
+
+
+def call(fused: Any, arrays: Sequence[object]) -> Any:
+    """``FusedFunction.__call__``: the hot path described in the module docstring."""
+    state = fused.__dict__.get(_STATE) or _state_of(fused)
+    try:
+        key, pointers, stream = call_key(arrays)
+    except ArgumentError as error:
+        raise _input_error(fused.name, error) from None
+    bound = state.bound.get(key)
+    if bound is None:
+        bound = _bind_new(fused, state, arrays, key)
+    return bound.run(pointers, stream)
+
+
+def _bind_new(
+    fused: Any, state: _FunctionState, arrays: Sequence[object], key: tuple[Any, ...]
+) -> Bound:
+    with state.lock:
+        bound = state.bound.get(key)
+        if bound is not None:
+            return bound
+        try:
+            described = describe_arguments(arrays)
+            arguments: list[Spec | Number] = [
+                item
+                if isinstance(item, Number)
+                else _normalized(spec(item.shape, item.dtype, item.strides))
+                for item in described.arguments
+            ]
+            target = target_for(described.device, described.aligned)
+            compiled = _compile(fused, arguments, target)
+            bound = runtime_of(compiled).bound_for(described.device, described.kind)
+        except ArgumentError as error:
+            raise _input_error(fused.name, error) from None
+        state.bound[key] = bound
+        return bound
+
+
+# ---- loading and launching -----------------------------------------------------------------
+
+_WORKSPACE_ALIGNMENT = 256  # bytes between intermediates in one workspace allocation
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """Device-independent launch facts of a compiled variant, computed once.
+
+    Buffers are numbered inputs first, then outputs, then intermediates (which share one
+    workspace allocation per call); ``kernel_slots[k][i]`` is the buffer number of kernel
+    ``k``'s parameter ``i`` (every parameter is a global pointer).
+    """
+
+    inputs: int
+    outputs: tuple[tuple[tuple[int, ...], DType], ...]
+    workspace_bytes: int
+    workspace_offsets: tuple[int, ...]
+    kernel_slots: tuple[tuple[int, ...], ...]
+
+    @classmethod
+    def of(cls, compiled: Any) -> Plan:
+        inputs = len(compiled.fusion.inputs)
+        outputs = tuple((tuple(tv.shape), tv.dtype) for tv in compiled.fusion.outputs)
+        slot_of: dict[tuple[str, int | str], int] = {}
+        for index in range(inputs):
+            slot_of[("input", index)] = index
+        for index in range(len(outputs)):
+            slot_of[("output", index)] = inputs + index
+        offsets = []
+        size = 0
+        for number, (name, tv) in enumerate(sorted(compiled.segmented.intermediates.items())):
+            slot_of[("intermediate", name)] = inputs + len(outputs) + number
+            offsets.append(size)
+            nbytes = tv.numel * tv.dtype.itemsize
+            size += -(-nbytes // _WORKSPACE_ALIGNMENT) * _WORKSPACE_ALIGNMENT
+        kernel_slots = []
+        for kernel in compiled.kernels:
+            slots = []
+            for position, source in enumerate(kernel.arguments):
+                slot = slot_of.get(tuple(source))
+                if slot is None:
+                    raise LaunchError(
+                        f"kernel {kernel.name}: parameter {position} comes from {source!r}, "
+                        "which is no input, output or intermediate of the fusion"
+                    )
+                slots.append(slot)
+            kernel_slots.append(tuple(slots))
+        return cls(inputs, outputs, size, tuple(offsets), tuple(kernel_slots))
+
+
+_loaded_devices: set[int] = set()
+# Set once kernels are loaded on a second device: launches then make their context current.
+_several_devices = False
+
+
+class Loaded:
+    """A compiled variant's kernels loaded on one device: modules (cubins through the disk
+    cache), functions with their shared-memory opt-in, and launchers whose argument packing
+    is built once. ``compiled.timings["load"]`` adds the time taken."""
+
+    def __init__(self, compiled: Any, plan: Plan, device: int, arch: str) -> None:
+        global _several_devices
+        from pyfuse.backend_ptx import driver
+        from pyfuse.backend_ptx.emitter import ParamKind
+        from pyfuse.frontend import cache
+
+        start = time.perf_counter()
+        self.device = device
+        self.sources: list[str] = []  # where each module came from (cache, jit, ptx)
+        launches = []
+        for kernel, slots in zip(compiled.kernels, plan.kernel_slots, strict=True):
+            module, source = cache.load_module(kernel.ptx, kernel.name, device=device, arch=arch)
+            self.sources.append(source)
+            function = driver.get_function(module, kernel.name)
+            if kernel.smem_bytes > driver.DEFAULT_DYNAMIC_SMEM_LIMIT:
+                driver.set_max_dynamic_smem(function, kernel.smem_bytes)
+            launcher = driver.Launcher(function, [ParamKind.PTR] * len(slots))
+            launches.append((launcher, kernel.grid, kernel.block, kernel.smem_bytes, slots))
+        self._launches = tuple(launches)
+        # The common case, one kernel whose parameters are the buffers in order, launches
+        # with the caller's buffer list as is.
+        self._direct = None
+        if len(launches) == 1 and launches[0][4] == tuple(range(len(launches[0][4]))):
+            launcher, grid, block, smem, _ = launches[0]
+            self._direct = (launcher.launch, grid, block, smem)
+        self._context = driver.context
+        # Launchers write their argument slots in place: one launch sequence at a time.
+        self._lock = threading.Lock()
+        compiled.timings["load"] = compiled.timings.get("load", 0.0) + time.perf_counter() - start
+        _loaded_devices.add(device)
+        _several_devices = len(_loaded_devices) > 1
+
+    def launch(self, buffers: list[int], stream: Any) -> None:
+        """Launch every kernel in order on ``stream`` with the numbered buffers."""
+        lock = self._lock
+        lock.acquire()  # cheaper than ``with`` on the hot path
+        try:
+            if _several_devices:
+                self._context(self.device)
+            if self._direct is not None:
+                launch, grid, block, smem = self._direct
+                launch(grid, block, smem, stream, buffers)
+                return
+            for launcher, grid, block, smem, slots in self._launches:
+                launcher.launch(grid, block, smem, stream, [buffers[slot] for slot in slots])
+        finally:
+            lock.release()
+
+
+# ---- Compiled --------------------------------------------------------------------------------
+
+
+class CompiledRuntime:
+    """What running one :class:`~pyfuse.frontend.compile.Compiled` needs, kept on it as
+    ``compiled.runtime``: the launch plan, the kernels loaded per device (once per process),
+    the bound plan per (device, array kind), and the call keys already checked against the
+    compiled signature (for ``Compiled.__call__``)."""
+
+    def __init__(self, compiled: Any, signature: Signature | None) -> None:
+        self.compiled = compiled
+        self.signature = signature
+        self.plan = Plan.of(compiled)
+        self.lock = threading.RLock()
+        self.loaded: dict[int, Loaded] = {}
+        self.bound: dict[tuple[int, Kind], Bound] = {}
+        self.accepted: dict[tuple[Any, ...], Bound] = {}
+
+    @property
+    def target(self) -> TargetInfo | None:
+        return self.signature.target if self.signature is not None else None
+
+    def loaded_on(self, device: int) -> Loaded:
+        loaded = self.loaded.get(device)
+        if loaded is None:
+            with self.lock:
+                loaded = self.loaded.get(device)
+                if loaded is None:
+                    target = self.target or target_for(device)
+                    loaded = Loaded(self.compiled, self.plan, device, target.arch)
+                    self.loaded[device] = loaded
+        return loaded
+
+    def bound_for(self, device: int | None, kind: Kind) -> Bound:
+        device = 0 if device is None else device
+        bound = self.bound.get((device, kind))
+        if bound is None:
+            with self.lock:
+                bound = self.bound.get((device, kind))
+                if bound is None:
+                    bound = kind.bind(self.loaded_on(device), self.plan)
+                    self.bound[(device, kind)] = bound
+        return bound
+
+    def expected(self) -> list[tuple[Any, ...]]:
+        """Per argument: ``(shape, dtype, strides)`` or ``(type, value)``."""
+        if self.signature is not None:
+            return list(self.signature.arguments)
+        return [
+            _signature_item(_normalized(spec(tv.shape, tv.dtype, tv.strides)))
+            for tv in self.compiled.fusion.inputs
+        ]
+
+    def accept(self, arrays: Sequence[object], key: tuple[Any, ...]) -> Bound:
+        """Check arguments against the compiled signature (InputError) and bind them."""
+        described = describe_arguments(arrays)
+        expected = self.expected()
+        if len(expected) != len(described.arguments):
+            raise ArgumentError(
+                f"this Compiled takes {len(expected)} arguments, got {len(described.arguments)}"
+            )
+        for index, (want, got) in enumerate(zip(expected, described.arguments, strict=True)):
+            _check_argument(index, want, got)
+        target = self.target
+        vectorized = target is None or target.vector_bytes > 1
+        for index, got in enumerate(described.arguments):
+            if vectorized and isinstance(got, ArrayInfo) and got.pointer % 16:
+                raise ArgumentError(
+                    f"argument {index}: address {got.pointer:#x} is not 16-byte aligned, and "
+                    "this Compiled was vectorized for aligned inputs; call the fused function "
+                    "instead (it compiles an unvectorized variant)"
+                )
+        bound = self.bound_for(described.device, described.kind)
+        self.accepted[key] = bound
+        return bound
+
+
+def _describe_expected(want: tuple[Any, ...]) -> str:
+    if isinstance(want[0], type):
+        return f"the number {want[1]!r}"
+    shape, dtype, strides = want
+    return f"a {dtype.name} array of shape {shape} and element strides {strides}"
+
+
+def _check_argument(index: int, want: tuple[Any, ...], got: ArrayInfo | Number) -> None:
+    if isinstance(want[0], type):  # a Python number, a constant of the trace
+        if type(got) is not want[0] or got != want[1]:
+            raise ArgumentError(
+                f"argument {index}: compiled for the {want[0].__name__} {want[1]!r}, "
+                f"got {got!r}; call the fused function to compile for another value"
+            )
+        return
+    if not isinstance(got, ArrayInfo):
+        raise ArgumentError(f"argument {index}: expected {_describe_expected(want)}, got {got!r}")
+    shape, dtype, strides = want
+    if got.dtype != dtype:
+        raise ArgumentError(f"argument {index}: expected dtype {dtype.name}, got {got.dtype.name}")
+    if len(got.shape) != len(shape):
+        raise ArgumentError(
+            f"argument {index}: expected rank {len(shape)} {shape}, got rank {len(got.shape)} "
+            f"{got.shape}"
+        )
+    if got.shape != shape:
+        raise ArgumentError(f"argument {index}: expected shape {shape}, got {got.shape}")
+    got_strides = _normalized(spec(got.shape, got.dtype, got.strides)).strides
+    if got_strides != strides:
+        raise ArgumentError(
+            f"argument {index}: expected element strides {strides}, got {got_strides}"
+        )
+
+
+def runtime_of(compiled: Any) -> CompiledRuntime:
+    runtime = compiled.runtime
+    if runtime is None:
+        runtime = CompiledRuntime(compiled, None)
+        compiled.runtime = runtime
+    return runtime  # type: ignore[no-any-return]
+
+
+def run_compiled(compiled: Any, arrays: Sequence[object]) -> Any:
+    """``Compiled.__call__``: run this variant; arguments that do not fit raise InputError."""
+    runtime = runtime_of(compiled)
+    try:
+        key, pointers, stream = call_key(arrays)
+        bound = runtime.accepted.get(key)
+        if bound is None:
+            bound = runtime.accept(arrays, key)
+    except ArgumentError as error:
+        raise _input_error(compiled.name, error) from None
+    return bound.run(pointers, stream)

@@ -1,0 +1,190 @@
+"""The on-disk cubin cache: keys, atomic publication, corrupt entries, and loads (fake driver)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "backend_ptx"))
+from ptx_fake_driver import FakeDriver
+
+import pyfuse as pf
+from pyfuse import knobs
+from pyfuse.backend_ptx import driver
+from pyfuse.frontend import cache
+
+PTX = ".version 9.0\n.target sm_90a\n.entry k()\n{ ret; }\n"
+
+
+@pytest.fixture
+def cache_dir(tmp_path: Path) -> Iterator[Path]:
+    with knobs.overrides(cache_dir=tmp_path):
+        yield tmp_path
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeDriver]:
+    fake_driver = FakeDriver()
+    with driver.use_driver(fake_driver):
+        yield fake_driver
+
+
+def _entry(ptx: str = PTX) -> Path:
+    return cache.entry_path(cache.entry_key(ptx, "sm_90a", 13000))
+
+
+def test_key_covers_ptx_arch_version_and_driver(monkeypatch: pytest.MonkeyPatch) -> None:
+    base = cache.entry_key(PTX, "sm_90a", 13000)
+    assert len(base) == 64 and base == cache.entry_key(PTX, "sm_90a", 13000)
+    assert cache.entry_key(PTX + " ", "sm_90a", 13000) != base
+    assert cache.entry_key(PTX, "sm_100a", 13000) != base
+    assert cache.entry_key(PTX, "sm_90a", 13010) != base
+    monkeypatch.setattr(pf, "__version__", "9.9.9")
+    assert cache.entry_key(PTX, "sm_90a", 13000) != base
+
+
+def test_round_trip_leaves_no_temporary_files(cache_dir: Path) -> None:
+    path = _entry()
+    cache.write_entry(path, b"\x7fELF cubin bytes")
+    assert cache.read_entry(path) == b"\x7fELF cubin bytes"
+    assert [p.name for p in path.parent.iterdir()] == [path.name]
+    assert path.parent.parent == cache_dir
+
+
+def test_publication_is_a_rename_of_a_complete_file(
+    cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _entry()
+    seen: list[tuple[bool, bytes]] = []
+    real_replace = os.replace
+
+    def replace(source: Any, target: Any) -> None:
+        # At the moment of publication the entry does not exist yet, and the temporary file
+        # (in the same directory, so the rename is atomic) already holds the whole entry.
+        assert Path(source).parent == Path(target).parent
+        seen.append((Path(target).exists(), Path(source).read_bytes()))
+        real_replace(source, target)
+
+    monkeypatch.setattr(cache.os, "replace", replace)
+    cache.write_entry(path, b"cubin")
+    assert seen == [(False, cache.encode_entry(b"cubin"))]
+
+
+def test_concurrent_writers_never_expose_a_partial_entry(cache_dir: Path) -> None:
+    path = _entry()
+    payloads = [bytes([65 + n]) * (200_000 + n) for n in range(3)]
+    writer = textwrap.dedent(
+        f"""
+        from pathlib import Path
+        from pyfuse.frontend import cache
+        payload = bytes([65 + N]) * (200_000 + N)
+        for _ in range(40):
+            cache.write_entry(Path({str(path)!r}), payload)
+        """
+    )
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", writer.replace("N", str(n))],
+            env={**os.environ, "PYTHONPATH": str(Path(cache.__file__).parents[2])},
+        )
+        for n in range(3)
+    ]
+    reads = []
+    while any(p.poll() is None for p in processes):
+        reads.append(cache.read_entry(path))
+    assert all(p.wait() == 0 for p in processes)
+    assert all(r is None or r in payloads for r in reads)
+    assert cache.read_entry(path) in payloads
+    assert [p.name for p in path.parent.iterdir()] == [path.name]
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda data: data[: len(data) - 3],  # truncated
+        lambda data: data[:-1] + bytes([data[-1] ^ 1]),  # one flipped bit
+        lambda data: b"not a pyfuse cache entry",
+        lambda data: b"",
+    ],
+)
+def test_damaged_entries_are_ignored_and_rewritten(
+    cache_dir: Path, fake: FakeDriver, damage: Any
+) -> None:
+    path = _entry()
+    path.parent.mkdir(parents=True)
+    path.write_bytes(damage(cache.encode_entry(fake.cubin)))
+    assert cache.read_entry(path) is None
+    _, source = cache.load_module(PTX, "k", device=0, arch="sm_90a")
+    assert source == cache.FROM_JIT and "cuLinkCreate" in fake.names()
+    assert cache.read_entry(path) == fake.cubin
+
+
+def test_miss_links_and_stores_then_hit_loads_the_cubin(cache_dir: Path, fake: FakeDriver) -> None:
+    _, source = cache.load_module(PTX, "k", device=0, arch="sm_90a")
+    assert source == cache.FROM_JIT
+    assert fake.names().count("cuLinkCreate") == 1
+    fake.calls.clear()
+    _, source = cache.load_module(PTX, "k", device=0, arch="sm_90a")
+    assert source == cache.FROM_CACHE and "cuLinkCreate" not in fake.names()
+    (load,) = [c for c in fake.calls if c[0] == "cuModuleLoadDataEx"]
+    assert load[1] == fake.cubin
+
+
+def test_an_entry_the_driver_refuses_is_rebuilt(cache_dir: Path, fake: FakeDriver) -> None:
+    path = _entry()
+    cache.write_entry(path, b"\x7fELF bad cubin")  # checks out, but the fake driver refuses it
+    _, source = cache.load_module(PTX, "k", device=0, arch="sm_90a")
+    assert source == cache.FROM_JIT
+    assert cache.read_entry(path) == fake.cubin
+
+
+def test_disabled_cache_loads_ptx_and_writes_nothing(cache_dir: Path, fake: FakeDriver) -> None:
+    with knobs.overrides(disable_cache=True):
+        _, source = cache.load_module(PTX, "k", device=0, arch="sm_90a")
+    assert source == cache.FROM_PTX
+    (load,) = [c for c in fake.calls if c[0] == "cuModuleLoadDataEx"]
+    assert load[1].startswith(b".version")
+    assert not any(cache_dir.iterdir())
+
+
+def test_a_dump_also_bypasses_the_cache(cache_dir: Path, fake: FakeDriver) -> None:
+    with knobs.overrides(dump=frozenset({"ptx"})):
+        _, source = cache.load_module(PTX, "k", device=0, arch="sm_90a")
+    assert source == cache.FROM_PTX
+
+
+def test_unwritable_cache_warns_and_still_loads(tmp_path: Path, fake: FakeDriver) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where the cache directory should be")
+    with knobs.overrides(cache_dir=blocker), pytest.warns(RuntimeWarning, match="cannot write"):
+        _, source = cache.load_module(PTX, "k", device=0, arch="sm_90a")
+    assert source == cache.FROM_JIT
+
+
+def test_a_new_function_with_the_same_kernel_loads_from_disk(
+    cache_dir: Path, fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pyfuse.frontend import compile as compile_module
+    from pyfuse.frontend.arrays import DeviceArray
+
+    monkeypatch.setattr(compile_module, "emit_ptx", lambda kernel, target: f"// {kernel.name}\n")
+    fake.cuMemAlloc = lambda nbytes: (0, 0x10000)  # type: ignore[attr-defined]
+    fake.cuMemFree = lambda pointer: (0,)  # type: ignore[attr-defined]
+
+    def run_fresh() -> list[str]:
+        f = pf.fuse(name="same")(lambda x: x + 1)
+        x = DeviceArray((4,), pf.float32)
+        f(x)
+        (compiled,) = f.__dict__["_pyfuse_runtime"].compiled.values()
+        assert compiled.timings["load"] > 0
+        return list(compiled.runtime.loaded[0].sources)
+
+    assert run_fresh() == [cache.FROM_JIT]
+    assert run_fresh() == [cache.FROM_CACHE]
