@@ -111,11 +111,13 @@ class _MatmulLowering(_Lowering):
         # The contiguous box dim spans at most the swizzle (128 bytes); a wider tile takes
         # several copies side by side.
         span = SWIZZLE_BYTES // cache.dtype.itemsize
-        box = [min(tile.get(role, 1) or 1, extent) for extent, _, role in collapsed]
+        # Boxes are whole tiles even past a small extent: TMA zero-fills what lies outside,
+        # which is what ragged (and tiny) M, N and K need.
+        box = [tile.get(role, 1) or 1 for _, _, role in collapsed]
         box[-1] = min(box[-1], span)
         stage_bytes = cache.dtype.itemsize
-        for (extent, _, role), width in zip(collapsed, box, strict=True):
-            stage_bytes *= min(tile.get(role, 1) or 1, extent) if role != "batch" else width
+        for _, _, role in collapsed:
+            stage_bytes *= tile.get(role, 1) or 1
         return k.TmaOperand(
             buffer_name=buffer.name,
             dtype=cache.dtype,

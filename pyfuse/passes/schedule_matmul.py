@@ -203,7 +203,8 @@ def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo)
     operands = {id(m.a) for m in mmas} | {id(m.b) for m in mmas}
     tile_m = 128 if shape["m"] > 64 else 64
     wide = len(mmas) == 1 and shape["n"] >= 256
-    tile_n = 256 if wide else 128
+    # wgmma takes N in multiples of 8 up to 256: no wider than N needs.
+    tile_n = min(256 if wide else 128, max(8, -(-shape["n"] // 8) * 8))
     tile_k = SWIZZLE_BYTES // mmas[0].a.dtype.itemsize
     itemsize = mmas[0].a.dtype.itemsize
     given = user or MatmulParams()
@@ -290,9 +291,11 @@ def schedule_accumulator(
     tile_m_pos, tile_n_pos = lead, lead + 1
     swizzle = params.grid_swizzle or 1
     if swizzle > 1:
-        # Split the M tile count and walk `swizzle` M tiles with each N tile: [Mo/s, s*No].
+        # Split the M tile count and merge the inner part into the N tile count, so that
+        # `swizzle` consecutive tiles share one N tile (B's tile stays hot in L2):
+        # [Mo/s, No*s], walking the s M tiles fastest.
         accumulator.split(tile_m_pos, swizzle)
-        accumulator.merge(tile_m_pos + 1, tile_n_pos + 1)
+        accumulator.merge(tile_n_pos + 1, tile_m_pos + 1)
     tile_loops = lead + 2
     if params.persistent:
         for _ in range(tile_loops - 1):

@@ -65,7 +65,9 @@ def replay_like(target: TensorView, reference: TensorView, id_model: IdModel) ->
                 outer_index = target.loop.index(outer)
                 inner_index = target.loop.index(inner)
                 target.merge(outer_index, inner_index)
-                mapping[id(step.output)] = target.loop[min(outer_index, inner_index)]
+                applied_merge = target.history[-1]
+                assert isinstance(applied_merge, Merge)
+                mapping[id(step.output)] = applied_merge.output
             elif outer is not None or inner is not None:
                 present = outer if outer is not None else inner
                 assert present is not None
