@@ -189,14 +189,119 @@ def case_cold_call() -> Result:
     )
 
 
-CASES: dict[str, Callable[[], Result]] = {
+def _matmul_case(
+    name: str,
+    fused: pf.FusedFunction,
+    eager: Callable[..., Any],
+    args: tuple[Any, ...],
+    flops: int,
+    tolerance: float = 2e-2,
+    anchor_name: str = "eager",
+) -> Result:
+    import torch
+
+    out = fused(*args)
+    want = eager(*args)
+    outs = out if isinstance(out, tuple) else (out,)
+    wants = want if isinstance(want, tuple) else (want,)
+    for got, ref in zip(outs, wants, strict=True):
+        _check(name, got, ref, tolerance)
+    anchors = {anchor_name: _bench(lambda: eager(*args))}
+    if anchor_name == "eager":
+        compiled = torch.compile(eager)
+        compiled(*args)
+        anchors["compile"] = _bench(lambda: compiled(*args))
+    return Result(name, _bench(lambda: fused(*args)), anchors, flops=flops)
+
+
+def case_gemm_layouts() -> list[Result]:
+    """bf16 8192^3 in the four layouts against torch.matmul (cuBLAS) on the same views."""
+    import torch
+
+    n = 8192
+    results = []
+    layouts = {
+        "a @ b.T": (lambda a, b: a @ b.T, (n, n), (n, n)),
+        "a @ b": (lambda a, b: a @ b, (n, n), (n, n)),
+        "a.T @ b.T": (lambda a, b: a.T @ b.T, (n, n), (n, n)),
+        "a.T @ b": (lambda a, b: a.T @ b, (n, n), (n, n)),
+    }
+    for label, (fn, a_shape, b_shape) in layouts.items():
+        a = torch.randn(a_shape, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(b_shape, device="cuda", dtype=torch.bfloat16)
+        fused = pf.fuse(fn, name="gemm")
+        results.append(
+            _matmul_case(
+                f"gemm 8192^3 bf16 {label}", fused, fn, (a, b), 2 * n**3, anchor_name="cublas"
+            )
+        )
+    return results
+
+
+def case_linear_gelu() -> Result:
+    import torch
+
+    m, n, k = 4096, 14336, 4096
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / 64
+    b = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    fused = pf.fuse(
+        lambda x, w, b: pf.gelu(pf.linear(x, w, b), approximate="tanh"), name="linear_gelu"
+    )
+
+    def eager(x: Any, w: Any, b: Any) -> Any:
+        return torch.nn.functional.gelu(torch.nn.functional.linear(x, w, b), approximate="tanh")
+
+    return _matmul_case("linear+bias+gelu 4096x14336x4096", fused, eager, (x, w, b), 2 * m * n * k)
+
+
+def case_gate_up() -> Result:
+    import torch
+
+    m, n, k = 4096, 14336, 4096
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w1 = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / 64
+    w3 = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / 64
+    fused = pf.fuse(lambda x, w1, w3: pf.silu(x @ w1.T) * (x @ w3.T), name="gate_up")
+
+    def eager(x: Any, w1: Any, w3: Any) -> Any:
+        return torch.nn.functional.silu(x @ w1.T) * (x @ w3.T)
+
+    return _matmul_case(
+        "gate/up silu(x@w1.T)*(x@w3.T) 4096x14336x4096",
+        fused,
+        eager,
+        (x, w1, w3),
+        4 * m * n * k,
+        tolerance=5e-2,
+    )
+
+
+CASES: dict[str, Callable[[], Result | list[Result]]] = {
     "gelu": case_gelu,
     "softmax": case_softmax,
     "layer_norm": case_layer_norm,
     "rms_norm": case_rms_norm,
     "host_overhead": case_host_overhead,
     "cold_call": case_cold_call,
+    "gemm": case_gemm_layouts,
+    "linear_gelu": case_linear_gelu,
+    "gate_up": case_gate_up,
 }
+
+
+def _line(result: Result) -> str:
+    ratios = ", ".join(f"{k} {v:.2f}x" for k, v in result.ratios().items())
+    line = f"{result.name}: pyfuse {result.pyfuse_ms:.4f} ms; {ratios}"
+    if result.bytes_moved:
+        line += f"; pyfuse {result.bytes_moved / result.pyfuse_ms / 1e9:.2f} TB/s"
+        for anchor, ms in result.anchors_ms.items():
+            line += f", {anchor} {result.bytes_moved / ms / 1e9:.2f} TB/s"
+    if result.flops:
+        line += f"; pyfuse {result.flops / result.pyfuse_ms / 1e9:.0f} TFLOP/s"
+        for anchor, ms in result.anchors_ms.items():
+            line += f", {anchor} {result.flops / ms / 1e9:.0f} TFLOP/s"
+    return line
 
 
 def _commit() -> str:
@@ -222,18 +327,13 @@ def main() -> None:
     results = []
     for name in args.only or list(CASES):
         try:
-            result = CASES[name]()
+            outcome = CASES[name]()
         except Exception as error:  # report and go on: one failing case must not hide the rest
-            print(f"{name}: FAILED: {type(error).__name__}: {error}")
+            print(f"{name}: FAILED: {type(error).__name__}: {error}", flush=True)
             continue
-        results.append(result)
-        ratios = ", ".join(f"{k} {v:.2f}x" for k, v in result.ratios().items())
-        line = f"{result.name}: pyfuse {result.pyfuse_ms:.4f} ms; {ratios}"
-        if result.bytes_moved:
-            line += f"; pyfuse {result.bytes_moved / result.pyfuse_ms / 1e9:.2f} TB/s"
-            for anchor, ms in result.anchors_ms.items():
-                line += f", {anchor} {result.bytes_moved / ms / 1e9:.2f} TB/s"
-        print(line, flush=True)
+        for result in outcome if isinstance(outcome, list) else [outcome]:
+            results.append(result)
+            print(_line(result), flush=True)
     if args.json:
         with open(args.json, "w") as handle:
             json.dump({"header": header, "results": [asdict(r) for r in results]}, handle, indent=2)

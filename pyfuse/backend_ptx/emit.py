@@ -35,6 +35,12 @@ from pyfuse.backend_ptx.emit_math import (
 )
 from pyfuse.backend_ptx.emitter import Directives, KernelBuilder, ParamKind, PtxModule
 from pyfuse.backend_ptx.instructions import arith, control, convert, logic, memory, shuffle, special
+from pyfuse.backend_ptx.matmul_template import (
+    allocate_accumulators,
+    emit_matmul_main_loop,
+    matmul_directives,
+    tensor_map_params_for,
+)
 from pyfuse.backend_ptx.operands import Address, Reg, RegClass
 from pyfuse.errors import ScheduleError
 from pyfuse.ir import dtypes
@@ -54,9 +60,16 @@ _MAX_VECTOR_BYTES = 16
 def emit_ptx(kernel: kir.Kernel, target: TargetInfo) -> str:
     """A PTX module with one ``.entry`` for ``kernel`` that assembles for ``target.arch``."""
     module = PtxModule(target=target.arch)
-    builder = module.kernel(kernel.name, Directives(maxntid=kernel.block))
+    is_matmul = any(isinstance(stmt, kir.MatmulMainLoop) for stmt in kernel.body)
+    # A matmul kernel caps registers at entry so its warpgroups can trade them (setmaxnreg).
+    directives = matmul_directives(kernel) if is_matmul else Directives(maxntid=kernel.block)
+    builder = module.kernel(kernel.name, directives)
     _KernelEmitter(kernel, builder).emit()
     return module.render()
+
+
+def find_main_loop_or_none(kernel: kir.Kernel) -> kir.MatmulMainLoop | None:
+    return next((s for s in kernel.body if isinstance(s, kir.MatmulMainLoop)), None)
 
 
 def memory_type(dtype: DType) -> str:
@@ -119,6 +132,11 @@ class _KernelEmitter:
             )
             read_only = tensor.role == kir.ParamRole.INPUT
             self.tensors[tensor.buffer_name] = _Tensor(address, read_only)
+        # TMA operands: by-value tensor maps after the pointers (the runtime's order too).
+        self.tensor_maps = [
+            kb.param(p.name, p.kind)
+            for p in (tensor_map_params_for(kernel) if find_main_loop_or_none(kernel) else [])
+        ]
         if kernel.smem_bytes > 0:
             self.smem = kb.reg(RegClass.B32)
             kb.emit(memory.mov_address(self.smem, kb.dynamic_smem()))
@@ -151,8 +169,27 @@ class _KernelEmitter:
             self.thread_reduce(stmt)
         elif isinstance(stmt, kir.Comment):
             self.kb.comment(" ".join(stmt.text.split()))
-        else:  # MatmulMainLoop has its own emitter
+        elif isinstance(stmt, kir.MatmulMainLoop):
+            self.matmul(stmt)
+        else:
             raise self.fail(f"emit_ptx has no rule for a {type(stmt).__name__} statement")
+
+    def matmul(self, stmt: kir.MatmulMainLoop) -> None:
+        """The warp-specialized main loop (matmul_template); its epilogue is ordinary kernel IR
+        emitted here once per accumulator element, with the fragment's coordinates bound."""
+        accumulators = allocate_accumulators(self.kb, stmt)
+        for buffer, registers in accumulators.items():
+            self.arrays[id(buffer)] = tuple(registers)
+
+        def epilogue(bindings: dict[kir.Var, Reg], element: int) -> None:
+            for var, register in bindings.items():
+                self.env[var.name] = register
+            self.env[stmt.element.name] = element
+            self.block(stmt.epilogue)
+
+        emit_matmul_main_loop(
+            self.kb, stmt, self.kernel, self.tensor_maps, epilogue, accumulators=accumulators
+        )
 
     def loop(self, loop: kir.For) -> None:
         name = loop.var.name

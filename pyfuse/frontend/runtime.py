@@ -274,6 +274,23 @@ class Plan:
         return cls(inputs, outputs, size, tuple(offsets), tuple(kernel_slots))
 
 
+def _tensor_map_encoder(kernel: Any) -> tuple[Any, int] | None:
+    """For a TMA (matmul) kernel: a function from its pointer arguments to its tensor maps
+    (encoded once per set of addresses), and how many maps it takes; else None."""
+    from pyfuse.backend_ptx import matmul_host
+    from pyfuse.backend_ptx.emit import find_main_loop_or_none
+
+    loop = find_main_loop_or_none(kernel.kernel_ir)
+    if loop is None:
+        return None
+    kernel_ir = kernel.kernel_ir
+
+    def encode(pointers: list[Any]) -> list[Any]:
+        return list(matmul_host.encode_tensor_maps(kernel_ir, pointers))
+
+    return encode, len(loop.operands)
+
+
 _loaded_devices: set[int] = set()
 # Set once kernels are loaded on a second device: launches then make their context current.
 _several_devices = False
@@ -300,14 +317,23 @@ class Loaded:
             function = driver.get_function(module, kernel.name)
             if kernel.smem_bytes > driver.DEFAULT_DYNAMIC_SMEM_LIMIT:
                 driver.set_max_dynamic_smem(function, kernel.smem_bytes)
-            launcher = driver.Launcher(function, [ParamKind.PTR] * len(slots))
-            launches.append((launcher, kernel.grid, kernel.block, kernel.smem_bytes, slots))
+            kinds = [ParamKind.PTR] * len(slots)
+            maps = _tensor_map_encoder(kernel)
+            if maps is not None:
+                # A TMA kernel takes its tensor maps by value after the pointers.
+                kinds += [ParamKind.TENSOR_MAP] * maps[1]
+            launcher = driver.Launcher(function, kinds)
+            launches.append((launcher, kernel.grid, kernel.block, kernel.smem_bytes, slots, maps))
         self._launches = tuple(launches)
         # The common case, one kernel whose parameters are the buffers in order, launches
         # with the caller's buffer list as is.
         self._direct = None
-        if len(launches) == 1 and launches[0][4] == tuple(range(len(launches[0][4]))):
-            launcher, grid, block, smem, _ = launches[0]
+        if (
+            len(launches) == 1
+            and launches[0][4] == tuple(range(len(launches[0][4])))
+            and launches[0][5] is None
+        ):
+            launcher, grid, block, smem, _, _ = launches[0]
             self._direct = (launcher.launch, grid, block, smem)
         self._context = driver.context
         # Launchers write their argument slots in place: one launch sequence at a time.
@@ -327,8 +353,11 @@ class Loaded:
                 launch, grid, block, smem = self._direct
                 launch(grid, block, smem, stream, buffers)
                 return
-            for launcher, grid, block, smem, slots in self._launches:
-                launcher.launch(grid, block, smem, stream, [buffers[slot] for slot in slots])
+            for launcher, grid, block, smem, slots, maps in self._launches:
+                arguments: list[Any] = [buffers[slot] for slot in slots]
+                if maps is not None:
+                    arguments += maps[0](arguments)
+                launcher.launch(grid, block, smem, stream, arguments)
         finally:
             lock.release()
 

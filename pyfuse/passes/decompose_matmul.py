@@ -15,6 +15,7 @@ from pyfuse.ir import ops as ir_ops
 from pyfuse.ir.exprs import BinaryOpType, LinearOp, MatmulOp, ReductionOpType
 from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.naming import source_location
+from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.tensor import TensorView
 
 
@@ -67,10 +68,11 @@ def _replace(fusion: Fusion, old: TensorView, new: TensorView) -> None:
     fusion.replace_uses(old, new)  # output slots too: an output keeps its place
 
 
-def decompose_unschedulable_mmas(fusion: Fusion) -> int:
+def decompose_unschedulable_mmas(fusion: Fusion, target: TargetInfo) -> int:
     """Rewrite MMAs whose operands TMA cannot load (strides that are not 16-byte multiples,
-    M/N/K axes split across memory) into multiply + sum, so they still run — on the
-    reduction path — instead of failing. Returns how many were rewritten."""
+    M/N/K axes split across memory, inputs whose addresses are not 16-byte aligned: the
+    target of such a call has ``vector_bytes`` below 16) into multiply + sum, so they still
+    run — on the reduction path — instead of failing. Returns how many were rewritten."""
     from pyfuse.ir.exprs import MmaOp
     from pyfuse.ir.id_model import IdModel
     from pyfuse.passes import schedule_matmul
@@ -90,6 +92,8 @@ def decompose_unschedulable_mmas(fusion: Fusion) -> int:
             )
             if reason is not None:
                 reasons.append(reason)
+        if target.vector_bytes < schedule_matmul.TMA_ALIGNMENT:
+            reasons.append("an input address is not 16-byte aligned")
         if not reasons:
             continue
         out = expr.output

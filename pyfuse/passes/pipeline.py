@@ -126,7 +126,7 @@ def run(fusion: Fusion, target: TargetInfo, matmul: MatmulParams | None = None) 
     with timer.stage("decompose_matmuls"):
         # What translation left (fp32, 1-D operands) becomes multiply-sum: a reduction.
         decompose_matmuls(fusion)
-        decompose_unschedulable_mmas(fusion)
+        decompose_unschedulable_mmas(fusion, target)
     _check(fusion, "decompose_matmuls", boundary=False)
     math_ir = str(fusion)
 

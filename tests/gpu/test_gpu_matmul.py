@@ -1,0 +1,150 @@
+"""End-to-end matmuls on the GPU: ``@pf.fuse`` against a float32 torch reference on fresh random
+data, every case run twice (a moving error is a race). Marked ``gpu``: skipped without one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import pyfuse as pf
+
+pytestmark = pytest.mark.gpu
+
+SCHEDULES = {
+    "default": pf.MatmulParams(grid_swizzle=1, persistent=False),
+    "swizzle4": pf.MatmulParams(grid_swizzle=4, persistent=False),
+    "persistent": pf.MatmulParams(grid_swizzle=1, persistent=True),
+    "both": pf.MatmulParams(grid_swizzle=4, persistent=True),
+}
+SHAPES = [(64, 64, 64), (1000, 1000, 1000), (3000, 257, 520), (504, 136, 1024),
+          (64, 14336, 4096)]
+
+
+def _torch() -> Any:
+    return pytest.importorskip("torch")
+
+
+def _rand(torch: Any, *shape: int) -> Any:
+    return torch.randn(*shape, device="cuda", dtype=torch.bfloat16)
+
+
+def _check(got: Any, want: Any, k: int) -> None:
+    """bf16 output of an fp32-accumulated product: one rounding of the result plus the
+    accumulation-order difference, which grows like sqrt(K)."""
+    torch = _torch()
+    got32, want32 = got.float(), want.float()
+    scale = want32.abs().max().item() + 1.0
+    error = (got32 - want32).abs().max().item()
+    assert torch.isfinite(got32).all()
+    assert error <= 1e-2 * scale + 1e-3 * k**0.5, f"max error {error} (scale {scale})"
+
+
+def _layouts(torch: Any, m: int, n: int, k: int) -> dict[str, tuple[Any, Any, Any]]:
+    a_km, a_mk = _rand(torch, k, m), _rand(torch, m, k)
+    b_kn, b_nk = _rand(torch, k, n), _rand(torch, n, k)
+    return {
+        "a@b.T": (lambda a, b: a @ b.T, a_mk, b_nk),
+        "a@b": (lambda a, b: a @ b, a_mk, b_kn),
+        "a.T@b.T": (lambda a, b: a.T @ b.T, a_km, b_nk),
+        "a.T@b": (lambda a, b: a.T @ b, a_km, b_kn),
+    }
+
+
+@pytest.mark.parametrize("schedule", sorted(SCHEDULES))
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_layouts_shapes_schedules(shape: tuple[int, int, int], schedule: str) -> None:
+    torch = _torch()
+    m, n, k = shape
+    for label, (fn, a, b) in _layouts(torch, m, n, k).items():
+        fused = pf.fuse(fn, matmul=SCHEDULES[schedule])
+        want = fn(a.float(), b.float())
+        first = fused(a, b)
+        second = fused(a, b)
+        _check(first, want, k)
+        assert torch.equal(first, second), f"{label}: results moved between runs (a race)"
+
+
+def test_4096_cubed_all_layouts() -> None:
+    torch = _torch()
+    for label, (fn, a, b) in _layouts(torch, 4096, 4096, 4096).items():
+        fused = pf.fuse(fn)
+        out = fused(a, b)
+        _check(out, fn(a.float(), b.float()), 4096)
+        assert torch.equal(out, fused(a, b)), label
+
+
+def test_linear_bias_and_mul_sum() -> None:
+    torch = _torch()
+    x, w, bias = _rand(torch, 1000, 520), _rand(torch, 257, 520), _rand(torch, 257)
+    linear = pf.fuse(lambda x, w, b: pf.linear(x, w, b))
+    want = torch.nn.functional.linear(x.float(), w.float(), bias.float())
+    _check(linear(x, w, bias), want, 520)
+    mul_sum = pf.fuse(lambda a, b: pf.sum(a.unsqueeze(1) * b.unsqueeze(0), -1))
+    _check(mul_sum(x, w), x.float() @ w.float().T, 520)
+
+
+def test_batch_and_broadcast_batch() -> None:
+    torch = _torch()
+    a, b = _rand(torch, 3, 200, 64), _rand(torch, 3, 64, 136)
+    fused = pf.fuse(lambda a, b: a @ b)
+    _check(fused(a, b), a.float() @ b.float(), 64)
+    a2, b2 = _rand(torch, 2, 1, 64, 32), _rand(torch, 5, 32, 48)
+    _check(fused(a2, b2), a2.float() @ b2.float(), 32)
+
+
+def test_epilogues() -> None:
+    torch = _torch()
+    x, w, bias, residual = (_rand(torch, 504, 1024), _rand(torch, 136, 1024),
+                            _rand(torch, 136), _rand(torch, 504, 136))
+
+    def fn(x, w, b, r):  # type: ignore[no-untyped-def]
+        pre = pf.linear(x, w, b)
+        return (pf.gelu(pre, approximate="tanh") + r).to(pf.float32), pre
+
+    fused = pf.fuse(fn)
+    out, pre = fused(x, w, bias, residual)
+    pre_want = torch.nn.functional.linear(x.float(), w.float(), bias.float())
+    _check(pre, pre_want, 1024)
+    want = torch.nn.functional.gelu(pre.float(), approximate="tanh") + residual.float()
+    assert out.dtype == torch.float32
+    assert (out - want).abs().max().item() <= 2e-2 * (want.abs().max().item() + 1)
+
+
+def test_gate_up_pair_with_intermediate_outputs() -> None:
+    torch = _torch()
+    x, w1, w3 = _rand(torch, 4096, 5120), _rand(torch, 14336, 5120), _rand(torch, 14336, 5120)
+    w1, w3 = w1 / 64, w3 / 64
+
+    def fn(x, w1, w3):  # type: ignore[no-untyped-def]
+        gate, up = x @ w1.T, x @ w3.T
+        return pf.silu(gate) * up, gate, up
+
+    fused = pf.fuse(fn)
+    out, gate, up = fused(x, w1, w3)
+    gate_want, up_want = x.float() @ w1.float().T, x.float() @ w3.float().T
+    _check(gate, gate_want, 5120)
+    _check(up, up_want, 5120)
+    want = torch.nn.functional.silu(gate.float()) * up.float()
+    assert (out.float() - want).abs().max().item() <= 2e-2 * (want.abs().max().item() + 1)
+    out2, _, _ = fused(x, w1, w3)
+    assert torch.equal(out, out2)
+
+
+def test_output_of_2_pow_31_elements() -> None:
+    torch = _torch()
+    a, b = _rand(torch, 65536, 256), _rand(torch, 256, 32768)
+    out = pf.fuse(lambda a, b: a @ b)(a, b)
+    assert out.numel() == 2**31
+    rows = torch.tensor([0, 1, 30000, 65535], device="cuda")
+    want = a[rows].float() @ b.float()
+    _check(out[rows], want, 256)
+
+
+def test_strided_and_offset_inputs_take_the_fallback() -> None:
+    torch = _torch()
+    base = _rand(torch, 300, 131)
+    a = base[:, 1:]  # offset by one element and a 262-byte row pitch: TMA cannot load it
+    b = _rand(torch, 130, 96)
+    fused = pf.fuse(lambda a, b: a @ b)
+    _check(fused(a, b), a.float() @ b.float(), 130)
