@@ -185,6 +185,8 @@ class _KernelEmitter:
             for var, register in bindings.items():
                 self.env[var.name] = register
             self.env[stmt.element.name] = element
+            if stmt.pair_element is not None:
+                self.env[stmt.pair_element.name] = element + 1
             self.block(stmt.epilogue)
 
         emit_matmul_main_loop(

@@ -572,10 +572,16 @@ class _MainLoop:
         rows: dict[int, Reg] = {}
         cols: dict[int, Reg] = {}
         batch_value = self.index_value(stmt.batch_index, batch, 0, {})
-        for element in range(stmt.accumulator_registers):
+        # A paired epilogue takes registers i and i + 1 (adjacent columns) in one call.
+        step = 2 if stmt.pair_col is not None else 1
+        for element in range(0, stmt.accumulator_registers, step):
             row = self.index_value(stmt.row, row0, 8 * ((element >> 1) & 1), rows)
             col = self.index_value(stmt.col, col0, 8 * (element >> 2) + (element & 1), cols)
             bindings = {stmt.row: row, stmt.col: col, stmt.batch_index: batch_value}
+            if stmt.pair_col is not None:
+                bindings[stmt.pair_col] = self.index_value(
+                    stmt.pair_col, col0, 8 * (element >> 2) + 1, cols
+                )
             self.emit_epilogue(bindings, element)
 
     def index_value(self, var: Var, base: Reg, offset: int, cache: dict[int, Reg]) -> Reg:

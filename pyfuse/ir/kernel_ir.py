@@ -654,6 +654,10 @@ class MatmulMainLoop(Stmt):
     batch_index: Var
     element: Var
     epilogue: list[Stmt] = field(default_factory=list)
+    # Set when the epilogue handles two adjacent columns per call: ``pair_col`` is col + 1
+    # and ``pair_element`` the accumulator register holding it (``element`` + 1).
+    pair_col: Var | None = None
+    pair_element: Var | None = None
 
     def children(self) -> Iterator[list[Stmt]]:
         yield self.epilogue

@@ -27,7 +27,7 @@ from typing import Any
 from pyfuse.errors import ScheduleError
 from pyfuse.ir import dtypes
 from pyfuse.ir import kernel_ir as k
-from pyfuse.ir.exprs import LoadStoreKind, LoadStoreOp, MmaOp
+from pyfuse.ir.exprs import Expr, LoadStoreKind, LoadStoreOp, MmaOp
 from pyfuse.ir.id_model import IdMappingMode
 from pyfuse.ir.iterdomain import IterDomain
 from pyfuse.ir.params import MatmulParams
@@ -66,12 +66,24 @@ class _MatmulLowering(_Lowering):
         self.col = k.Var("col", self.index_dtype)
         self.batch_index = k.Var("batch", self.index_dtype)
         self.element = k.Var("element", dtypes.int32)
+        self.pair_col = k.Var("col_b", self.index_dtype)
+        self.pair_element = k.Var("element_b", dtypes.int32)
+        self.col_current, self.element_current = self.col, self.element
+        self.suffix_current = ""
+        self.locals_: dict[tuple[int, str], k.Buffer] = {}
+        n_extent = 1
+        for axis, role in zip(self.reference.logical, self.roles, strict=True):
+            if role == "n":
+                n_extent *= axis.logical_extent
+        # Adjacent accumulator columns pair up when N is even: then a pair is in bounds
+        # together and 4-byte aligned, and each output takes one 2-element store.
+        self.paired = n_extent % 2 == 0
 
     # -- the accumulator's logical indices come from the fragment coordinates ------------------
     def _reference_indices(self, by_position: dict[int, k.KExpr]) -> dict[int, k.KExpr]:
         del by_position
         index: dict[int, k.KExpr] = {}
-        by_role = {"m": self.row, "n": self.col, "batch": self.batch_index}
+        by_role = {"m": self.row, "n": self.col_current, "batch": self.batch_index}
         for role, combined in by_role.items():
             axes = [a for a, r in zip(self.reference.logical, self.roles, strict=True) if r == role]
             remaining: k.KExpr = combined
@@ -87,7 +99,10 @@ class _MatmulLowering(_Lowering):
 
     def _read(self, expr, val: Val, consumer_index, by_position, compute_dtype):  # type: ignore[no-untyped-def,override]
         if isinstance(val, TensorView) and id(val) in self.accumulators:
-            return k.Load(self.accumulators[id(val)], self.element, val.dtype)
+            return k.Load(self.accumulators[id(val)], self.element_current, val.dtype)
+        if isinstance(val, TensorView) and val.memory_type == MemoryType.LOCAL:
+            buffer = self._local(val, self.suffix_current)
+            return k.Load(buffer, k.const(0, self.index_dtype), val.dtype)
         return super()._read(expr, val, consumer_index, by_position, compute_dtype)
 
     def _buffer_index(self, tv: TensorView, by_position: dict[int, k.KExpr]) -> k.KExpr:
@@ -199,6 +214,8 @@ class _MatmulLowering(_Lowering):
             batch_index=self.batch_index,
             element=self.element,
             epilogue=epilogue,
+            pair_col=self.pair_col if self.paired else None,
+            pair_element=self.pair_element if self.paired else None,
         )
         m_tiles = -(-sizes["m"] // params.tile_m)
         n_tiles = -(-sizes["n"] // params.tile_n)
@@ -220,38 +237,85 @@ class _MatmulLowering(_Lowering):
             index_dtype=self.index_dtype,
         )
 
-    def _epilogue(self, sizes: dict[str, int]) -> list[k.Stmt]:
-        statements: list[k.Stmt] = []
-        epilogue_exprs = []
+    def _epilogue_exprs(self) -> list[Expr]:
+        exprs = []
         for expr in self.fusion.exprs():
             if isinstance(expr, MmaOp) or expr.output.alias_of is not None:
                 continue
             if isinstance(expr, LoadStoreOp) and expr.kind == LoadStoreKind.TMA_LOAD:
                 continue
-            epilogue_exprs.append(expr)
+            exprs.append(expr)
+        return exprs
+
+    def _epilogue_copy(
+        self, col: k.Var, element: k.Var, suffix: str, statements: list[k.Stmt]
+    ) -> tuple[list[k.Stmt], dict[int, k.Buffer]]:
+        """The epilogue for one accumulator element: its statements, and for each output the
+        register it leaves the value in (the stores come after, vectorized when paired)."""
+        self.col_current, self.element_current = col, element
+        self.suffix_current = suffix
         body: list[k.Stmt] = []
-        for expr in epilogue_exprs:
+        results: dict[int, k.Buffer] = {}
+        for expr in self._epilogue_exprs():
             out = expr.output
-            ref_index = self._reference_indices({})
-            consumer_index = self._logical_index(out, ref_index)
+            consumer_index = self._logical_index(out, self._reference_indices({}))
             value = self._value(expr, consumer_index, {})
-            buffer = self._buffer(out)
-            if buffer.memory == MemoryType.GLOBAL:
-                index = self._global_offset(out, consumer_index)
+            if self.fusion.is_output(out):
+                buffer = k.Buffer(f"T{out.name}_out{suffix}", out.dtype, MemoryType.LOCAL, 1)
+                results[id(out)] = buffer
             else:
-                if id(out) not in self._allocated:
-                    statements.append(k.Alloc(buffer))
-                    self._allocated.add(id(out))
-                index = k.const(0, self.index_dtype)
-            body.append(k.Store(buffer, index, value))
+                buffer = self._local(out, suffix)
+            statements.append(k.Alloc(buffer))
+            body.append(k.Store(buffer, k.const(0, self.index_dtype), value))
+        return body, results
+
+    def _local(self, tv: TensorView, suffix: str) -> k.Buffer:
+        key = (id(tv), suffix)
+        buffer = self.locals_.get(key)
+        if buffer is None:
+            buffer = k.Buffer(f"T{tv.name}{suffix}", tv.dtype, MemoryType.LOCAL, 1)
+            self.locals_[key] = buffer
+        return buffer
+
+    def _epilogue(self, sizes: dict[str, int]) -> list[k.Stmt]:
+        """Per accumulator element, or per pair of adjacent columns when N is even (both
+        columns are then in bounds together and the stores are one vector per output)."""
+        statements: list[k.Stmt] = []
         guard = k.all_of(
             [
                 k.less_than(self.row, k.const(sizes["m"], self.index_dtype)),
                 k.less_than(self.col, k.const(sizes["n"], self.index_dtype)),
             ]
         )
+        first, first_results = self._epilogue_copy(self.col, self.element, "", statements)
+        body = list(first)
+        outputs = [tv for tv in self.fusion.outputs]
+        if self.paired:
+            second, second_results = self._epilogue_copy(
+                self.pair_col, self.pair_element, "_b", statements
+            )
+            body += second
+            for out in outputs:
+                pair = k.Buffer(f"T{out.name}_pair", out.dtype, MemoryType.LOCAL, 2)
+                statements.append(k.Alloc(pair))
+                zero, one = k.const(0, self.index_dtype), k.const(1, self.index_dtype)
+                for slot, results in ((zero, first_results), (one, second_results)):
+                    value = k.Load(results[id(out)], zero, out.dtype)
+                    body.append(k.Store(pair, slot, value))
+                index = self._output_offset(out, self.col)
+                body.append(k.VectorStore(self._buffer(out), index, pair, zero, 2))
+        else:
+            for out in outputs:
+                zero = k.const(0, self.index_dtype)
+                value = k.Load(first_results[id(out)], zero, out.dtype)
+                body.append(k.Store(self._buffer(out), self._output_offset(out, self.col), value))
         statements.append(k.If(guard, body))
         return statements
+
+    def _output_offset(self, out: TensorView, col: k.Var) -> k.KExpr:
+        self.col_current = col
+        consumer_index = self._logical_index(out, self._reference_indices({}))
+        return self._global_offset(out, consumer_index)
 
 
 def lower_matmul(plan: KernelPlan, name: str, target: TargetInfo) -> k.Kernel:
