@@ -70,6 +70,7 @@ class _MatmulLowering(_Lowering):
         self.pair_element = k.Var("element_b", dtypes.int32)
         self.col_current, self.element_current = self.col, self.element
         self.suffix_current = ""
+        self.results_current: dict[int, k.Buffer] = {}
         self.locals_: dict[tuple[int, str], k.Buffer] = {}
         n_extent = 1
         for axis, role in zip(self.reference.logical, self.roles, strict=True):
@@ -100,6 +101,9 @@ class _MatmulLowering(_Lowering):
     def _read(self, expr, val: Val, consumer_index, by_position, compute_dtype):  # type: ignore[no-untyped-def,override]
         if isinstance(val, TensorView) and id(val) in self.accumulators:
             return k.Load(self.accumulators[id(val)], self.element_current, val.dtype)
+        if isinstance(val, TensorView) and id(val) in self.results_current:
+            # An output read by a later epilogue op: use its register, its store comes last.
+            return k.Load(self.results_current[id(val)], k.const(0, self.index_dtype), val.dtype)
         if isinstance(val, TensorView) and val.memory_type == MemoryType.LOCAL:
             buffer = self._local(val, self.suffix_current)
             return k.Load(buffer, k.const(0, self.index_dtype), val.dtype)
@@ -256,6 +260,7 @@ class _MatmulLowering(_Lowering):
         self.suffix_current = suffix
         body: list[k.Stmt] = []
         results: dict[int, k.Buffer] = {}
+        self.results_current = results
         for expr in self._epilogue_exprs():
             out = expr.output
             consumer_index = self._logical_index(out, self._reference_indices({}))
