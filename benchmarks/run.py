@@ -311,6 +311,9 @@ def _line(result: Result) -> str:
 
 
 def _commit() -> str:
+    # The repository's .git may not travel to the GPU machine: let the caller name the commit.
+    if os.environ.get("PYFUSE_BENCH_COMMIT"):
+        return os.environ["PYFUSE_BENCH_COMMIT"]
     try:
         return subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
