@@ -296,7 +296,7 @@ class _Lowering:
 
     def _strides(self, tv: TensorView) -> list[tuple[IterDomain, int]]:
         """(axis, element stride) of each memory axis of ``tv``, outermost first."""
-        if tv.alias_of is not None:
+        if tv.alias_of is not None and not isinstance(tv.definition, ReshapeOp):
             root_strides = [s for _, s in self._strides(tv.alias_of)]
             axes = [a for a in tv.maybe_allocation if not a.is_broadcast]
             if len(axes) != len(root_strides):
@@ -311,6 +311,7 @@ class _Lowering:
                 for axis, stride in zip(tv.no_reductions, tv.strides, strict=True)
                 if not axis.is_broadcast
             ]
+        # Row-major over the allocation domain (a reshaped view of a contiguous input is too).
         result = []
         stride = 1
         for axis in reversed(tv.maybe_allocation):

@@ -4,6 +4,7 @@
     translate_patterns    MatmulOp / LinearOp / mul-sum -> MmaOp, operand broadcasts kept
     decompose_matmuls     matmuls refused for tensor cores (fp32, 1-D, layouts TMA cannot
                           load) -> multiply + sum, a reduction
+    split_long_reductions few long rows -> two reductions (a grid-wide first pass)
     ── segmentation ─────────────────────────────────────────────────────────────────────
     segment               kernels, each with the scheduler that accepts it
     ── scheduling (per kernel) ──────────────────────────────────────────────────────────
@@ -43,6 +44,7 @@ from pyfuse.passes.plan import KernelPlan, SegmentedFusion
 from pyfuse.passes.remove_broadcasts import remove_broadcasts
 from pyfuse.passes.segment import segment
 from pyfuse.passes.skip_intermediates import skip_intermediates
+from pyfuse.passes.split_reductions import split_long_reductions
 from pyfuse.passes.translate_patterns import translate_patterns
 from pyfuse.passes.validate import validate
 
@@ -128,6 +130,9 @@ def run(fusion: Fusion, target: TargetInfo, matmul: MatmulParams | None = None) 
         decompose_matmuls(fusion)
         decompose_unschedulable_mmas(fusion, target)
     _check(fusion, "decompose_matmuls", boundary=False)
+    with timer.stage("split_long_reductions"), fusion:
+        split_long_reductions(fusion, target)
+    _check(fusion, "split_long_reductions", boundary=False)
     math_ir = str(fusion)
 
     # ── segmentation

@@ -137,3 +137,21 @@ def test_column_major_softmax() -> None:
     # Two kernels (the reduction runs over the strided axis); the second reads the row max
     # through a broadcast axis that every thread must load.
     check_fusion(lambda x: pf.softmax(x, -1), [pf.spec((3, 100), f32, strides=(1, 3))])
+
+
+@pytest.mark.parametrize(
+    ("fn", "shape", "kernels"),
+    [
+        (lambda x: x.sum(), (65536,), 2),
+        (lambda x: x.sum(-1), (3, 40000), 2),
+        (lambda x: x.max(0), (50000, 3), 2),
+        (lambda x: x.sum(-1), (300, 40000), 1),  # enough rows: one kernel
+        (lambda x: pf.softmax(x, -1), (2, 16384), 1),  # a normalization stays persistent
+    ],
+)
+def test_long_reductions_over_few_rows_split_across_blocks(fn, shape, kernels) -> None:  # type: ignore[no-untyped-def]
+    result = check_fusion(fn, [pf.spec(shape, f32)], rtol=1e-4, atol=1e-3)
+    assert len(result.kernels) == kernels
+    if kernels == 2:
+        first = result.kernels[0].kernel_ir
+        assert first.grid[0] * first.block[0] >= 1024  # the first pass spreads over the GPU
