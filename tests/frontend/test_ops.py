@@ -1,0 +1,170 @@
+"""Every public op, traced through ``pf.fuse`` and evaluated by ``reference``, against NumPy
+written here (float64 math on the same inputs, then the op's output dtype)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+import pyfuse as pf
+
+RNG = np.random.default_rng(1234)
+A = RNG.standard_normal((5, 7)).astype(np.float32)
+B = RNG.standard_normal((5, 7)).astype(np.float32)
+POS = (np.abs(A) + 0.5).astype(np.float32)
+ROW = RNG.standard_normal(7).astype(np.float32)
+_erf = np.vectorize(math.erf)
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+
+
+def _gelu_tanh(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+
+
+UNARY: dict[str, tuple[Callable[..., object], Callable[[np.ndarray], np.ndarray], np.ndarray]] = {
+    "neg": (pf.neg, np.negative, A),
+    "abs": (pf.abs, np.abs, A),
+    "exp": (pf.exp, np.exp, A),
+    "log": (pf.log, np.log, POS),
+    "tanh": (pf.tanh, np.tanh, A),
+    "sigmoid": (pf.sigmoid, lambda x: 1.0 / (1.0 + np.exp(-x)), A),
+    "relu": (pf.relu, lambda x: np.maximum(x, 0.0), A),
+    "gelu": (pf.gelu, _gelu, A),
+    "gelu_tanh": (lambda x: pf.gelu(x, approximate="tanh"), _gelu_tanh, A),
+    "silu": (pf.silu, lambda x: x / (1.0 + np.exp(-x)), A),
+    "sqrt": (pf.sqrt, np.sqrt, POS),
+    "rsqrt": (pf.rsqrt, lambda x: 1.0 / np.sqrt(x), POS),
+    "reciprocal": (pf.reciprocal, lambda x: 1.0 / x, POS),
+    "sin": (pf.sin, np.sin, A),
+    "cos": (pf.cos, np.cos, A),
+}
+
+BINARY: dict[str, tuple[Callable[..., object], Callable[[np.ndarray, np.ndarray], np.ndarray]]] = {
+    "add": (pf.add, np.add),
+    "sub": (pf.sub, np.subtract),
+    "mul": (pf.mul, np.multiply),
+    "div": (pf.div, np.divide),
+    "maximum": (pf.maximum, np.maximum),
+    "minimum": (pf.minimum, np.minimum),
+    "pow": (lambda a, b: pf.pow(pf.abs(a) + 0.5, b), lambda a, b: (np.abs(a) + 0.5) ** b),
+    "eq": (pf.eq, np.equal),
+    "ne": (pf.ne, np.not_equal),
+    "lt": (pf.lt, np.less),
+    "le": (pf.le, np.less_equal),
+    "gt": (pf.gt, np.greater),
+    "ge": (pf.ge, np.greater_equal),
+}
+
+
+def _close(got: np.ndarray, want: np.ndarray, dtype: np.dtype) -> None:  # type: ignore[type-arg]
+    assert got.dtype == dtype
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=2e-6, atol=2e-6)
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary(name: str) -> None:
+    op, reference, data = UNARY[name]
+    got = pf.fuse(lambda x: op(x)).reference(data)
+    _close(got, reference(data.astype(np.float64)), np.dtype(np.float32))
+
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+def test_binary_with_broadcast_row(name: str) -> None:
+    op, reference = BINARY[name]
+    got = pf.fuse(lambda x, y: op(x, y)).reference(A, ROW)
+    want = reference(A.astype(np.float64), ROW.astype(np.float64))
+    expected = np.dtype(np.bool_) if want.dtype == np.bool_ else np.dtype(np.float32)
+    _close(got, want, expected)
+
+
+def test_operators_and_scalars() -> None:
+    got = pf.fuse(lambda x, y: (-x + 2.0) * y / 3.0 - x**2).reference(A, B)
+    a, b = A.astype(np.float64), B.astype(np.float64)
+    _close(got, (-a + 2.0) * b / 3.0 - a**2, np.dtype(np.float32))
+    got = pf.fuse(lambda x: 1.0 - x).reference(A)
+    _close(got, 1.0 - A.astype(np.float64), np.dtype(np.float32))
+
+
+def test_where_and_logical() -> None:
+    got = pf.fuse(lambda x, y: pf.where(x > y, x, y * 2.0)).reference(A, B)
+    _close(got, np.where(A > B, A, B * 2.0).astype(np.float64), np.dtype(np.float32))
+    got = pf.fuse(lambda x, y: pf.logical_and(x > 0, pf.logical_not(y > 0))).reference(A, B)
+    assert got.dtype == np.bool_ and np.array_equal(got, (A > 0) & ~(B > 0))
+    got = pf.fuse(lambda x, y: pf.logical_or(x > 0, y > 0)).reference(A, B)
+    assert np.array_equal(got, (A > 0) | (B > 0))
+
+
+@pytest.mark.parametrize(("dim", "keepdim"), [(0, False), (1, True), ((0, 1), False), (-1, False)])
+def test_reductions(dim: int | tuple[int, int], keepdim: bool) -> None:
+    a = A.astype(np.float64)
+    for op, reference in ((pf.sum, np.sum), (pf.max, np.max), (pf.min, np.min), (pf.mean, np.mean)):
+        got = pf.fuse(lambda x, op=op: op(x, dim, keepdim=keepdim)).reference(A)
+        _close(got, reference(a, axis=dim, keepdims=keepdim), np.dtype(np.float32))
+
+
+def test_metadata_ops() -> None:
+    x = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+    cases = [
+        (lambda t: pf.permute(t, (2, 0, 1)), np.transpose(x, (2, 0, 1))),
+        (lambda t: pf.transpose(t, 0, 2), np.swapaxes(x, 0, 2)),
+        (lambda t: pf.reshape(t, (6, 4)), x.reshape(6, 4)),
+        (lambda t: pf.unsqueeze(t, 1), x[:, None]),
+        (lambda t: pf.squeeze(pf.unsqueeze(t, 0), 0), x),
+        (lambda t: pf.broadcast_to(t, (5, 2, 3, 4)), np.broadcast_to(x, (5, 2, 3, 4))),
+        (lambda t: t.T, np.transpose(x)),
+    ]
+    for op, want in cases:
+        got = pf.fuse(op).reference(x)
+        assert np.array_equal(got, want)
+
+
+def test_cast_and_int_ops() -> None:
+    ints = RNG.integers(-50, 50, (5, 7)).astype(np.int32)
+    got = pf.fuse(lambda x: (x * 3 - 1).to(pf.int64)).reference(ints)
+    assert got.dtype == np.int64 and np.array_equal(got, (ints.astype(np.int64) * 3 - 1))
+    got = pf.fuse(lambda x: pf.cast(x, pf.bfloat16)).reference(A)
+    assert got.dtype == pf.bfloat16.numpy()
+    assert np.array_equal(got, A.astype(pf.bfloat16.numpy()))
+    got = pf.fuse(lambda x: x / 2).reference(ints)  # true division, like torch
+    _close(got, ints / 2.0, np.dtype(np.float32))
+
+
+def test_matmul_and_linear() -> None:
+    a = RNG.standard_normal((2, 5, 3)).astype(np.float32)
+    b = RNG.standard_normal((3, 4)).astype(np.float32)
+    got = pf.fuse(lambda x, y: x @ y).reference(a, b)
+    _close(got, a.astype(np.float64) @ b.astype(np.float64), np.dtype(np.float32))
+    w = RNG.standard_normal((6, 3)).astype(np.float32)
+    bias = RNG.standard_normal(6).astype(np.float32)
+    got = pf.fuse(lambda x, w, b: pf.linear(x, w, b)).reference(a, w, bias)
+    want = a.astype(np.float64) @ w.astype(np.float64).T + bias
+    _close(got, want, np.dtype(np.float32))
+
+
+def test_composites() -> None:
+    x = RNG.standard_normal((4, 33)).astype(np.float32)
+    w = RNG.standard_normal(33).astype(np.float32)
+    b = RNG.standard_normal(33).astype(np.float32)
+    xd = x.astype(np.float64)
+    e = np.exp(xd - xd.max(-1, keepdims=True))
+    _close(
+        pf.fuse(lambda t: pf.softmax(t, -1)).reference(x),
+        e / e.sum(-1, keepdims=True),
+        np.dtype(np.float32),
+    )
+    mean = xd.mean(-1, keepdims=True)
+    var = ((xd - mean) ** 2).mean(-1, keepdims=True)
+    want = (xd - mean) / np.sqrt(var + 1e-5) * w + b
+    got = pf.fuse(lambda t, w, b: pf.layer_norm(t, w, b, 1e-5)).reference(x, w, b)
+    _close(got, want, np.dtype(np.float32))
+    want = xd / np.sqrt((xd**2).mean(-1, keepdims=True) + 1e-6) * w
+    _close(
+        pf.fuse(lambda t, w: pf.rms_norm(t, w, 1e-6)).reference(x, w), want, np.dtype(np.float32)
+    )
