@@ -237,6 +237,26 @@ class TensorView(Val):
         return f"T{self.name}"
 
 
+def memory_strides(tv: TensorView) -> list[tuple[IterDomain, int]]:
+    """(axis, element stride) of each axis that takes memory, in memory order (outermost
+    first): from a strided input's strides, else row-major over the allocation domain."""
+    if tv.strides is not None:
+        pairs = [
+            (axis, stride)
+            for axis, stride in zip(tv.no_reductions, tv.strides, strict=True)
+            if not axis.is_broadcast
+        ]
+        return sorted(pairs, key=lambda pair: -pair[1])  # stable: ties keep logical order
+    result = []
+    stride = 1
+    for axis in reversed(tv.maybe_allocation):
+        if axis.is_broadcast:
+            continue
+        result.append((axis, stride))
+        stride *= axis.logical_extent
+    return result[::-1]
+
+
 def new_axes_like(axes: Sequence[IterDomain]) -> list[IterDomain]:
     """Fresh IterDomains with the same extents and iteration types (for an op's output)."""
     return [

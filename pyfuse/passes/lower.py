@@ -54,7 +54,7 @@ from pyfuse.ir.exprs import (
 )
 from pyfuse.ir.id_model import IdMappingMode, IdModel, tensor_transforms
 from pyfuse.ir.iterdomain import IterDomain, Merge, ParallelType, Split, Swizzle
-from pyfuse.ir.tensor import MemoryType, Scalar, TensorView, Val
+from pyfuse.ir.tensor import MemoryType, Scalar, TensorView, Val, memory_strides
 from pyfuse.passes.plan import KernelPlan
 
 SPECIAL_OF = {
@@ -305,21 +305,7 @@ class _Lowering:
                     f"T{tv.alias_of.name} has {len(root_strides)}"
                 )
             return list(zip(axes, root_strides, strict=True))
-        if tv.strides is not None:
-            return [
-                (axis, stride)
-                for axis, stride in zip(tv.no_reductions, tv.strides, strict=True)
-                if not axis.is_broadcast
-            ]
-        # Row-major over the allocation domain (a reshaped view of a contiguous input is too).
-        result = []
-        stride = 1
-        for axis in reversed(tv.maybe_allocation):
-            if axis.is_broadcast:
-                continue
-            result.append((axis, stride))
-            stride *= axis.logical_extent
-        return result[::-1]
+        return memory_strides(tv)
 
     def _buffer_index(self, tv: TensorView, by_position: dict[int, k.KExpr]) -> k.KExpr:
         """Element index into a local or shared buffer from the loop indices."""

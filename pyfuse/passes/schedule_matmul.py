@@ -35,7 +35,7 @@ from pyfuse.ir.id_model import IdMappingMode, IdModel
 from pyfuse.ir.iterdomain import IterDomain, Merge, ParallelType, Split, Swizzle, SwizzleKind
 from pyfuse.ir.params import MatmulParams
 from pyfuse.ir.target import TargetInfo
-from pyfuse.ir.tensor import MemoryType, TensorView
+from pyfuse.ir.tensor import MemoryType, TensorView, memory_strides
 from pyfuse.passes.skip_intermediates import is_metadata_op
 from pyfuse.passes.transform_replay import replay_like
 
@@ -64,24 +64,9 @@ def operand_root(fusion: Fusion, operand: TensorView) -> TensorView | None:
     return tv
 
 
-def _memory_strides(tv: TensorView) -> list[tuple[IterDomain, int]]:
-    """(axis, element stride) of a fusion input's memory axes, outermost first."""
-    if tv.strides is not None:
-        pairs = [(a, s) for a, s in zip(tv.no_reductions, tv.strides, strict=True)]
-        return sorted([(a, s) for a, s in pairs if not a.is_broadcast], key=lambda pair: -pair[1])
-    result = []
-    stride = 1
-    for axis in reversed(tv.maybe_allocation):
-        if axis.is_broadcast:
-            continue
-        result.append((axis, stride))
-        stride *= axis.logical_extent
-    return result[::-1]
-
-
 def tma_reason(root: TensorView) -> str | None:
     """Why TMA cannot load ``root`` (None when it can)."""
-    strides = _memory_strides(root)
+    strides = memory_strides(root)
     if not strides:
         return f"T{root.name} has no memory axes"
     if len(strides) > 5:
@@ -105,7 +90,7 @@ def operand_memory_roles(
     when some memory axis has no M/N/K/batch role (a reshaped view)."""
     dims: list[tuple[int, int, str]] = []
     roles = mma.roles()
-    for axis, stride in _memory_strides(root):
+    for axis, stride in memory_strides(root):
         role = None
         for out_axis, out_role in zip(mma.output.logical, roles, strict=True):
             if any(

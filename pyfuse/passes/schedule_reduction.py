@@ -89,20 +89,24 @@ def _reduced_flags(fusion: Fusion, reference: TensorView, id_model: IdModel) -> 
     return flags
 
 
-def _is_persistent(fusion: Fusion) -> bool:
-    """A reduction's result is broadcast back over the row it came from (normalization)."""
-    for reduction in _reductions(fusion):
-        frontier = list(fusion.uses_in_fusion(reduction.output))
-        seen: set[int] = set()
-        while frontier:
-            use = frontier.pop()
-            if id(use) in seen:
-                continue
-            seen.add(id(use))
-            if isinstance(use, BroadcastOp):
-                return True
-            frontier.extend(fusion.uses_in_fusion(use.output))
+def broadcast_back(fusion: Fusion, reduction: ReductionOp) -> bool:
+    """The reduction's result is broadcast again downstream (a normalization reads the row
+    before and after it)."""
+    frontier = list(fusion.uses_in_fusion(reduction.output))
+    seen: set[int] = set()
+    while frontier:
+        use = frontier.pop()
+        if id(use) in seen:
+            continue
+        seen.add(id(use))
+        if isinstance(use, BroadcastOp):
+            return True
+        frontier.extend(fusion.uses_in_fusion(use.output))
     return False
+
+
+def _is_persistent(fusion: Fusion) -> bool:
+    return any(broadcast_back(fusion, reduction) for reduction in _reductions(fusion))
 
 
 def decline_reason(fusion: Fusion, target: TargetInfo) -> str | None:

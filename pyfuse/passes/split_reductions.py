@@ -19,28 +19,15 @@ reductions reduce different axes, so the segmenter gives each its own kernel: th
 from __future__ import annotations
 
 from pyfuse.ir import ops as ir_ops
-from pyfuse.ir.exprs import BroadcastOp, ReductionOp
+from pyfuse.ir.exprs import ReductionOp
 from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.naming import source_location
 from pyfuse.ir.target import TargetInfo
+from pyfuse.passes.schedule_reduction import broadcast_back
 
 MIN_SPLIT_EXTENT = 8192
 MAX_PARTS = 1024
 MIN_PART = 64
-
-
-def _broadcast_back(fusion: Fusion, reduction: ReductionOp) -> bool:
-    frontier = list(fusion.uses_in_fusion(reduction.output))
-    seen: set[int] = set()
-    while frontier:
-        use = frontier.pop()
-        if id(use) in seen:
-            continue
-        seen.add(id(use))
-        if isinstance(use, BroadcastOp):
-            return True
-        frontier.extend(fusion.uses_in_fusion(use.output))
-    return False
 
 
 def _parts(reduced: int, kept: int, inner: bool, target: TargetInfo) -> int:
@@ -59,7 +46,7 @@ def split_long_reductions(fusion: Fusion, target: TargetInfo) -> int:
     """Rewrite the reductions described in the module docstring; returns how many."""
     count = 0
     for expr in fusion.exprs():
-        if not isinstance(expr, ReductionOp) or _broadcast_back(fusion, expr):
+        if not isinstance(expr, ReductionOp) or broadcast_back(fusion, expr):
             continue
         source = expr.input
         flags = [axis.is_reduction for axis in expr.output.logical]

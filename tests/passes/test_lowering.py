@@ -155,3 +155,11 @@ def test_long_reductions_over_few_rows_split_across_blocks(fn, shape, kernels) -
     if kernels == 2:
         first = result.kernels[0].kernel_ir
         assert first.grid[0] * first.block[0] >= 1024  # the first pass spreads over the GPU
+
+
+def test_view_of_a_strided_input_reads_in_place() -> None:
+    # The permute is an alias of a column-major input: its memory axes pair with the input's
+    # strides in memory order.
+    result = check_fusion(lambda a: pf.exp(a.T) + 1.0, [pf.spec((9, 37), f32, strides=(1, 9))])
+    fusion = result.kernels[0].plan.fusion
+    assert any(tv.alias_of is not None for tv in fusion.tensors())
