@@ -272,6 +272,24 @@ def mul(a: KExpr, b: KExpr) -> KExpr:
     return Binary("mul", a, b, _index_dtype(a, b))
 
 
+def _split_index(a: KExpr, divisor: int | None) -> tuple[KExpr, KExpr] | None:
+    """``(x, y)`` when ``a`` is ``x * divisor + y`` with ``0 <= y < divisor``: the index of a
+    split's outer and inner loops, which ``// divisor`` and ``% divisor`` take apart again."""
+    if divisor is None or not (isinstance(a, Binary) and a.op == "add"):
+        return None
+    outer, inner = a.lhs, a.rhs
+    inner_bound = upper_bound(inner)
+    if (
+        isinstance(outer, Binary)
+        and outer.op == "mul"
+        and _value(outer.rhs) == divisor
+        and inner_bound is not None
+        and inner_bound <= divisor
+    ):
+        return outer.lhs, inner
+    return None
+
+
 def floordiv(a: KExpr, b: KExpr) -> KExpr:
     va, vb = _value(a), _value(b)
     if vb == 1:
@@ -281,18 +299,9 @@ def floordiv(a: KExpr, b: KExpr) -> KExpr:
     bound = upper_bound(a)
     if vb is not None and bound is not None and bound <= vb:
         return Const(0, _index_dtype(a, b))
-    # (x * c + y) // c == x when 0 <= y < c: the index of an outer split loop.
-    if vb is not None and isinstance(a, Binary) and a.op == "add":
-        outer, inner = a.lhs, a.rhs
-        inner_bound = upper_bound(inner)
-        if (
-            isinstance(outer, Binary)
-            and outer.op == "mul"
-            and _value(outer.rhs) == vb
-            and inner_bound is not None
-            and inner_bound <= vb
-        ):
-            return outer.lhs
+    parts = _split_index(a, vb)
+    if parts is not None:
+        return parts[0]  # (x * c + y) // c == x
     return Binary("floordiv", a, b, _index_dtype(a, b))
 
 
@@ -305,18 +314,9 @@ def mod(a: KExpr, b: KExpr) -> KExpr:
     bound = upper_bound(a)
     if vb is not None and bound is not None and bound <= vb:
         return a
-    # (x * c + y) % c == y when 0 <= y < c.
-    if vb is not None and isinstance(a, Binary) and a.op == "add":
-        outer, inner = a.lhs, a.rhs
-        inner_bound = upper_bound(inner)
-        if (
-            isinstance(outer, Binary)
-            and outer.op == "mul"
-            and _value(outer.rhs) == vb
-            and inner_bound is not None
-            and inner_bound <= vb
-        ):
-            return inner
+    parts = _split_index(a, vb)
+    if parts is not None:
+        return parts[1]  # (x * c + y) % c == y
     return Binary("mod", a, b, _index_dtype(a, b))
 
 
