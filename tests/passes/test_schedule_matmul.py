@@ -268,3 +268,27 @@ def test_scheduled_ir_of_the_seed_case_reads_clearly() -> None:
     text = result.kernels[0].scheduled_ir
     assert "kind=tma_load" in text and "Swizzle(xor)" in text and "iBx" in text
     assert "mma(" in text and "iTy" in text and "iMMA" in text
+
+
+@pytest.mark.parametrize("schedule", sorted(SCHEDULES))
+@pytest.mark.parametrize("pattern", sorted(PATTERNS))
+def test_compiled_matmul_ptx_assembles_cleanly(pattern: str, schedule: str) -> None:
+    from pyfuse import knobs
+    from pyfuse.backend_ptx.ptxas import assemble, ptxas_available
+
+    if not ptxas_available():
+        if knobs.require_ptxas():
+            pytest.fail("ptxas is required (PYFUSE_REQUIRE_PTXAS=1) but was not found")
+        pytest.skip("ptxas not found")
+    fn, specs = PATTERNS[pattern]
+    compiled = pf.fuse(fn, matmul=SCHEDULES[schedule]).compile(
+        *(pf.spec(shape, dtype) for shape, dtype in specs)
+    )
+    (kernel,) = compiled.kernels
+    for instruction in ("wgmma.mma_async", "cp.async.bulk.tensor", "mbarrier", "setmaxnreg"):
+        assert instruction in kernel.ptx
+    result = assemble(kernel.ptx)
+    resources = result.kernels[kernel.name]
+    assert resources.spill_store_bytes == 0 and resources.spill_load_bytes == 0
+    assert resources.stack_frame_bytes == 0 and resources.local_bytes == 0
+    assert not result.problems(), result.problems()
