@@ -17,8 +17,7 @@ SCHEDULES = {
     "persistent": pf.MatmulParams(grid_swizzle=1, persistent=True),
     "both": pf.MatmulParams(grid_swizzle=4, persistent=True),
 }
-SHAPES = [(64, 64, 64), (1000, 1000, 1000), (3000, 257, 520), (504, 136, 1024),
-          (64, 14336, 4096)]
+SHAPES = [(64, 64, 64), (1000, 1000, 1000), (3000, 257, 520), (504, 136, 1024), (64, 14336, 4096)]
 
 
 def _torch() -> Any:
@@ -95,8 +94,12 @@ def test_batch_and_broadcast_batch() -> None:
 
 def test_epilogues() -> None:
     torch = _torch()
-    x, w, bias, residual = (_rand(torch, 504, 1024), _rand(torch, 136, 1024),
-                            _rand(torch, 136), _rand(torch, 504, 136))
+    x, w, bias, residual = (
+        _rand(torch, 504, 1024),
+        _rand(torch, 136, 1024),
+        _rand(torch, 136),
+        _rand(torch, 504, 136),
+    )
 
     def fn(x, w, b, r):  # type: ignore[no-untyped-def]
         pre = pf.linear(x, w, b)
