@@ -16,7 +16,8 @@ from pyfuse import knobs
 from pyfuse.backend_ptx.emit import emit_ptx
 from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.kernel_ir import Kernel as KernelIR
-from pyfuse.ir.kernel_ir import ParamRole, kernel_to_str
+from pyfuse.ir.kernel_ir import ParamRole
+from pyfuse.ir.kernel_printer import kernel_to_str
 from pyfuse.ir.params import MatmulParams
 from pyfuse.ir.target import TargetInfo
 from pyfuse.passes import pipeline

@@ -43,6 +43,7 @@ from pyfuse.errors import InputError, PyfuseError
 from pyfuse.ir import kernel_ir as kir
 from pyfuse.ir.dtypes import DType
 from pyfuse.ir.interpreter import erf
+from pyfuse.ir.kernel_printer import stmt_to_lines
 from pyfuse.ir.tensor import MemoryType
 
 Array = npt.NDArray[Any]
@@ -236,7 +237,7 @@ class _Machine:
         where = "" if lane is None else f" ({self.describe(lane)})"
         text = f"kernel {self.kernel.name}: {message}{where}"
         if self.current is not None:
-            text += f"\n  in: {kir.stmt_to_lines(self.current)[0].strip()}"
+            text += f"\n  in: {stmt_to_lines(self.current)[0].strip()}"
         return KernelInterpreterError(text)
 
     def describe(self, lane: int) -> str:
