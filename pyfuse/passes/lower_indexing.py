@@ -1,0 +1,240 @@
+"""Index derivation for lowering: from loop indices to every tensor's element.
+
+The mixin :class:`IndexDerivation` holds what :mod:`pyfuse.passes.lower` (and the matmul
+lowering built on it) needs to turn loop positions into indices: which reference loop
+position each tensor axis replays, the reference's logical indices (its splits and merges
+walked backwards), each tensor's logical index through the IdModel, producers' indices
+through the op's axis map, global offsets from memory strides, register and shared-memory
+buffer indices, and the predicates that guard ragged splits and oversized launch
+dimensions. It expects the attributes listed on the class, set by the lowering.
+"""
+
+from __future__ import annotations
+
+from pyfuse.errors import ScheduleError
+from pyfuse.ir import kernel_ir as k
+from pyfuse.ir.dtypes import DType
+from pyfuse.ir.exprs import Expr, ReshapeOp
+from pyfuse.ir.id_model import IdMappingMode, IdModel, tensor_transforms
+from pyfuse.ir.iterdomain import IterDomain, Merge, ParallelType, Split, Swizzle
+from pyfuse.ir.tensor import MemoryType, TensorView, memory_strides
+
+
+class IndexDerivation:
+    """Index and predicate computation over a scheduled kernel fusion (see the module doc)."""
+
+    name: str
+    reference: TensorView
+    id_model: IdModel
+    index_dtype: DType
+    launch: dict[ParallelType, int]
+    specials: dict[ParallelType, k.Var]
+    ref_positions: dict[int, list[int | None]]
+
+    def _allocated_axes(self, tv: TensorView) -> list[IterDomain]:
+        """Loop axes right of the inline position that give a tensor's buffer its size."""
+        axes = []
+        for axis in tv.loop[tv.inline_position :]:
+            if axis.is_reduction or axis.extent == 1:
+                continue
+            if axis.parallel_type.is_block_dim:
+                continue
+            if tv.memory_type == MemoryType.LOCAL and axis.parallel_type.is_thread_dim:
+                continue
+            axes.append(axis)
+        return axes
+
+    # -- positions and indices ----------------------------------------------------------------
+    def _ref_positions(self, tv: TensorView) -> list[int | None]:
+        """For each loop axis of ``tv``, the reference loop position it replays."""
+        cached = self.ref_positions.get(id(tv))
+        if cached is not None:
+            return cached
+        ref_loop = self.reference.loop
+        positions: list[int | None] = []
+        used: set[int] = set()
+        for axis in tv.loop:
+            found = None
+            for mode in (IdMappingMode.EXACT, IdMappingMode.BROADCAST, IdMappingMode.PERMISSIVE):
+                for position, ref_axis in enumerate(ref_loop):
+                    if position not in used and self.id_model.mapped(axis, ref_axis, mode):
+                        found = position
+                        break
+                if found is not None:
+                    break
+            if found is not None:
+                used.add(found)
+            positions.append(found)
+        self.ref_positions[id(tv)] = positions
+        return positions
+
+    def _reference_indices(self, by_position: dict[int, k.KExpr]) -> dict[int, k.KExpr]:
+        """Index of every axis of the reference (loop to logical), from its loop indices."""
+        ref = self.reference
+        index: dict[int, k.KExpr] = {}
+        for position, axis in enumerate(ref.loop):
+            index[id(axis)] = by_position.get(position, k.const(0, self.index_dtype))
+        zero = k.const(0, self.index_dtype)
+        for transform in reversed(tensor_transforms(ref)):
+            if isinstance(transform, Split):
+                outer = index.get(id(transform.outer), zero)
+                inner = index.get(id(transform.inner), zero)
+                extent = k.const(transform.inner.extent, self.index_dtype)
+                index[id(transform.input)] = k.add(k.mul(outer, extent), inner)
+            elif isinstance(transform, Merge):
+                out = index.get(id(transform.output), zero)
+                extent = k.const(transform.inner.extent, self.index_dtype)
+                index[id(transform.outer)] = k.floordiv(out, extent)
+                index[id(transform.inner)] = k.mod(out, extent)
+            elif isinstance(transform, Swizzle):
+                raise ScheduleError(f"kernel {self.name}: swizzled loops cannot be indexed yet")
+        return index
+
+    def _logical_index(self, tv: TensorView, ref_index: dict[int, k.KExpr]) -> dict[int, k.KExpr]:
+        """Indices of ``tv``'s root and logical axes, derived from the reference's."""
+        zero = k.const(0, self.index_dtype)
+        result: dict[int, k.KExpr] = {}
+        for axis in tv.logical:
+            if axis.is_broadcast and axis.expanded_extent is None:
+                result[id(axis)] = zero
+                continue
+            result[id(axis)] = self._mapped_reference_index(axis, ref_index)
+        if tv.root is not None:
+            for transform in reversed(tensor_transforms(tv)):
+                if isinstance(transform, Split) and id(transform.outer) in result:
+                    extent = k.const(transform.inner.extent, self.index_dtype)
+                    result[id(transform.input)] = k.add(
+                        k.mul(result[id(transform.outer)], extent), result[id(transform.inner)]
+                    )
+                elif isinstance(transform, Merge) and id(transform.output) in result:
+                    extent = k.const(transform.inner.extent, self.index_dtype)
+                    out = result[id(transform.output)]
+                    result[id(transform.outer)] = k.floordiv(out, extent)
+                    result[id(transform.inner)] = k.mod(out, extent)
+            for axis in tv.root:
+                result.setdefault(id(axis), zero)
+        return result
+
+    def _mapped_reference_index(self, axis: IterDomain, ref_index: dict[int, k.KExpr]) -> k.KExpr:
+        for mode in (IdMappingMode.EXACT, IdMappingMode.BROADCAST):
+            for ref_axis in self.reference.logical:
+                if self.id_model.mapped(axis, ref_axis, mode):
+                    return ref_index[id(ref_axis)]
+        if axis.is_broadcast:
+            return k.const(0, self.index_dtype)
+        raise ScheduleError(
+            f"kernel {self.name}: axis {axis} maps to no axis of the reference "
+            f"T{self.reference.name}; the scheduler must pick a reference that covers it"
+        )
+
+    def _producer_index(
+        self, expr: Expr, producer: TensorView, consumer_index: dict[int, k.KExpr]
+    ) -> dict[int, k.KExpr]:
+        zero = k.const(0, self.index_dtype)
+        result: dict[int, k.KExpr] = {id(axis): zero for axis in producer.logical}
+        for p_axis, c_axis in expr.logical_pairs(producer):
+            if p_axis.is_broadcast and p_axis.expanded_extent is None:
+                continue
+            result[id(p_axis)] = consumer_index.get(id(c_axis), zero)
+        return result
+
+    def _global_offset(self, tv: TensorView, logical: dict[int, k.KExpr]) -> k.KExpr:
+        offset: k.KExpr = k.const(0, self.index_dtype)
+        for axis, stride in self._strides(tv):
+            offset = k.add(offset, k.mul(logical[id(axis)], k.const(stride, self.index_dtype)))
+        return offset
+
+    def _strides(self, tv: TensorView) -> list[tuple[IterDomain, int]]:
+        """(axis, element stride) of each memory axis of ``tv``, outermost first."""
+        if tv.alias_of is not None and not isinstance(tv.definition, ReshapeOp):
+            root_strides = [s for _, s in self._strides(tv.alias_of)]
+            axes = [a for a in tv.maybe_allocation if not a.is_broadcast]
+            if len(axes) != len(root_strides):
+                raise ScheduleError(
+                    f"kernel {self.name}: alias T{tv.name} has {len(axes)} memory axes but "
+                    f"T{tv.alias_of.name} has {len(root_strides)}"
+                )
+            return list(zip(axes, root_strides, strict=True))
+        return memory_strides(tv)
+
+    def _buffer_index(self, tv: TensorView, by_position: dict[int, k.KExpr]) -> k.KExpr:
+        """Element index into a local or shared buffer from the loop indices."""
+        index: k.KExpr = k.const(0, self.index_dtype)
+        positions = self._ref_positions(tv)
+        allocated = self._allocated_axes(tv)
+        for axis in allocated:
+            position = positions[tv.loop.index(axis)]
+            if position is None:
+                raise ScheduleError(
+                    f"kernel {self.name}: T{tv.name}'s loop axis {axis} replays no axis of "
+                    f"the reference T{self.reference.name}"
+                )
+            loop_index = by_position.get(position, k.const(0, self.index_dtype))
+            index = k.add(k.mul(index, k.const(axis.extent, self.index_dtype)), loop_index)
+        return index
+
+    def _predicate(self, tv: TensorView, by_position: dict[int, k.KExpr]) -> k.KExpr:
+        """True where the loop indices name an element inside ``tv``'s extents. Every tensor's
+        logical axes map to the reference's, so the reference's ragged splits bound them all;
+        a hardware index larger than its loop is guarded too."""
+        ref_index = self._reference_indices(by_position)
+        conditions: list[k.KExpr] = []
+        for transform in tensor_transforms(self.reference):
+            if isinstance(transform, Split) and not transform.divisible:
+                value = ref_index[id(transform.input)]
+                conditions.append(k.less_than(value, k.const(transform.input.extent)))
+        for axis in tv.loop:
+            if not axis.parallel_type.is_hardware_index or axis.is_broadcast:
+                # A broadcast axis holds one value: every thread computes it (and may read it).
+                continue
+            # A loop shared with a consumer runs the consumer's (promoted) extent.
+            extent = max(axis.extent, self.id_model.loop_promotion(axis).extent)
+            if self.launch[axis.parallel_type] > extent:
+                special = self.specials[axis.parallel_type]
+                conditions.append(k.less_than(special, k.const(extent, self.index_dtype)))
+        return k.all_of(conditions)
+
+
+def _mentions(expr: k.KExpr, var: k.Var) -> bool:
+    if expr == var:
+        return True
+    for child in vars(expr).values() if hasattr(expr, "__dict__") else ():
+        if isinstance(child, k.KExpr) and _mentions(child, var):
+            return True
+    return False
+
+
+def _expr_children(expr: k.KExpr) -> list[k.KExpr]:
+    return [v for v in vars(expr).values() if isinstance(v, k.KExpr)]
+
+
+def _local_indices(stmt: k.Stmt) -> list[k.KExpr]:
+    """Index expressions into local buffers inside ``stmt`` (loads and stores)."""
+    found: list[k.KExpr] = []
+
+    def visit_expr(expr: k.KExpr) -> None:
+        if isinstance(expr, k.Load) and expr.buffer.memory == MemoryType.LOCAL:
+            found.append(expr.index)
+        for child in _expr_children(expr):
+            visit_expr(child)
+
+    def visit(node: k.Stmt) -> None:
+        for value in vars(node).values():
+            if isinstance(value, k.KExpr):
+                visit_expr(value)
+        if isinstance(node, k.Store) and node.buffer.memory == MemoryType.LOCAL:
+            found.append(node.index)
+        if isinstance(node, k.VectorLoad):
+            found.append(node.target_index)
+        if isinstance(node, k.VectorStore):
+            found.append(node.source_index)
+        for block in node.children():
+            for child in block:
+                visit(child)
+
+    visit(stmt)
+    return found
+
+
+def indexes_registers(loop: k.For) -> bool:
+    return any(_mentions(index, loop.var) for index in _local_indices(loop))
