@@ -26,13 +26,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pyfuse.backend_ptx.emit_math import (
-    ScalarMath,
     Value,
     compute_type,
     round_to,
     storage_class,
     storage_type,
 )
+from pyfuse.backend_ptx.emit_scalar import ScalarMath
 from pyfuse.backend_ptx.emitter import Directives, KernelBuilder, ParamKind, PtxModule
 from pyfuse.backend_ptx.instructions import arith, control, convert, logic, memory, shuffle, special
 from pyfuse.backend_ptx.matmul_template import (

@@ -1,0 +1,427 @@
+"""PTX emission of scalar math: :class:`ScalarMath` turns the ops of
+:mod:`pyfuse.backend_ptx.emit_math` (its dtype tables, folding rules and f32 expansions) into
+instructions on registers, folding what is constant."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from pyfuse.backend_ptx.emit_math import (
+    _ALIASES,
+    _BOOL_COMBINE,
+    _CLASS,
+    _HALF,
+    FloatOps,
+    Value,
+    _identity,
+    compute_type,
+    exp,
+    fold_binary,
+    fold_cast,
+    fold_unary,
+    gelu,
+    gelu_tanh,
+    gelu_tanh_16,
+    half_bits,
+    log,
+    pow_,
+    round_to,
+    sigmoid,
+    sigmoid_16,
+    silu,
+    silu_16,
+    storage_class,
+    storage_type,
+    tanh,
+)
+from pyfuse.backend_ptx.emitter import KernelBuilder
+from pyfuse.backend_ptx.instructions import arith, control, convert, logic
+from pyfuse.backend_ptx.operands import Instr, Operand, Reg, RegClass
+from pyfuse.errors import ScheduleError
+from pyfuse.ir.dtypes import DType
+
+# Cheaper forms for ops whose result is rounded to bf16/f16: the f32 expansions' last bits of
+# accuracy cost about half their instructions and vanish in that rounding.
+_F16_EXPANSIONS: dict[str, Callable[[FloatOps[Value, Reg], Value], Value]] = {
+    "sigmoid": sigmoid_16, "silu": silu_16, "gelu_tanh": gelu_tanh_16,
+}  # fmt: skip
+
+
+_F32_EXPANSIONS: dict[str, Callable[[FloatOps[Value, Reg], Value], Value]] = {
+    "exp": exp, "log": log, "tanh": tanh, "sigmoid": sigmoid, "silu": silu, "gelu": gelu,
+    "gelu_tanh": gelu_tanh,
+}  # fmt: skip
+
+
+# ---- PTX emission -----------------------------------------------------------------------------
+
+
+class _PtxF32:
+    """:class:`FloatOps` over f32 registers; constants are immediates rounded to f32."""
+
+    def __init__(self, scalar: ScalarMath) -> None:
+        self.scalar = scalar
+
+    def _out(self, instr: Callable[[Reg], Instr], cls: RegClass = RegClass.F32) -> Reg:
+        d = self.scalar.kb.reg(cls)
+        self.scalar.kb.emit(instr(d))
+        return d
+
+    def _reg(self, a: Value) -> Reg:
+        return self.scalar.reg_of(a, "f32")
+
+    def const(self, value: float) -> Value:
+        return float(np.float32(value))
+
+    def add(self, a: Value, b: Value) -> Value:
+        return self._out(lambda d: arith.add("f32", d, a, b, rounding="rn"))
+
+    def sub(self, a: Value, b: Value) -> Value:
+        return self._out(lambda d: arith.sub("f32", d, a, b, rounding="rn"))
+
+    def mul(self, a: Value, b: Value) -> Value:
+        return self._out(lambda d: arith.mul("f32", d, a, b, rounding="rn"))
+
+    def fma(self, a: Value, b: Value, c: Value) -> Value:
+        return self._out(lambda d: arith.fma("f32", d, a, b, c))
+
+    def div(self, a: Value, b: Value) -> Value:
+        return self._out(lambda d: arith.div("f32", d, a, b, mode="rn"))
+
+    def rcp(self, a: Value) -> Value:
+        return self._out(lambda d: arith.rcp("f32", d, a, mode="rn"))
+
+    def rcp_approx(self, a: Value) -> Value:
+        return self._out(lambda d: arith.rcp("f32", d, a, mode="approx", ftz=True))
+
+    def neg(self, a: Value) -> Value:
+        return self._out(lambda d: arith.neg("f32", d, a))
+
+    def abs(self, a: Value) -> Value:
+        return self._out(lambda d: arith.abs_("f32", d, a))
+
+    def max_nan(self, a: Value, b: Value) -> Value:
+        return self._out(lambda d: arith.max_("f32", d, a, b, nan=True))
+
+    def min_nan(self, a: Value, b: Value) -> Value:
+        return self._out(lambda d: arith.min_("f32", d, a, b, nan=True))
+
+    def ex2(self, a: Value) -> Value:
+        source = self._reg(a)
+        return self._out(lambda d: arith.ex2("f32", d, source, ftz=True))
+
+    def lg2(self, a: Value) -> Value:
+        source = self._reg(a)
+        return self._out(lambda d: arith.lg2("f32", d, source))
+
+    def rint(self, a: Value) -> Value:
+        source = self._reg(a)
+        return self._out(lambda d: convert.cvt("f32", "f32", d, source, rounding="rni"))
+
+    def less(self, a: Value, b: Value) -> Reg:
+        return self._out(lambda p: arith.setp("lt", "f32", p, a, b), RegClass.PRED)
+
+    def equal(self, a: Value, b: Value) -> Reg:
+        return self._out(lambda p: arith.setp("eq", "f32", p, a, b), RegClass.PRED)
+
+    def both(self, p: Reg, q: Reg) -> Reg:
+        return self._out(lambda d: logic.and_("pred", d, p, q), RegClass.PRED)
+
+    def negate(self, p: Reg) -> Reg:
+        return self._out(lambda d: logic.not_("pred", d, p), RegClass.PRED)
+
+    def select(self, p: Reg, a: Value, b: Value) -> Value:
+        return self._out(lambda d: arith.selp("f32", d, a, b, p))
+
+
+class ScalarMath:
+    """Emits scalar operations on storage-form values into one kernel."""
+
+    def __init__(self, kb: KernelBuilder) -> None:
+        self.kb = kb
+        self.f32 = _PtxF32(self)
+
+    def new(self, ptype: str) -> Reg:
+        return self.kb.reg(_CLASS[ptype])
+
+    def _out(self, ptype: str, instr: Callable[[Reg], Instr]) -> Reg:
+        d = self.new(ptype)
+        self.kb.emit(instr(d))
+        return d
+
+    # ---- storage ---------------------------------------------------------------------------
+
+    def reg_of(self, value: Value, ptype: str) -> Reg:
+        """``value`` in a register of PTX type ``ptype`` (an immediate is moved in)."""
+        if isinstance(value, Reg):
+            return value
+        if ptype == "pred":
+            return self._out("pred", lambda d: arith.mov("pred", d, int(bool(value))))
+        return self._out(ptype, lambda d: arith.mov(ptype, d, value))
+
+    def encoded(self, value: Value, dtype: DType) -> Operand:
+        """An operand of the storage type: 16-bit float immediates become their bits."""
+        if isinstance(value, Reg):
+            return value
+        if dtype in _HALF:
+            return half_bits(float(value), dtype)
+        return int(value) if dtype.is_integer or dtype.is_bool else value
+
+    def materialize(self, value: Value, dtype: DType) -> Reg:
+        if isinstance(value, Reg):
+            return value
+        reg = self.kb.reg(storage_class(dtype))
+        self.move(reg, value, dtype)
+        return reg
+
+    def move(self, dst: Reg, value: Value, dtype: DType) -> None:
+        if dtype.is_bool and not isinstance(value, Reg):
+            self.kb.emit(arith.mov("pred", dst, int(bool(value))))
+        else:
+            self.kb.emit(arith.mov(storage_type(dtype), dst, self.encoded(value, dtype)))
+
+    def to_compute(self, value: Value, dtype: DType) -> Value:
+        if dtype in _HALF and isinstance(value, Reg):
+            source = value
+            return self._out("f32", lambda d: convert.cvt("f32", dtype.ptx, d, source))
+        return value
+
+    def from_compute(self, value: Value, dtype: DType) -> Value:
+        if dtype not in _HALF:
+            return value
+        if not isinstance(value, Reg):
+            return round_to(float(value), dtype)
+        source = value
+        return self._out("b16", lambda d: convert.cvt(dtype.ptx, "f32", d, source, rounding="rn"))
+
+    # ---- operations ------------------------------------------------------------------------
+
+    def unary(self, op: str, value: Value, dtype: DType) -> Value:
+        """``op(value)`` for a value of ``dtype`` (bool for logical_not); same dtype out."""
+        if not isinstance(value, Reg):
+            folded = fold_unary(op, value, dtype)
+            if folded is not None:
+                return folded
+            value = self.materialize(value, dtype)
+        ctype = compute_type(dtype)
+        x = self.to_compute(value, dtype)
+        if op == "logical_not" and ctype == "pred":
+            return self._out("pred", lambda d: logic.not_("pred", d, x))
+        if ctype == "f32" and dtype.itemsize == 2 and op in _F16_EXPANSIONS:
+            return self.from_compute(_F16_EXPANSIONS[op](self.f32, x), dtype)
+        if ctype == "f32" and op in _F32_EXPANSIONS:
+            return self.from_compute(_F32_EXPANSIONS[op](self.f32, x), dtype)
+        result = self._simple_unary(op, x, ctype)
+        if result is None:
+            raise ScheduleError(f"the PTX emitter has no {op} for {dtype.name}; cast to float32")
+        return self.from_compute(result, dtype)
+
+    def _simple_unary(self, op: str, x: Value, ctype: str) -> Value | None:
+        floating = ctype in ("f32", "f64")
+        if op == "neg" and ctype != "pred":
+            return self._out(ctype, lambda d: arith.neg(ctype, d, x))
+        if op == "abs" and ctype != "pred":
+            return self._out(ctype, lambda d: arith.abs_(ctype, d, x))
+        if op == "relu" and ctype != "pred":
+            return self.combine("maximum", x, 0.0 if floating else 0, ctype)
+        if not floating:
+            return None
+        if op == "sqrt":
+            return self._out(ctype, lambda d: arith.sqrt(ctype, d, x, mode="rn"))
+        if op == "reciprocal":
+            return self._out(ctype, lambda d: arith.rcp(ctype, d, x, mode="rn"))
+        if op == "rsqrt" and ctype == "f32":
+            return self._out(ctype, lambda d: arith.rsqrt(ctype, d, x))
+        if op == "rsqrt":
+            root = self._out(ctype, lambda d: arith.sqrt(ctype, d, x, mode="rn"))
+            return self._out(ctype, lambda d: arith.div(ctype, d, 1.0, root, mode="rn"))
+        if op in ("sin", "cos") and ctype == "f32":
+            sfu = arith.sin if op == "sin" else arith.cos
+            return self._out(ctype, lambda d: sfu(ctype, d, x))
+        return None
+
+    def binary(self, op: str, a: Value, b: Value, dtype: DType) -> Value:
+        """``a op b`` (arithmetic or logical) for operands and a result of ``dtype``."""
+        op = _ALIASES.get(op, op)
+        if not isinstance(a, Reg) and not isinstance(b, Reg):
+            folded = fold_binary(op, a, b, dtype)
+            if folded is not None:
+                return folded
+            a = self.materialize(a, dtype)
+        simplified = _identity(op, a, b, dtype)
+        if simplified is not None:
+            return simplified
+        ctype = compute_type(dtype)
+        x, y = self.to_compute(a, dtype), self.to_compute(b, dtype)
+        if op == "pow" and dtype.is_floating:
+            return self.from_compute(self._float_pow(x, y, ctype, dtype), dtype)
+        return self.from_compute(self.combine(op, x, y, ctype), dtype)
+
+    def combine(self, op: str, x: Value, y: Value, ctype: str) -> Value:
+        """A binary op on compute-type values (also the combine step of reductions)."""
+        op = _ALIASES.get(op, op)
+        if ctype == "pred":
+            if op not in _BOOL_COMBINE:
+                raise ScheduleError(f"the PTX emitter has no {op} for bool")
+            px, py, bool_op = self.reg_of(x, "pred"), self.reg_of(y, "pred"), _BOOL_COMBINE[op]
+            return self._out("pred", lambda d: bool_op("pred", d, px, py))
+        if ctype in ("f32", "f64"):
+            return self._float_binary(op, x, y, ctype)
+        return self._int_binary(op, x, y, ctype)
+
+    def _float_binary(self, op: str, x: Value, y: Value, ctype: str) -> Value:
+        rounded = {"add": arith.add, "sub": arith.sub, "mul": arith.mul}
+        if op in rounded:
+            return self._out(ctype, lambda d: rounded[op](ctype, d, x, y, rounding="rn"))
+        if op == "div":
+            return self._out(ctype, lambda d: arith.div(ctype, d, x, y, mode="rn"))
+        if op in ("maximum", "minimum"):
+            pick = arith.max_ if op == "maximum" else arith.min_
+            if ctype == "f32":
+                return self._out(ctype, lambda d: pick(ctype, d, x, y, nan=True))
+            # f64 has no .NaN form: a NaN operand makes x + y NaN, which replaces the result.
+            plain = self._out(ctype, lambda d: pick(ctype, d, x, y))
+            nan = self._out("pred", lambda p: arith.setp("nan", ctype, p, x, y))
+            total = self._out(ctype, lambda d: arith.add(ctype, d, x, y, rounding="rn"))
+            return self._out(ctype, lambda d: arith.selp(ctype, d, total, plain, nan))
+        raise ScheduleError(f"the PTX emitter has no {op} for {ctype}")
+
+    def _int_binary(self, op: str, x: Value, y: Value, ctype: str) -> Value:
+        if op in ("add", "sub"):
+            add_like = arith.add if op == "add" else arith.sub
+            return self._out(ctype, lambda d: add_like(ctype, d, x, y))
+        if op == "mul":
+            return self._out(ctype, lambda d: arith.mul(ctype, d, x, y))
+        if op in ("maximum", "minimum"):
+            pick = arith.max_ if op == "maximum" else arith.min_
+            return self._out(ctype, lambda d: pick(ctype, d, x, y))
+        if op in ("floordiv", "mod"):
+            # Index operands are non-negative, where unsigned division is C division.
+            unsigned = "u" + ctype[1:]
+            divide = arith.div if op == "floordiv" else arith.rem
+            return self._out(ctype, lambda d: divide(unsigned, d, x, y))
+        if op == "div":
+            return self._out(ctype, lambda d: arith.div(ctype, d, x, y))
+        if op == "pow":
+            return self._int_pow(x, y, ctype)
+        raise ScheduleError(f"the PTX emitter has no {op} for {ctype}")
+
+    def _float_pow(self, x: Value, y: Value, ctype: str, dtype: DType) -> Value:
+        if not isinstance(y, Reg) and float(y) in (0.0, 1.0, 2.0, -1.0):
+            exponent = float(y)
+            if exponent == 0.0:
+                return 1.0
+            if exponent == 1.0:
+                return x
+            if exponent == 2.0:
+                return self.combine("mul", x, x, ctype)
+            return self._out(ctype, lambda d: arith.rcp(ctype, d, x, mode="rn"))
+        if ctype != "f32":
+            raise ScheduleError(
+                f"pow on {dtype.name} supports only the constant exponents 0, 1, 2 and -1; "
+                "cast to float32 first"
+            )
+        return pow_(self.f32, self.reg_of(x, "f32"), self.reg_of(y, "f32"))
+
+    def _int_pow(self, x: Value, y: Value, ctype: str) -> Value:
+        """Square and multiply: unrolled for a constant exponent, a loop over its bits else."""
+        if not isinstance(y, Reg):
+            exponent = int(y)
+            if exponent < 0:
+                raise ScheduleError(f"integer pow with the negative exponent {exponent}")
+            result: Value = 1
+            base = x
+            while exponent:
+                if exponent & 1:
+                    result = base if result == 1 else self.combine("mul", result, base, ctype)
+                exponent >>= 1
+                if exponent:
+                    base = self.combine("mul", base, base, ctype)
+            return result
+        bits = ctype[1:]
+        result_reg, base_reg, rest = self.new(ctype), self.new(ctype), self.new(ctype)
+        self.kb.emit(
+            arith.mov(ctype, result_reg, 1), arith.mov(ctype, base_reg, x),
+            arith.mov(ctype, rest, y),
+        )  # fmt: skip
+        top, done = self.kb.new_label("pow"), self.kb.new_label("pow_done")
+        self.kb.place(top)
+        finished = self._out("pred", lambda p: arith.setp("eq", ctype, p, rest, 0))
+        self.kb.emit(control.bra(done).guarded(finished))
+        low_bit = self._out(ctype, lambda d: logic.and_("b" + bits, d, rest, 1))
+        odd = self._out("pred", lambda p: arith.setp("ne", ctype, p, low_bit, 0))
+        self.kb.emit(
+            arith.mul(ctype, result_reg, result_reg, base_reg).guarded(odd),
+            arith.mul(ctype, base_reg, base_reg, base_reg),
+            # A logical shift: a negative exponent ends after all its bits (NumPy rejects it).
+            logic.shr("u" + bits, rest, rest, 1),
+            control.bra(top),
+        )  # fmt: skip
+        self.kb.place(done)
+        return result_reg
+
+    def compare(self, op: str, a: Value, b: Value, dtype: DType) -> Value:
+        """``a op b`` for operands of ``dtype``: a predicate (NaN compares unequal)."""
+        if not isinstance(a, Reg) and not isinstance(b, Reg):
+            folded = fold_binary(op, a, b, dtype)
+            assert folded is not None
+            return folded
+        ctype = compute_type(dtype)
+        x, y = self.to_compute(a, dtype), self.to_compute(b, dtype)
+        if ctype != "pred":
+            cmp = "neu" if op == "ne" and ctype in ("f32", "f64") else op
+            return self._out("pred", lambda p: arith.setp(cmp, ctype, p, x, y))
+        px, py = self.reg_of(x, "pred"), self.reg_of(y, "pred")
+        differ = self._out("pred", lambda p: logic.xor("pred", p, px, py))
+        if op == "ne":
+            return differ
+        if op == "eq":
+            return self._out("pred", lambda p: logic.not_("pred", p, differ))
+        # On bools as 0/1: x < y is !x & y; x > y is x & !y; <= and >= add equality.
+        strict = self._out(
+            "pred", lambda p: logic.and_("pred", p, differ, py if op in ("lt", "le") else px)
+        )
+        if op in ("lt", "gt"):
+            return strict
+        equal = self._out("pred", lambda p: logic.not_("pred", p, differ))
+        return self._out("pred", lambda p: logic.or_("pred", p, strict, equal))
+
+    def select(self, condition: Value, a: Value, b: Value, dtype: DType) -> Value:
+        if not isinstance(condition, Reg):
+            return a if condition else b
+        if dtype.is_bool:
+            pa, pb = self.reg_of(a, "pred"), self.reg_of(b, "pred")
+            other = self._out("pred", lambda p: logic.not_("pred", p, condition))
+            first = self._out("pred", lambda p: logic.and_("pred", p, condition, pa))
+            second = self._out("pred", lambda p: logic.and_("pred", p, other, pb))
+            return self._out("pred", lambda p: logic.or_("pred", p, first, second))
+        ea, eb, ptype = self.encoded(a, dtype), self.encoded(b, dtype), storage_type(dtype)
+        return self._out(ptype, lambda d: arith.selp(ptype, d, ea, eb, condition))
+
+    def cast(self, value: Value, source: DType, target: DType) -> Value:
+        """The interpreter's Cast: float to int truncates (cvt.rzi, saturating, NaN to 0)."""
+        if source == target:
+            return value
+        if not isinstance(value, Reg):
+            return fold_cast(value, target)
+        if target.is_bool:
+            return self.compare("ne", value, round_to(0, source), source)
+        if source.is_bool:
+            one, zero = round_to(1, target), round_to(0, target)
+            return self.select(value, one, zero, target)
+        x = self.to_compute(value, source)
+        src, dst = compute_type(source), compute_type(target)
+        assert isinstance(x, Reg)
+        if source.is_floating and target.is_floating:
+            if src != dst:
+                narrowing = "rn" if dst == "f32" else None
+                source_reg = x
+                x = self._out(
+                    dst, lambda d: convert.cvt(dst, src, d, source_reg, rounding=narrowing)
+                )
+            return self.from_compute(x, target)
+        rounding = "rzi" if source.is_floating else "rn" if target.is_floating else None
+        result = self._out(dst, lambda d: convert.cvt(dst, src, d, x, rounding=rounding))
+        return self.from_compute(result, target)
