@@ -7,7 +7,8 @@ f32, rounded once to the node's dtype with ``cvt.rn``). Float add/sub/mul carry 
 never contracts them: results round op by op, as the kernel-IR interpreter computes them.
 
 The f32 expansions are written once against :class:`FloatOps`, so the tests run the very same
-code on NumPy float32 arrays; :mod:`pyfuse.backend_ptx.emit_scalar` emits them as PTX. Accuracy (float32 results against float64 math; "ulp" of f32):
+code on NumPy float32 arrays; :mod:`pyfuse.backend_ptx.emit_scalar` emits them as PTX.
+Accuracy (float32 results against float64 math; "ulp" of f32):
 
 - exp: ``ex2.approx.ftz(hi) * (1 + lo*ln2)`` with ``hi + lo = x*log2(e)`` split exactly by an
   fma: about 3e-7 relative. Results below 2**-126 flush to 0 (an absolute error < 1.2e-38).
