@@ -9,7 +9,7 @@ fusion outputs. Python numbers passed as arguments are constants of the trace.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, overload
 
 import numpy as np
@@ -177,7 +177,3 @@ def fuse(
         return FusedFunction(function, name=name, matmul=matmul, target=target)
 
     return decorate
-
-
-def specs_of(arrays: Sequence[object]) -> list[Spec]:
-    return [spec_of(a) for a in arrays]

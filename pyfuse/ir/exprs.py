@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from pyfuse.ir.iterdomain import IterDomain
 from pyfuse.ir.naming import current_source
-from pyfuse.ir.tensor import Scalar, TensorView, Val
+from pyfuse.ir.tensor import TensorView, Val
 
 AxisPairs = list[tuple[IterDomain, IterDomain]]
 
@@ -423,9 +423,3 @@ class MmaOp(Expr):
             else:
                 roles.append("batch")
         return roles
-
-
-def scalar_value(val: Val) -> bool | int | float:
-    if not isinstance(val, Scalar):
-        raise TypeError(f"expected a Scalar, got {type(val).__name__}")
-    return val.value

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Iterator
 from types import TracebackType
 
 from pyfuse.ir.exprs import Expr
@@ -94,10 +93,6 @@ class Fusion:
 
     def is_input(self, tv: TensorView) -> bool:
         return any(inp is tv for inp in self.inputs)
-
-    def iter_tensor_exprs(self) -> Iterator[tuple[Expr, TensorView]]:
-        for expr in self.exprs():
-            yield expr, expr.output
 
     # -- rewriting ----------------------------------------------------------------------------
     def replace_uses(self, old: Val, new: Val) -> None:

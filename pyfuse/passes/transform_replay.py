@@ -96,9 +96,3 @@ def replay_like(target: TensorView, reference: TensorView, id_model: IdModel) ->
         if axis is not None and axis in target.loop:
             axis.parallel_type = ref_axis.parallel_type
     return len(ordered)
-
-
-def replay_all(reference: TensorView, targets: list[TensorView], id_model: IdModel) -> None:
-    for target in targets:
-        if target is not reference:
-            replay_like(target, reference, id_model)
