@@ -147,7 +147,14 @@ class FusedFunction:
 
 
 @overload
-def fuse(fn: Callable[..., Any], /) -> FusedFunction: ...
+def fuse(
+    fn: Callable[..., Any],
+    /,
+    *,
+    name: str | None = None,
+    matmul: MatmulParams | None = None,
+    target: str = "sm_90a",
+) -> FusedFunction: ...
 
 
 @overload
