@@ -28,6 +28,7 @@ unrelated outputs in the epilogue.
 from __future__ import annotations
 
 import math
+import warnings
 
 from pyfuse.ir import dtypes
 from pyfuse.ir.caching import cache_after, cache_before
@@ -218,7 +219,25 @@ def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo)
     )
     params = given.merged(defaults)
     _check_params(params, tile_n_limit=MAX_WGMMA_N)
+    _warn_unused(params)
     return params
+
+
+def _warn_unused(params: MatmulParams) -> None:
+    """Say so when a requested setting is scheduled in the IR but not yet carried out by the
+    kernel (the result is still exact: the kernel reduces all of K in each CTA)."""
+    unused = []
+    if (params.cluster_m or 1) > 1 or (params.cluster_n or 1) > 1:
+        unused.append(f"cluster_m={params.cluster_m}, cluster_n={params.cluster_n}")
+    if (params.splitk or 1) > 1:
+        unused.append(f"splitk={params.splitk}")
+    if unused:
+        warnings.warn(
+            f"pyfuse: MatmulParams {'; '.join(unused)} not applied by the Hopper kernel yet; "
+            "the matmul runs without it",
+            UserWarning,
+            stacklevel=2,
+        )
 
 
 def _grid_swizzle(m_tiles: int, tile_m: int, tile_n: int, target: TargetInfo) -> int:

@@ -292,3 +292,11 @@ def test_compiled_matmul_ptx_assembles_cleanly(pattern: str, schedule: str) -> N
     assert resources.spill_store_bytes == 0 and resources.spill_load_bytes == 0
     assert resources.stack_frame_bytes == 0 and resources.local_bytes == 0
     assert not result.problems(), result.problems()
+
+
+def test_requested_cluster_and_splitk_are_reported_not_silently_dropped() -> None:
+    fn, specs = PATTERNS["linear"]
+    with pytest.warns(UserWarning, match="splitk=2"):
+        _run(fn, specs, pf.MatmulParams(splitk=2))
+    with pytest.warns(UserWarning, match="cluster_m=2"):
+        _run(fn, specs, pf.MatmulParams(cluster_m=2))
