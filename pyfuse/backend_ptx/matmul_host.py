@@ -18,6 +18,16 @@ N tile (one B tile stays hot in L2 while ``S`` A tiles stream). Persistent CTAs 
 ``t = blockIdx.x, blockIdx.x + gridDim.x, ...``; otherwise ``(w, g, b) = blockIdx`` and a
 CTA with ``w >= rows * n_tiles`` (the ragged last group) has no tile.
 
+**Clusters.** With ``cluster_m x cluster_n`` CTAs per cluster the order above walks cluster
+tiles (``cluster_m`` M tiles by ``cluster_n`` N tiles; the swizzle counts cluster tiles,
+``grid_swizzle // cluster_m`` of them); cluster rank ``r`` takes the tile
+``(r % cluster_m, r // cluster_m)`` inside it. CTAs of one cluster that share an operand
+tile (the ``cluster_m`` CTAs of a cluster column share the B tile, the ``cluster_n`` of a
+row the A tile) each load one slice of it with TMA multicast, which writes the slice into
+every sharer's shared memory: whole boxes when the boxes divide evenly, else each box cut
+along its outer dim in whole swizzle atoms. Tiles past a ragged edge are computed on
+zero-filled operands and store nothing, so every CTA of a cluster walks the same tiles.
+
 **Operand layouts** (128-byte swizzle, every box on a 1024-byte boundary, base offset 0):
 
 - K-major (K contiguous: one 128-byte row per M/N index, ``tile_k / 64`` boxes along K):
@@ -68,8 +78,12 @@ class TileOrder:
 
     @staticmethod
     def of(stmt: MatmulMainLoop) -> TileOrder:
+        """The order of ``stmt``'s tiles, or of its cluster tiles when it has clusters."""
+        m_tiles = -(-stmt.m // stmt.tile_m)
+        n_tiles = -(-stmt.n // stmt.tile_n)
+        cm, cn = stmt.cluster_m, stmt.cluster_n
         return TileOrder(
-            -(-stmt.m // stmt.tile_m), -(-stmt.n // stmt.tile_n), stmt.batch, stmt.grid_swizzle
+            -(-m_tiles // cm), -(-n_tiles // cn), stmt.batch, max(1, stmt.grid_swizzle // cm)
         )
 
     @property
@@ -120,6 +134,15 @@ class OperandLayout:
     sbo: int
     k_steps: tuple[int, ...]  # byte offset of each k16 step from the stage tile
     rows64_bytes: int  # bytes between consecutive 64-row (M/N) blocks
+    # Multicast: ``slices`` CTAs share this tile and each loads one slice of it. ``loads``
+    # are slice 0's TMA loads of ``load_box`` each, as (byte offset in the stage tile,
+    # coordinate offsets in memory order); slice ``s`` adds ``s * slice_bytes`` and
+    # ``s * slice_coords``. Without a cluster: one slice, one load per box.
+    slices: int = 1
+    load_box: tuple[int, ...] = ()
+    loads: tuple[tuple[int, tuple[int, ...]], ...] = ()
+    slice_bytes: int = 0
+    slice_coords: tuple[int, ...] = ()
 
     @property
     def k_major(self) -> bool:
@@ -203,7 +226,63 @@ def operand_layout(stmt: MatmulMainLoop, operand: TmaOperand) -> OperandLayout:
             f"smem offset {operand.smem_offset}, stage stride {operand.stage_bytes} and box "
             f"bytes {box_bytes} must be multiples of {pattern} (the swizzle pattern)",
         )
-    return OperandLayout(operand, role, copies, box_bytes, lbo, sbo, k_steps, rows64_bytes)
+    slices = stmt.cluster_n if role == "m" else stmt.cluster_m
+    load_box, loads, slice_bytes, slice_coords = _slice_loads(
+        stmt, operand, role, copies, box_bytes, slices
+    )
+    return OperandLayout(
+        operand,
+        role,
+        copies,
+        box_bytes,
+        lbo,
+        sbo,
+        k_steps,
+        rows64_bytes,
+        slices,
+        load_box,
+        loads,
+        slice_bytes,
+        slice_coords,
+    )
+
+
+def _slice_loads(
+    stmt: MatmulMainLoop,
+    operand: TmaOperand,
+    role: str,
+    copies: int,
+    box_bytes: int,
+    slices: int,
+) -> tuple[tuple[int, ...], tuple[tuple[int, tuple[int, ...]], ...], int, tuple[int, ...]]:
+    """(load box, slice 0's loads, slice byte stride, slice coordinate stride); see
+    :class:`OperandLayout`. Boxes sit side by side along the contiguous (last) dim."""
+    rank = len(operand.roles)
+    last = rank - 1
+    span = operand.box[last]
+
+    def along(dim: int, amount: int) -> tuple[int, ...]:
+        return tuple(amount if d == dim else 0 for d in range(rank))
+
+    if copies % slices == 0:
+        per_slice = copies // slices
+        loads = tuple((c * box_bytes, along(last, c * span)) for c in range(per_slice))
+        return operand.box, loads, per_slice * box_bytes, along(last, per_slice * span)
+    # Fewer boxes than sharers: cut every box along its outer dim (whole swizzle atoms).
+    outer = next(d for d, r in enumerate(operand.roles) if r in (role, "k") and d != last)
+    extent = operand.box[outer]
+    if extent % (ATOM_ROWS * slices):
+        raise _fail(
+            stmt,
+            operand,
+            f"cannot be multicast to {slices} CTAs of a {stmt.cluster_m}x{stmt.cluster_n} "
+            f"cluster: its {copies} box(es) of {list(operand.box)} split neither into {slices} "
+            f"groups of boxes nor into {slices} slices of whole {ATOM_ROWS}-row swizzle atoms",
+        )
+    part = extent // slices
+    load_box = tuple(part if d == outer else e for d, e in enumerate(operand.box))
+    loads = tuple((c * box_bytes, along(last, c * span)) for c in range(copies))
+    return load_box, loads, box_bytes // slices, along(outer, part)
 
 
 def find_main_loop(kernel: Kernel) -> MatmulMainLoop:
@@ -242,13 +321,12 @@ def tensor_map_plans(kernel: Kernel) -> list[tma_host.TensorMapPlan]:
     stmt = find_main_loop(kernel)
     plans = []
     for operand in stmt.operands:
-        operand_layout(stmt, operand)
         plans.append(
             tma_host.plan_tiled(
                 WGMMA_TYPES[operand.dtype],
                 operand.shape,
                 operand.strides,
-                operand.box,
+                operand_layout(stmt, operand).load_box,
                 swizzle=SWIZZLE,
                 l2_promotion=tma_host.L2Promotion.B256,
             )

@@ -70,8 +70,10 @@ EmitEpilogue = Callable[[dict[Var, Reg], int], None]
 
 
 def matmul_directives(kernel: Kernel) -> Directives:
-    """``.maxntid`` + ``.minnctapersm 1``: the register cap at entry setmaxnreg needs."""
-    return Directives(maxntid=kernel.block, minnctapersm=1)
+    """``.maxntid`` + ``.minnctapersm 1``: the register cap at entry setmaxnreg needs; and
+    ``.reqnctapercluster`` for a cluster kernel (a plain launch then forms the clusters)."""
+    cluster = kernel.cluster if kernel.cluster != (1, 1, 1) else None
+    return Directives(maxntid=kernel.block, minnctapersm=1, reqnctapercluster=cluster)
 
 
 def tensor_map_params_for(kernel: Kernel) -> list[Param]:
@@ -196,7 +198,25 @@ class _MainLoop:
             raise ValueError(f"kernel {kernel.name}: operands disagree on the stage stride")
         if self.stage_tx > mbarrier.MAX_TX_BYTES:
             raise ValueError(f"a stage of {self.stage_tx} B exceeds the mbarrier tx limit")
-        if not stmt.persistent and kernel.grid != self.order.grid():
+        size = stmt.cluster_size
+        if kernel.cluster != (size, 1, 1):
+            raise ValueError(
+                f"kernel {kernel.name}: a {stmt.cluster_m}x{stmt.cluster_n} tile cluster is "
+                f"launched as cluster ({size}, 1, 1), got {kernel.cluster}"
+            )
+        if size > 1:
+            if kernel.grid[1:] != (1, 1) or kernel.grid[0] % size:
+                raise ValueError(
+                    f"kernel {kernel.name}: a cluster kernel's grid is (clusters x {size}, 1, "
+                    f"1), got {kernel.grid}"
+                )
+            if not stmt.persistent and kernel.grid[0] != self.order.tiles * size:
+                raise ValueError(
+                    f"kernel {kernel.name}: a non-persistent cluster grid must be "
+                    f"({self.order.tiles * size}, 1, 1) (one cluster per cluster tile), got "
+                    f"{kernel.grid}"
+                )
+        elif not stmt.persistent and kernel.grid != self.order.grid():
             raise ValueError(
                 f"kernel {kernel.name}: a non-persistent grid must be {self.order.grid()} "
                 f"(N tiles x swizzle, M tile groups, batch), got {kernel.grid}"
@@ -237,6 +257,26 @@ class _MainLoop:
     def empty_barrier(self, stage: Reg) -> Address:
         return Address(self.full_barrier(stage), BARRIER_BYTES * self.stmt.stages)
 
+    def release(self, stage: Reg, guard: Reg) -> None:
+        """Arrive (where ``guard``) on ``stage``'s empty barrier: this CTA's, or in a cluster
+        every CTA's, since each CTA's producer multicasts into all of them."""
+        kb, size = self.kb, self.stmt.cluster_size
+        if size == 1:
+            kb.emit(mbarrier.arrive(self.empty_barrier(stage)).guarded(guard))
+            return
+        local = self.u32()
+        kb.emit(arith.mad("u32", local, stage, BARRIER_BYTES, self.smem))
+        kb.emit(arith.add("u32", local, local, BARRIER_BYTES * self.stmt.stages))
+        for rank in range(size):
+            remote = self.u32()
+            # Release at CTA scope, as CUTLASS's ClusterBarrier does: the wgmmas that read the
+            # stage have retired (wait_group), and a cluster-scope release would also wait
+            # for this thread's epilogue stores to reach L2 (it cost a third of the speed).
+            kb.emit(
+                memory.mapa(remote, local, rank).guarded(guard),
+                mbarrier.arrive(remote, scope="cta", remote=True).guarded(guard),
+            )
+
     # -- the kernel --------------------------------------------------------------------------
 
     def emit(self) -> None:
@@ -249,10 +289,21 @@ class _MainLoop:
         self.smem = self.u32()
         kb.emit(memory.mov_address(self.smem, kb.dynamic_smem()))
         self.tid, self.warpgroup = self.sreg("tid.x"), self.sreg("tid.y")
-        if not stmt.persistent:
-            self.cta_tile = self.decode(
-                self.sreg("ctaid.z"), self.sreg("ctaid.y"), self.sreg("ctaid.x"), check=True
+        if stmt.cluster_size > 1:
+            # This CTA's tile inside its cluster tile: (rank % cluster_m, rank / cluster_m).
+            rank = self.sreg("cluster_ctarank")
+            self.rank_m, self.rank_n = self.u32(), self.u32()
+            kb.emit(
+                arith.rem("u32", self.rank_m, rank, stmt.cluster_m),
+                arith.div("u32", self.rank_n, rank, stmt.cluster_m),
             )
+        if not stmt.persistent:
+            if stmt.cluster_size > 1:
+                self.cta_tile = self.decode_linear(self.sreg("clusterid.x"))
+            else:
+                self.cta_tile = self.decode(
+                    self.sreg("ctaid.z"), self.sreg("ctaid.y"), self.sreg("ctaid.x"), check=True
+                )
         self.init_barriers()
         producer_regs, consumer_regs = register_split(stmt, kb.directives)
         consumer = kb.new_label("consumer")
@@ -268,6 +319,12 @@ class _MainLoop:
         kb.emit(special.setmaxnreg("inc", consumer_regs))
         self.consumer()
         kb.place(self.end)
+        if stmt.cluster_size > 1:
+            # Peers may still arrive on this CTA's barriers: nobody leaves before all are done.
+            kb.emit(
+                control.barrier_cluster_arrive(aligned=False),
+                control.barrier_cluster_wait(aligned=False),
+            )
 
     def init_barriers(self) -> None:
         kb, stmt = self.kb, self.stmt
@@ -277,7 +334,8 @@ class _MainLoop:
                 "eq", "u32", leader, self.tid, 0, bool_op="and", c=self.pred_eq0(self.warpgroup)
             )
         )
-        arrivals = WARPS_PER_WARPGROUP * stmt.consumer_warpgroups
+        # Every consumer warp of every CTA in the cluster frees a stage (see release()).
+        arrivals = WARPS_PER_WARPGROUP * stmt.consumer_warpgroups * stmt.cluster_size
         for stage in range(stmt.stages):
             kb.emit(
                 mbarrier.init(Address(self.smem, BARRIER_BYTES * stage), 1).guarded(leader),
@@ -285,7 +343,12 @@ class _MainLoop:
                     Address(self.smem, BARRIER_BYTES * (stmt.stages + stage)), arrivals
                 ).guarded(leader),
             )
-        kb.emit(mbarrier.fence_init().guarded(leader), control.bar_sync(0))
+        kb.emit(mbarrier.fence_init().guarded(leader))
+        if stmt.cluster_size > 1:
+            # Peers multicast into this CTA and arrive on its barriers: all must be initialized.
+            kb.emit(control.barrier_cluster_arrive(), control.barrier_cluster_wait())
+        else:
+            kb.emit(control.bar_sync(0))
 
     def pred_eq0(self, value: Reg) -> Reg:
         p = self.pred()
@@ -329,26 +392,20 @@ class _MainLoop:
                 )
             kb.emit(arith.mad("u32", m_tile, group, swizzle, m_tile))
         m0, n0 = self.u32(), self.u32()
+        if stmt.cluster_size > 1:
+            # Cluster tile (m_tile, n_tile); this CTA's tile inside it by its rank.
+            kb.emit(
+                arith.mad("u32", m_tile, m_tile, stmt.cluster_m, self.rank_m),
+                arith.mad("u32", n_tile, n_tile, stmt.cluster_n, self.rank_n),
+            )
         kb.emit(
             arith.mul("u32", m0, m_tile, stmt.tile_m), arith.mul("u32", n0, n_tile, stmt.tile_n)
         )
         return batch, m0, n0
 
-    def tile_loop(self, body: Callable[[Reg, Reg, Reg], None]) -> None:
-        """Run ``body(batch, m0, n0)`` for each of this CTA's tiles, in the same order in
-        every role (persistent: tile ids from blockIdx.x stepping by gridDim.x)."""
+    def decode_linear(self, t: Reg) -> tuple[Reg, Reg, Reg]:
+        """(batch, m0, n0) of tile (or cluster tile) number ``t`` of the order."""
         kb, order = self.kb, self.order
-        if not self.stmt.persistent:
-            body(*self.cta_tile)
-            return
-        t, stride = self.sreg("ctaid.x"), self.sreg("nctaid.x")
-        top, done = kb.new_label("tile"), kb.new_label("tiles_done")
-        finished = self.pred()
-        kb.place(top)
-        kb.emit(
-            arith.setp("ge", "u32", finished, t, order.tiles),
-            control.bra(done, uni=True).guarded(finished),
-        )
         per_batch, per_group = order.m_tiles * order.n_tiles, order.swizzle * order.n_tiles
         batch, rest, group, within = (self.u32() for _ in range(4))
         kb.emit(
@@ -357,7 +414,27 @@ class _MainLoop:
             arith.div("u32", group, rest, per_group),
             arith.rem("u32", within, rest, per_group),
         )
-        body(*self.decode(batch, group, within))
+        return self.decode(batch, group, within)
+
+    def tile_loop(self, body: Callable[[Reg, Reg, Reg], None]) -> None:
+        """Run ``body(batch, m0, n0)`` for each of this CTA's tiles, in the same order in
+        every role (persistent: tile ids from blockIdx.x stepping by gridDim.x)."""
+        kb, order = self.kb, self.order
+        if not self.stmt.persistent:
+            body(*self.cta_tile)
+            return
+        # Clusters walk cluster tiles, every CTA of one the same (it multicasts to its peers).
+        clustered = self.stmt.cluster_size > 1
+        t = self.sreg("clusterid.x" if clustered else "ctaid.x")
+        stride = self.sreg("nclusterid.x" if clustered else "nctaid.x")
+        top, done = kb.new_label("tile"), kb.new_label("tiles_done")
+        finished = self.pred()
+        kb.place(top)
+        kb.emit(
+            arith.setp("ge", "u32", finished, t, order.tiles),
+            control.bra(done, uni=True).guarded(finished),
+        )
+        body(*self.decode_linear(t))
         kb.emit(arith.add("u32", t, t, stride), control.bra(top, uni=True))
         kb.place(done)
 
@@ -392,8 +469,37 @@ class _MainLoop:
             address = kb.reg(RegClass.B64)
             kb.emit(memory.tensor_map_address(address, param), tma.prefetch_tensormap(address))
             self.map_addresses.append(address)
+        self.slices = [self.slice_of(layout) for layout in self.layouts]
         self.ring = _Ring(kb, self.stmt.stages)
         self.tile_loop(self.produce_tile)
+
+    def slice_of(self, layout: OperandLayout) -> tuple[Reg, Reg, Reg] | None:
+        """For a multicast operand: (byte offset, coordinate offset along the slice dim,
+        16-bit CTA mask) of this CTA's slice; None when the CTA loads the whole tile."""
+        if layout.slices == 1:
+            return None
+        kb, stmt = self.kb, self.stmt
+        cm, cn = stmt.cluster_m, stmt.cluster_n
+        if layout.role == "n":
+            # The B tile is shared by the cluster_m CTAs of rank_n's column (ranks rn*cm + i).
+            index = self.rank_m
+            pattern, shift_by, shift_scale = (1 << cm) - 1, self.rank_n, cm
+        else:
+            # The A tile is shared by the cluster_n CTAs of rank_m's row (ranks j*cm + rm).
+            index = self.rank_n
+            pattern = sum(1 << (j * cm) for j in range(cn))
+            shift_by, shift_scale = self.rank_m, 1
+        shift, mask32, offset, coord = self.u32(), self.u32(), self.u32(), self.u32()
+        mask = kb.reg(RegClass.B16)
+        kb.emit(
+            arith.mul("u32", shift, shift_by, shift_scale),
+            arith.mov("u32", mask32, pattern),
+            logic.shl("b32", mask32, mask32, shift),
+            convert.cvt("u16", "u32", mask, mask32),
+            arith.mul("u32", offset, index, layout.slice_bytes),
+            arith.mul("u32", coord, index, max(layout.slice_coords)),
+        )
+        return offset, coord, mask
 
     def produce_tile(self, batch: Reg, m0: Reg, n0: Reg) -> None:
         def produce(kt: Reg) -> None:
@@ -413,8 +519,10 @@ class _MainLoop:
                 arith.mad("u32", stage_smem, ring.stage, stmt.operands[0].stage_bytes, self.smem),
             )
             starts = {"m": m0, "n": n0, "k": k0}
-            for layout, tensor_map in zip(self.layouts, self.map_addresses, strict=True):
-                self.load_operand(layout, tensor_map, starts, batch, stage_smem, full)
+            for layout, tensor_map, slice_ in zip(
+                self.layouts, self.map_addresses, self.slices, strict=True
+            ):
+                self.load_operand(layout, tensor_map, starts, batch, stage_smem, full, slice_)
             ring.advance()
 
         self.k_loop(produce)
@@ -441,22 +549,36 @@ class _MainLoop:
         batch: Reg,
         stage_smem: Reg,
         full: Reg,
+        slice_: tuple[Reg, Reg, Reg] | None,
     ) -> None:
+        """This CTA's TMA loads of ``layout``'s operand into stage ``stage_smem``: every box,
+        or with multicast its slice of them, written to every CTA sharing the tile."""
         kb, operand = self.kb, layout.operand
         batch_coords = self.batch_coordinates(layout, batch)
-        for copy in range(layout.copies):
+        base = stage_smem
+        mask = None
+        if slice_ is not None:
+            offset, _coord, mask = slice_
+            base = self.u32()
+            kb.emit(arith.add("u32", base, stage_smem, offset))
+        for byte_offset, coord_offsets in layout.loads:
             coords: list[Reg | int] = []
             for dim, role in enumerate(operand.roles):
                 if role == "batch":
                     coords.append(batch_coords[dim])
-                elif dim == len(operand.roles) - 1 and copy:
+                    continue
+                start: Reg = starts[role]
+                if slice_ is not None and layout.slice_coords[dim]:
                     shifted = self.u32()
-                    kb.emit(arith.add("u32", shifted, starts[role], copy * layout.contiguous_box))
-                    coords.append(shifted)
-                else:
-                    coords.append(starts[role])
-            destination = Address(stage_smem, operand.smem_offset + copy * layout.box_bytes)
-            kb.emit(tma.load_tile(destination, tensor_map, coords[::-1], full))
+                    kb.emit(arith.add("u32", shifted, start, slice_[1]))
+                    start = shifted
+                if coord_offsets[dim]:
+                    shifted = self.u32()
+                    kb.emit(arith.add("u32", shifted, start, coord_offsets[dim]))
+                    start = shifted
+                coords.append(start)
+            destination = Address(base, operand.smem_offset + byte_offset)
+            kb.emit(tma.load_tile(destination, tensor_map, coords[::-1], full, multicast_mask=mask))
 
     # -- consumers ---------------------------------------------------------------------------
 
@@ -517,16 +639,14 @@ class _MainLoop:
             kb.emit(
                 wgmma.wait_group(1),
                 arith.setp("ne", "u32", release, kt, 0, bool_op="and", c=self.lane0),
-                mbarrier.arrive(self.empty_barrier(self.previous_stage)).guarded(release),
-                arith.mov("u32", self.previous_stage, ring.stage),
             )
+            self.release(self.previous_stage, release)
+            kb.emit(arith.mov("u32", self.previous_stage, ring.stage))
             ring.advance()
 
         self.k_loop(consume)
-        kb.emit(
-            wgmma.wait_group(0),
-            mbarrier.arrive(self.empty_barrier(self.previous_stage)).guarded(self.lane0),
-        )
+        kb.emit(wgmma.wait_group(0))
+        self.release(self.previous_stage, self.lane0)
         self.epilogue(batch, m0, n0)
 
     def issue_wgmmas(self, descriptors: list[Reg], accumulate: Reg) -> None:

@@ -489,6 +489,8 @@ class Kernel:
     block: tuple[int, int, int]
     smem_bytes: int = 0
     index_dtype: DType = dtypes.int32
+    # CTAs per cluster along x (a 1-D cluster): launched with ``.reqnctapercluster``.
+    cluster: tuple[int, int, int] = (1, 1, 1)
 
     def walk(self) -> Iterator[Stmt]:
         """Every statement, depth first."""
@@ -571,9 +573,17 @@ class MatmulMainLoop(Stmt):
     # and ``pair_element`` the accumulator register holding it (``element`` + 1).
     pair_col: Var | None = None
     pair_element: Var | None = None
+    # CTA cluster of ``cluster_m`` x ``cluster_n`` tiles: the CTAs of a cluster compute
+    # neighbouring tiles and multicast the operand tiles they share (TMA ``.multicast``).
+    cluster_m: int = 1
+    cluster_n: int = 1
 
     def children(self) -> Iterator[list[Stmt]]:
         yield self.epilogue
+
+    @property
+    def cluster_size(self) -> int:
+        return self.cluster_m * self.cluster_n
 
     @property
     def accumulator_registers(self) -> int:

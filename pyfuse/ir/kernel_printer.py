@@ -78,6 +78,7 @@ def stmt_to_lines(stmt: Stmt, indent: str = "") -> list[str]:
             f"tile=({stmt.tile_m}, {stmt.tile_n}, {stmt.tile_k}) stages={stmt.stages} "
             f"consumer_warpgroups={stmt.consumer_warpgroups} grid_swizzle={stmt.grid_swizzle} "
             f"persistent={stmt.persistent}"
+            + (f" cluster=({stmt.cluster_m}, {stmt.cluster_n})" if stmt.cluster_size > 1 else "")
         ]
         for operand in stmt.operands:
             layout = "K-major" if operand.k_major else "MN-major"
@@ -104,7 +105,8 @@ def kernel_to_str(kernel: Kernel) -> str:
     lines = [
         f"kernel {kernel.name}({params})",
         f"  grid={kernel.grid} block={kernel.block} smem={kernel.smem_bytes} "
-        f"index={kernel.index_dtype.short}",
+        f"index={kernel.index_dtype.short}"
+        + (f" cluster={kernel.cluster}" if kernel.cluster != (1, 1, 1) else ""),
     ]
     for stmt in kernel.body:
         lines += stmt_to_lines(stmt, "  ")

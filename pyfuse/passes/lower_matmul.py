@@ -17,7 +17,10 @@ Guarantees: the kernel body is one :class:`MatmulMainLoop`:
   derived from the accumulator's logical axes), guarded by ``row < M and col < N``;
 - the launch: ``block = (128, consumer warpgroups + 1)`` (warpgroup 0 produces), the grid
   is the SM count for a persistent schedule, else ``(N tiles * swizzle, M tiles / swizzle,
-  batch)``, and the dynamic shared memory holds the barriers and every stage.
+  batch)``, and the dynamic shared memory holds the barriers and every stage. With a
+  ``cluster_m x cluster_n`` cluster the grid is 1-D, ``cluster`` CTAs per cluster tile (or
+  as many clusters as fit the SMs, persistent) and ``Kernel.cluster = (cluster_m *
+  cluster_n, 1, 1)``.
 """
 
 from __future__ import annotations
@@ -220,11 +223,23 @@ class _MatmulLowering(_Lowering):
             epilogue=epilogue,
             pair_col=self.pair_col if self.paired else None,
             pair_element=self.pair_element if self.paired else None,
+            cluster_m=params.cluster_m or 1,
+            cluster_n=params.cluster_n or 1,
         )
         m_tiles = -(-sizes["m"] // params.tile_m)
         n_tiles = -(-sizes["n"] // params.tile_n)
         tiles = m_tiles * n_tiles * sizes["batch"]
-        if params.persistent:
+        cluster = loop.cluster_size
+        if cluster > 1:
+            # One 1-D cluster of CTAs per cluster tile; persistent: as many as fit the SMs.
+            cluster_tiles = (
+                -(-m_tiles // loop.cluster_m) * -(-n_tiles // loop.cluster_n) * sizes["batch"]
+            )
+            clusters = cluster_tiles
+            if params.persistent:
+                clusters = min(max(1, self.target.sm_count // cluster), cluster_tiles)
+            grid = (clusters * cluster, 1, 1)
+        elif params.persistent:
             grid = (min(self.target.sm_count, tiles), 1, 1)
         else:
             swizzle = params.grid_swizzle or 1
@@ -239,6 +254,7 @@ class _MatmulLowering(_Lowering):
             block=(THREADS_PER_WARPGROUP, warpgroups + 1, 1),
             smem_bytes=smem_bytes,
             index_dtype=self.index_dtype,
+            cluster=(cluster, 1, 1),
         )
 
     def _epilogue_exprs(self) -> list[Expr]:

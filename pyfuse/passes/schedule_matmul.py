@@ -17,7 +17,9 @@ from a fusion input, and an epilogue of pointwise ops only. Guarantees, on succe
   the 8-row atom with the 16-byte chunk, as a ``Swizzle`` in its allocation transforms) and
   ``circular_buffer_stages = stages``; it is inlined inside the K-tile loop;
 - the epilogue tensors replay the accumulator's tile structure and inline into it;
-- ``params`` holds the full :class:`MatmulParams` (user fields kept, the rest chosen here).
+- ``params`` holds the full :class:`MatmulParams` (user fields kept, the rest chosen here);
+  ``cluster_m``/``cluster_n`` are launch facts the lowering realizes (CTA clusters walking
+  cluster tiles with TMA multicast of the shared operand tiles), not loop transforms.
 
 It declines, with the reason, what a TMA/wgmma kernel cannot take: operand dtypes other than
 bf16/f16, an operand computed by a non-metadata op (a *prologue*: the segmenter computes it
@@ -50,6 +52,7 @@ MAX_WGMMA_N = 256
 SWIZZLE_BYTES = 128
 TMA_ALIGNMENT = 16
 BARRIER_BYTES = 1024  # mbarriers and slack at the front of shared memory
+MAX_CLUSTER_CTAS = 8  # the portable cluster size
 
 
 def _mmas(fusion: Fusion) -> list[MmaOp]:
@@ -227,8 +230,6 @@ def _warn_unused(params: MatmulParams) -> None:
     """Say so when a requested setting is scheduled in the IR but not yet carried out by the
     kernel (the result is still exact: the kernel reduces all of K in each CTA)."""
     unused = []
-    if (params.cluster_m or 1) > 1 or (params.cluster_n or 1) > 1:
-        unused.append(f"cluster_m={params.cluster_m}, cluster_n={params.cluster_n}")
     if (params.splitk or 1) > 1:
         unused.append(f"splitk={params.splitk}")
     if unused:
@@ -262,6 +263,24 @@ def _check_params(params: MatmulParams, tile_n_limit: int) -> None:
         )
     if params.tile_k % WGMMA_K:
         raise ValueError(f"tile_k must be a multiple of {WGMMA_K}, got {params.tile_k}")
+    cluster_m, cluster_n = params.cluster_m or 1, params.cluster_n or 1
+    if cluster_m * cluster_n > MAX_CLUSTER_CTAS:
+        raise ValueError(
+            f"cluster_m x cluster_n = {cluster_m} x {cluster_n} CTAs; a portable cluster has at "
+            f"most {MAX_CLUSTER_CTAS}"
+        )
+    # Each of the CTAs sharing an operand tile loads a slice of it in whole 8-row swizzle
+    # atoms: B tiles are shared by cluster_m CTAs, A tiles by cluster_n.
+    for sharers, extents in (
+        (cluster_m, (params.tile_n, params.tile_k)),
+        (cluster_n, (params.tile_m, params.tile_k)),
+    ):
+        if sharers > 1 and any(extent % (8 * sharers) for extent in extents):
+            raise ValueError(
+                f"a {cluster_m}x{cluster_n} cluster splits operand tiles of {extents[0]}x"
+                f"{extents[1]} among {sharers} CTAs, which needs both extents to be multiples "
+                f"of {8 * sharers}"
+            )
 
 
 def _role_axes(tv: TensorView, roles: list[str], role: str) -> list[IterDomain]:
@@ -320,6 +339,7 @@ def schedule_accumulator(
             accumulator.merge(0)
         accumulator.split(0, target.sm_count)
         accumulator.parallelize(1, ParallelType.BIDX)
+        tile_loops = 2  # [tiles / SMs, SMs], whatever the batch merged in
     else:
         accumulator.parallelize(tile_n_pos, ParallelType.BIDX)
         accumulator.parallelize(tile_m_pos, ParallelType.BIDY)

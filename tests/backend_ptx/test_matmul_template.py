@@ -9,6 +9,8 @@ accumulator as bf16 into a row-major ``[batch, M, N]`` output. The GPU test reus
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +28,7 @@ from pyfuse.ir import kernel_ir as k
 from pyfuse.ir.tensor import MemoryType
 
 SM_COUNT = 132
+LAYOUTS = [("k", "k"), ("k", "mn"), ("mn", "k"), ("mn", "mn")]
 BARRIER_AREA = 1024
 SMEM_LIMIT = 232448
 
@@ -50,13 +53,15 @@ class Gemm:
     mmas: int = 1
     batch: int = 1
     a_batched: bool = True  # False: A is broadcast over the batch (no batch dim)
+    cluster: tuple[int, int] = (1, 1)  # (cluster_m, cluster_n)
 
     @property
     def name(self) -> str:
         kind = "p" if self.persistent else "g"
+        clustered = "" if self.cluster == (1, 1) else f"_c{self.cluster[0]}x{self.cluster[1]}"
         return (
             f"gemm_{self.m}x{self.n}x{self.k}_b{self.batch}_{self.a_major}{self.b_major}"
-            f"_{self.tile[0]}x{self.tile[1]}_{kind}{self.swizzle}_x{self.mmas}"
+            f"_{self.tile[0]}x{self.tile[1]}_{kind}{self.swizzle}_x{self.mmas}{clustered}"
         )
 
 
@@ -129,9 +134,16 @@ def gemm_kernel(gemm: Gemm) -> k.Kernel:
         col=k.Var("col", dtypes.int32),
         batch_index=k.Var("batch", dtypes.int32),
         element=k.Var("element", dtypes.int32),
+        cluster_m=gemm.cluster[0],
+        cluster_n=gemm.cluster[1],
     )
     order = TileOrder.of(loop)
-    grid = (min(SM_COUNT, order.tiles), 1, 1) if gemm.persistent else order.grid()
+    size = loop.cluster_size
+    if size > 1:
+        clusters = min(SM_COUNT // size, order.tiles) if gemm.persistent else order.tiles
+        grid = (clusters * size, 1, 1)
+    else:
+        grid = (min(SM_COUNT, order.tiles), 1, 1) if gemm.persistent else order.grid()
     params = [
         k.TensorParam(o.buffer_name, dtypes.bfloat16, k.ParamRole.INPUT, i, o.shape)
         for i, o in enumerate(operands)
@@ -149,6 +161,7 @@ def gemm_kernel(gemm: Gemm) -> k.Kernel:
         grid=grid,
         block=(128, warpgroups + 1, 1),
         smem_bytes=BARRIER_AREA + stages * stage_total,
+        cluster=(size, 1, 1),
     )
 
 
@@ -251,6 +264,35 @@ def test_tile_order_walks_swizzle_m_tiles_per_n_tile() -> None:
     assert walk[12:] == [(4, 0), (5, 0), (4, 1), (5, 1), (4, 2), (5, 2)]
 
 
+@pytest.mark.parametrize(("cluster_m", "cluster_n"), [(2, 1), (1, 2), (2, 2), (4, 1), (1, 4)])
+@pytest.mark.parametrize(("m_tiles", "n_tiles", "batch", "swizzle"), [(7, 5, 2, 4), (8, 8, 1, 16)])
+def test_cluster_ranks_cover_every_tile_once(
+    cluster_m: int, cluster_n: int, m_tiles: int, n_tiles: int, batch: int, swizzle: int
+) -> None:
+    """The template's walk: cluster tile t from the order, rank r takes (r % cm, r // cm) of
+    it; tiles past the edge compute on zero-filled operands and store nothing."""
+    gemm = Gemm(
+        128 * m_tiles,
+        256 * n_tiles,
+        64,
+        swizzle=swizzle,
+        batch=batch,
+        cluster=(cluster_m, cluster_n),
+    )
+    order = TileOrder.of(_loop(gemm))
+    assert order.m_tiles == -(-m_tiles // cluster_m) and order.n_tiles == -(-n_tiles // cluster_n)
+    assert order.swizzle == max(1, swizzle // cluster_m)
+    visited = []
+    for t in range(order.tiles):
+        b, mc, nc = order.linear(t)
+        for rank in range(cluster_m * cluster_n):
+            m, n = mc * cluster_m + rank % cluster_m, nc * cluster_n + rank // cluster_m
+            if m < m_tiles and n < n_tiles:
+                visited.append((b, m, n))
+    every = [(b, m, n) for b in range(batch) for m in range(m_tiles) for n in range(n_tiles)]
+    assert sorted(visited) == every
+
+
 # ---- operand layouts and descriptors ---------------------------------------------------------
 
 
@@ -277,6 +319,45 @@ def test_mn_major_layout_spans_several_atoms() -> None:
     assert not b.k_major
     # A: [K, M]; consumer warpgroup w reads the w-th 64-column box.
     assert (a.copies, a.rows64_bytes, a.lbo) == (2, 8192, 8192)
+
+
+@pytest.mark.parametrize("cluster", [(1, 1), (2, 1), (1, 2), (2, 2), (4, 1), (1, 4)])
+@pytest.mark.parametrize(("a_major", "b_major"), LAYOUTS)
+def test_multicast_slices_tile_the_stage_exactly(
+    a_major: str, b_major: str, cluster: tuple[int, int]
+) -> None:
+    """The slices of all sharers together load every byte of the stage tile once, and each
+    load's bytes sit where the full-box layout puts its coordinates."""
+    stmt = _loop(Gemm(1024, 1024, 1024, a_major, b_major, cluster=cluster))
+    for layout in (operand_layout(stmt, o) for o in stmt.operands):
+        assert layout.slices == (cluster[1] if layout.role == "m" else cluster[0])
+        operand, last = layout.operand, len(layout.operand.roles) - 1
+        outer = next(d for d, r in enumerate(operand.roles) if r != "batch" and d != last)
+        span = operand.box[last]
+        load_bytes = math.prod(layout.load_box) * operand.dtype.itemsize
+        covered: list[tuple[int, int]] = []
+        for s in range(layout.slices):
+            for offset, coords in layout.loads:
+                start = offset + s * layout.slice_bytes
+                at = [c + s * d for c, d in zip(coords, layout.slice_coords, strict=True)]
+                row_bytes = span * operand.dtype.itemsize
+                assert start == at[last] // span * layout.box_bytes + at[outer] * row_bytes
+                assert start % 1024 == 0  # every load starts on a swizzle-pattern boundary
+                covered.append((start, start + load_bytes))
+        covered.sort()
+        assert covered[0][0] == 0 and covered[-1][1] == operand.stage_tile_bytes
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(covered))
+
+
+def test_k_major_b_tile_is_cut_in_two_for_a_2x1_cluster() -> None:
+    stmt = _loop(Gemm(1024, 1024, 1024, cluster=(2, 1)))
+    a, b = (operand_layout(stmt, o) for o in stmt.operands)
+    assert a.slices == 1 and a.load_box == a.operand.box
+    # One 256x64 box per stage; each CTA loads (and multicasts) 128 of its rows.
+    assert b.slices == 2 and b.load_box == (128, 64) and b.slice_bytes == 128 * 128
+    assert b.loads == ((0, (0, 0)),) and b.slice_coords == (128, 0)
+    plans = matmul_host.tensor_map_plans(gemm_kernel(Gemm(1024, 1024, 1024, cluster=(2, 1))))
+    assert [list(p.box_dims) for p in plans] == [[64, 128], [64, 128]]
 
 
 @pytest.mark.parametrize(
@@ -404,7 +485,6 @@ def test_tensor_maps_need_every_operand_pointer() -> None:
 
 # ---- PTX through ptxas -----------------------------------------------------------------------
 
-LAYOUTS = [("k", "k"), ("k", "mn"), ("mn", "k"), ("mn", "mn")]
 ASSEMBLED = [
     *[
         Gemm(4096, 4096, 4096, a, b, (128, 256, 64), 4, persistent, 4)
@@ -418,6 +498,13 @@ ASSEMBLED = [
     ],
     Gemm(64, 64, 64, tile=(64, 128, 64)),
     Gemm(1000, 1000, 1000, "mn", "mn", persistent=True, swizzle=4, batch=3, a_batched=False),
+    *[
+        Gemm(4096, 4096, 4096, a, b, (128, 256, 64), 4, persistent, 16, cluster=cluster)
+        for a, b in LAYOUTS
+        for persistent in (False, True)
+        for cluster in ((2, 1), (1, 2))
+    ],
+    Gemm(1000, 1000, 1000, "k", "mn", (128, 128, 64), persistent=True, mmas=2, cluster=(2, 2)),
 ]
 
 
@@ -445,3 +532,13 @@ def test_main_loop_assembles_cleanly(gemm: Gemm, ptxas_or_skip: None) -> None:
     assert resources.spill_store_bytes == resources.local_bytes == 0
     cap = 168 if gemm.tile[0] == 128 else 255  # the register file over the threads
     assert 0 < resources.registers <= cap
+    if gemm.cluster != (1, 1):
+        size = gemm.cluster[0] * gemm.cluster[1]
+        for needle in (
+            f".reqnctapercluster {size}, 1, 1",
+            ".multicast::cluster",
+            "mapa.shared::cluster.u32",
+            "mbarrier.arrive.release.cta.shared::cluster.b64",
+            "barrier.cluster.wait",
+        ):
+            assert needle in built.ptx, needle

@@ -16,6 +16,13 @@ SCHEDULES = {
     "swizzle4": pf.MatmulParams(grid_swizzle=4, persistent=False),
     "persistent": pf.MatmulParams(grid_swizzle=1, persistent=True),
     "both": pf.MatmulParams(grid_swizzle=4, persistent=True),
+    "cluster2x1": pf.MatmulParams(grid_swizzle=4, persistent=True, cluster_m=2),
+    "cluster1x2": pf.MatmulParams(grid_swizzle=4, persistent=False, cluster_n=2),
+}
+CLUSTERS = {
+    "2x1_persistent": pf.MatmulParams(persistent=True, cluster_m=2),
+    "1x2_grid": pf.MatmulParams(persistent=False, cluster_n=2),
+    "2x2_persistent": pf.MatmulParams(persistent=True, cluster_m=2, cluster_n=2),
 }
 SHAPES = [(64, 64, 64), (1000, 1000, 1000), (3000, 257, 520), (504, 136, 1024), (64, 14336, 4096)]
 
@@ -151,3 +158,33 @@ def test_strided_and_offset_inputs_take_the_fallback() -> None:
     b = _rand(torch, 130, 96)
     fused = pf.fuse(lambda a, b: a @ b)
     _check(fused(a, b), a.float() @ b.float(), 130)
+
+
+@pytest.mark.parametrize("cluster", sorted(CLUSTERS))
+def test_clusters_with_every_pattern(cluster: str) -> None:
+    """TMA multicast in clusters: MatmulOp with a batch and a broadcast batch, LinearOp with
+    bias and an epilogue, multiply-sum, and the gate/up pair (two B tiles, one shared A)."""
+    torch = _torch()
+    params = CLUSTERS[cluster]
+
+    def twice(fused: Any, *args: Any) -> Any:
+        first, second = fused(*args), fused(*args)
+        assert torch.equal(first, second), f"{cluster}: results moved between runs (a race)"
+        return first
+
+    a, b = _rand(torch, 3, 1000, 520), _rand(torch, 3, 520, 504)
+    _check(twice(pf.fuse(lambda a, b: a @ b, matmul=params), a, b), a.float() @ b.float(), 520)
+    a2, b2 = _rand(torch, 2, 1, 200, 64), _rand(torch, 5, 64, 136)
+    _check(twice(pf.fuse(lambda a, b: a @ b, matmul=params), a2, b2), a2.float() @ b2.float(), 64)
+    x, w, bias = _rand(torch, 3000, 520), _rand(torch, 257 * 2, 520), _rand(torch, 257 * 2)
+    linear = pf.fuse(lambda x, w, b: pf.gelu(pf.linear(x, w, b)), matmul=params)
+    want = torch.nn.functional.gelu(torch.nn.functional.linear(x.float(), w.float(), bias.float()))
+    got = twice(linear, x, w, bias)
+    assert (got.float() - want).abs().max().item() <= 2e-2 * (want.abs().max().item() + 1)
+    mul_sum = pf.fuse(lambda a, b: pf.sum(a.unsqueeze(1) * b.unsqueeze(0), -1), matmul=params)
+    _check(twice(mul_sum, x, w), x.float() @ w.float().T, 520)
+    w1, w3 = _rand(torch, 1000, 520) / 16, _rand(torch, 1000, 520) / 16
+    gate_up = pf.fuse(lambda x, w1, w3: pf.silu(x @ w1.T) * (x @ w3.T), matmul=params)
+    want = torch.nn.functional.silu(x.float() @ w1.float().T) * (x.float() @ w3.float().T)
+    got = twice(gate_up, x, w1, w3)
+    assert (got.float() - want).abs().max().item() <= 2e-2 * (want.abs().max().item() + 1)

@@ -167,6 +167,20 @@ def test_batched_gemm(a_batched: bool, persistent: bool) -> None:
     )
 
 
+@pytest.mark.parametrize("cluster", [(2, 1), (1, 2), (2, 2)], ids=["2x1", "1x2", "2x2"])
+@pytest.mark.parametrize("persistent", [False, True], ids=["grid", "persistent"])
+@pytest.mark.parametrize(("a_major", "b_major"), LAYOUTS, ids=["kk", "kmn", "mnk", "mnmn"])
+@pytest.mark.parametrize("shape", SHAPES[:3], ids=lambda s: "x".join(map(str, s)))
+def test_cluster_multicast_gemm(
+    shape: tuple[int, int, int],
+    a_major: str,
+    b_major: str,
+    persistent: bool,
+    cluster: tuple[int, int],
+) -> None:
+    check(scheduled(*shape, a_major, b_major, persistent=persistent, swizzle=4, cluster=cluster))
+
+
 # ---- timing (not a test) ---------------------------------------------------------------------
 
 
@@ -186,9 +200,21 @@ def main() -> None:
     size = 8192
     flops = 2 * size**3
     for a_major, b_major in LAYOUTS:
-        for persistent, swizzle in ((True, 4), (True, 8), (False, 4)):
+        for persistent, swizzle, cluster in (
+            (True, 16, (1, 1)),
+            (True, 16, (2, 1)),
+            (True, 16, (1, 2)),
+            (False, 16, (2, 1)),
+        ):
             gemm = scheduled(
-                size, size, size, a_major, b_major, persistent=persistent, swizzle=swizzle
+                size,
+                size,
+                size,
+                a_major,
+                b_major,
+                persistent=persistent,
+                swizzle=swizzle,
+                cluster=cluster,
             )
             a, bs = _big_inputs(gemm)
             out = torch.empty((size, size), device="cuda", dtype=torch.bfloat16)
@@ -196,14 +222,14 @@ def main() -> None:
             logical_a = a if a_major == "k" else a.t()
             logical_b = bs[0].t() if b_major == "k" else bs[0]
             theirs = _time(lambda la=logical_a, lb=logical_b: torch.matmul(la, lb))
-            if persistent and swizzle == 4:
+            if persistent and cluster == (1, 1):
                 print(_compiled(gemm)[1].function.module.resources(), flush=True)
             reference = torch.matmul(logical_a, logical_b)
             error = (out.float() - reference.float()).abs().max().item()
             print(
                 f"{size}^3 A {a_major}-major B {b_major}-major persistent={persistent} "
-                f"swizzle={swizzle}: ours {flops / ours / 1e9:.0f} TFLOP/s, torch "
-                f"{flops / theirs / 1e9:.0f} TFLOP/s, ratio {theirs / ours:.3f}, "
+                f"swizzle={swizzle} cluster={cluster}: ours {flops / ours / 1e9:.0f} TFLOP/s, "
+                f"torch {flops / theirs / 1e9:.0f} TFLOP/s, ratio {theirs / ours:.3f}, "
                 f"max |diff| vs torch bf16 {error:.3g}",
                 flush=True,
             )

@@ -42,12 +42,15 @@ PATTERNS = {
     "linear": (_linear, [((M, K), bf16), ((N, K), bf16)]),
     "linear_bias": (_linear_bias, [((M, K), bf16), ((N, K), bf16), ((N,), bf16)]),
     "mul_sum": (_mul_sum, [((M, K), bf16), ((N, K), bf16)]),
+    "batch_matmul": (_matmul, [((3, M, K), bf16), ((3, K, N), bf16)]),
 }
 SCHEDULES = {
     "default": pf.MatmulParams(grid_swizzle=1, persistent=False),
     "swizzle": pf.MatmulParams(grid_swizzle=4, persistent=False),
     "persistent": pf.MatmulParams(grid_swizzle=1, persistent=True),
     "both": pf.MatmulParams(grid_swizzle=4, persistent=True),
+    "cluster_2x1": pf.MatmulParams(grid_swizzle=4, persistent=True, cluster_m=2),
+    "cluster_1x2": pf.MatmulParams(grid_swizzle=4, persistent=False, cluster_n=2),
 }
 
 
@@ -109,9 +112,10 @@ def test_matmul_patterns_under_every_schedule(pattern: str, schedule: str) -> No
         assert id_model.mapped(a_smem.loop[0], b_smem.loop[0], IdMappingMode.PERMISSIVE)
         # A's N tile is a broadcast: its merged tile ID is not EXACT-mapped to the output's.
         if params.grid_swizzle and params.grid_swizzle > 1 and not params.persistent:
-            swizzled = accumulator.loop[1]
-            assert id_model.mapped(a_smem.loop[1], swizzled, IdMappingMode.PERMISSIVE)
-            assert not id_model.mapped(a_smem.loop[1], swizzled, IdMappingMode.EXACT)
+            lead = 1 if pattern == "batch_matmul" else 0  # [batch?, Mo/s, s*No, ...]
+            swizzled, a_swizzled = accumulator.loop[lead + 1], a_smem.loop[lead + 1]
+            assert id_model.mapped(a_swizzled, swizzled, IdMappingMode.PERMISSIVE)
+            assert not id_model.mapped(a_swizzled, swizzled, IdMappingMode.EXACT)
 
     # Lowering succeeds: one MatmulMainLoop that reads the inputs in place with TMA.
     kernel = stages.kernel_ir
@@ -122,9 +126,12 @@ def test_matmul_patterns_under_every_schedule(pattern: str, schedule: str) -> No
     assert (loop.m, loop.n, loop.k) == (M, N, K)
     input_names = {p.buffer_name for p in kernel.params if p.role == k.ParamRole.INPUT}
     assert {o.buffer_name for o in loop.operands} <= input_names
+    assert loop.batch == (3 if pattern == "batch_matmul" else 1)
     if params.persistent:
-        tiles = -(-M // loop.tile_m) * -(-N // loop.tile_n)
-        assert kernel.grid == (min(HOPPER.sm_count, tiles), 1, 1)
+        size = loop.cluster_size
+        tiles = -(-M // loop.tile_m // loop.cluster_m) * -(-N // loop.tile_n // loop.cluster_n)
+        clusters = min(HOPPER.sm_count // size, tiles * loop.batch)
+        assert kernel.grid == (clusters * size, 1, 1)
 
 
 def _layout_case(a_major: str, b_major: str, as_transpose: bool):  # type: ignore[no-untyped-def]
@@ -294,9 +301,41 @@ def test_compiled_matmul_ptx_assembles_cleanly(pattern: str, schedule: str) -> N
     assert not result.problems(), result.problems()
 
 
-def test_requested_cluster_and_splitk_are_reported_not_silently_dropped() -> None:
+def test_requested_splitk_is_reported_not_silently_dropped() -> None:
     fn, specs = PATTERNS["linear"]
     with pytest.warns(UserWarning, match="splitk=2"):
         _run(fn, specs, pf.MatmulParams(splitk=2))
-    with pytest.warns(UserWarning, match="cluster_m=2"):
-        _run(fn, specs, pf.MatmulParams(cluster_m=2))
+
+
+def test_cluster_params_reach_the_kernel_launch() -> None:
+    import warnings
+
+    fn, specs = PATTERNS["linear_bias"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a cluster is carried out: nothing to warn about
+        _, result = _run(fn, specs, pf.MatmulParams(cluster_m=2, persistent=True))
+    kernel = result.kernels[0].kernel_ir
+    loop = next(s for s in kernel.body if isinstance(s, k.MatmulMainLoop))
+    assert (loop.cluster_m, loop.cluster_n) == (2, 1)
+    assert kernel.cluster == (2, 1, 1)
+    assert kernel.grid[0] % 2 == 0 and kernel.grid[1:] == (1, 1)
+    assert kernel.grid[0] <= HOPPER.sm_count
+    from pyfuse.ir.kernel_printer import kernel_to_str
+
+    text = kernel_to_str(kernel)
+    assert "cluster=(2, 1, 1)" in text and "cluster=(2, 1)" in text
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        (pf.MatmulParams(cluster_m=4, cluster_n=4), "at most 8"),
+        (pf.MatmulParams(cluster_m=2, tile_n=8), "multiples of 16"),
+    ],
+)
+def test_clusters_the_kernel_cannot_split_are_refused(
+    params: pf.MatmulParams, message: str
+) -> None:
+    fn, specs = PATTERNS["linear"]
+    with pytest.raises(Exception, match=message):
+        _run(fn, specs, params)
