@@ -146,11 +146,17 @@ class LaunchPlan(Protocol):
     @property
     def workspace_offsets(self) -> tuple[int, ...]: ...
 
+    @property
+    def like_first_input(self) -> tuple[bool, ...]: ...
+
 
 class Bound(Protocol):
-    """A variant bound to one device and array kind: ``run`` allocates and launches."""
+    """A variant bound to one device and array kind: ``run`` allocates and launches.
 
-    def run(self, pointers: list[int], stream: int | None) -> Any: ...
+    ``arrays`` are the call's arguments (the first array among them is of the bound kind),
+    ``pointers`` the addresses of its arrays in order."""
+
+    def run(self, arrays: Sequence[object], pointers: list[int], stream: int | None) -> Any: ...
 
 
 class Kind:
@@ -211,27 +217,50 @@ class TorchBound:
         self._device = torch.device("cuda", loaded.device)
         self._outputs = tuple((shape, table[dtype]) for shape, dtype in plan.outputs)
         self._single = len(self._outputs) == 1
+        # Outputs come from the first input tensor's allocator entry points, cheaper than
+        # torch.empty's argument parsing (H200 host: empty_like 1.9 us, new_empty 2.7 us,
+        # torch.empty 3.7 us): empty_like where the output has its shape, dtype and row-major
+        # layout, else new_empty (contiguous, on its device).
+        self._like = plan.like_first_input
+        self._empty_like = torch.empty_like
         self._workspace_bytes = plan.workspace_bytes
         self._workspace_offsets = plan.workspace_offsets
         raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
         self._stream = raw if raw is not None else _torch_stream_handle
 
-    def run(self, pointers: list[int], stream: int | None) -> Any:
-        empty, device = self._empty, self._device
+    def run(self, arrays: Sequence[object], pointers: list[int], stream: int | None) -> Any:
+        first = _first_array(arrays)
         if self._single:
             shape, dtype = self._outputs[0]
-            output = empty(shape, dtype=dtype, device=device)
+            if self._like[0]:
+                output = self._empty_like(first)
+            else:
+                output = first.new_empty(shape, dtype=dtype)
             pointers.append(output.data_ptr())
         else:
-            outputs = [empty(shape, dtype=dtype, device=device) for shape, dtype in self._outputs]
+            outputs = [
+                self._empty_like(first) if like else first.new_empty(shape, dtype=dtype)
+                for (shape, dtype), like in zip(self._outputs, self._like, strict=True)
+            ]
             pointers += [output.data_ptr() for output in outputs]
         if self._workspace_bytes:
             # Freed when this returns: the allocator reuses it only in this stream's order.
-            workspace = empty(self._workspace_bytes, dtype=self._uint8, device=device)
+            workspace = self._empty(self._workspace_bytes, dtype=self._uint8, device=self._device)
             base = workspace.data_ptr()
             pointers += [base + offset for offset in self._workspace_offsets]
         self._loaded.launch(pointers, self._stream(self._index))
         return output if self._single else tuple(outputs)
+
+
+def _first_array(arrays: Sequence[object]) -> Any:
+    """The first argument that is not a Python number (the one that decided the kind)."""
+    for array in arrays:
+        if type(array) not in _NUMBER_TYPES:
+            return array
+    raise ArgumentError("no array among the arguments")
+
+
+_NUMBER_TYPES = frozenset({bool, int, float})
 
 
 def _torch_stream_handle(device: int) -> int:
@@ -272,7 +301,7 @@ class CupyBound:
         self._workspace_bytes = plan.workspace_bytes
         self._workspace_offsets = plan.workspace_offsets
 
-    def run(self, pointers: list[int], stream: int | None) -> Any:
+    def run(self, arrays: Sequence[object], pointers: list[int], stream: int | None) -> Any:
         cupy = self._cupy
         with self._device:
             outputs = [cupy.empty(shape, dtype=dtype) for shape, dtype in self._outputs]
@@ -296,7 +325,7 @@ class DeviceArrayBound:
         self._workspace_bytes = plan.workspace_bytes
         self._workspace_offsets = plan.workspace_offsets
 
-    def run(self, pointers: list[int], stream: int | None) -> Any:
+    def run(self, arrays: Sequence[object], pointers: list[int], stream: int | None) -> Any:
         handle = 0 if stream is None else stream  # 1 and 2 are the driver's handles as well
         device = self._loaded.device
         keepalive: tuple[object, ...] = ()

@@ -196,7 +196,7 @@ def call(fused: Any, arrays: Sequence[object]) -> Any:
     bound = state.bound.get(key)
     if bound is None:
         bound = _bind_new(fused, state, arrays, key)
-    return bound.run(pointers, stream)
+    return bound.run(arrays, pointers, stream)
 
 
 def _bind_new(
@@ -242,6 +242,9 @@ class Plan:
     workspace_bytes: int
     workspace_offsets: tuple[int, ...]
     kernel_slots: tuple[tuple[int, ...], ...]
+    # Per output: it has the first input's shape and dtype, and that input is row-major
+    # (the output may then be allocated "like" it).
+    like_first_input: tuple[bool, ...] = ()
 
     @classmethod
     def of(cls, compiled: Any) -> Plan:
@@ -271,7 +274,16 @@ class Plan:
                     )
                 slots.append(slot)
             kernel_slots.append(tuple(slots))
-        return cls(inputs, outputs, size, tuple(offsets), tuple(kernel_slots))
+        like = tuple(False for _ in outputs)
+        if compiled.fusion.inputs:
+            first = compiled.fusion.inputs[0]
+            layout = _normalized(spec(first.shape, first.dtype, first.strides))
+            dense = layout.strides == spec(first.shape, first.dtype).strides
+            like = tuple(
+                dense and tuple(shape) == tuple(first.shape) and dtype == first.dtype
+                for shape, dtype in outputs
+            )
+        return cls(inputs, outputs, size, tuple(offsets), tuple(kernel_slots), like)
 
 
 def _tensor_map_encoder(kernel: Any) -> tuple[Any, int] | None:
@@ -289,6 +301,24 @@ def _tensor_map_encoder(kernel: Any) -> tuple[Any, int] | None:
         return list(matmul_host.encode_tensor_maps(kernel_ir, pointers))
 
     return encode, len(loop.operands)
+
+
+def _resident_grid(kernel: Any, function: Any) -> tuple[int, int, int]:
+    """``kernel.grid``, except that a persistent cluster kernel launches no more clusters
+    than the device can hold at once (GPCs may not fit ``SMs / cluster size``): its tile
+    loop strides by the launched cluster count, so fewer clusters only take more tiles."""
+    from pyfuse.backend_ptx.driver.launch import max_active_clusters
+    from pyfuse.backend_ptx.emit import find_main_loop_or_none
+
+    grid = tuple(kernel.grid)
+    loop = find_main_loop_or_none(kernel.kernel_ir)
+    size = kernel.kernel_ir.cluster[0]
+    if loop is None or not loop.persistent or size == 1:
+        return grid  # type: ignore[return-value]
+    resident = max_active_clusters(function, kernel.block, kernel.smem_bytes, (size, 1, 1), grid[0])
+    if resident is None or resident <= 0 or resident * size >= grid[0]:
+        return grid  # type: ignore[return-value]
+    return (resident * size, 1, 1)
 
 
 _loaded_devices: set[int] = set()
@@ -323,7 +353,8 @@ class Loaded:
                 # A TMA kernel takes its tensor maps by value after the pointers.
                 kinds += [ParamKind.TENSOR_MAP] * maps[1]
             launcher = driver.Launcher(function, kinds)
-            launches.append((launcher, kernel.grid, kernel.block, kernel.smem_bytes, slots, maps))
+            grid = _resident_grid(kernel, function)
+            launches.append((launcher, grid, kernel.block, kernel.smem_bytes, slots, maps))
         self._launches = tuple(launches)
         # The common case, one kernel whose parameters are the buffers in order, launches
         # with the caller's buffer list as is.
@@ -491,4 +522,4 @@ def run_compiled(compiled: Any, arrays: Sequence[object]) -> Any:
             bound = runtime.accept(arrays, key)
     except ArgumentError as error:
         raise _input_error(compiled.name, error) from None
-    return bound.run(pointers, stream)
+    return bound.run(arrays, pointers, stream)

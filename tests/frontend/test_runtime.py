@@ -136,6 +136,9 @@ def make_fake_torch() -> types.ModuleType:
         def get_device(self) -> int:
             return self._device
 
+        def new_empty(self, shape: Any, *, dtype: FakeTorchDtype) -> Any:
+            return empty(shape, dtype=dtype, device=("cuda", self._device))
+
     Tensor.__module__ = "torch"
     torch.Tensor = Tensor  # type: ignore[attr-defined]
     for name, size in [
@@ -156,7 +159,11 @@ def make_fake_torch() -> types.ModuleType:
         allocations.append((shape, dtype.name, device))
         return tensor
 
+    def empty_like(like: Any) -> Any:
+        return empty(like.shape, dtype=like.dtype, device=("cuda", like._device))
+
     torch.empty = empty  # type: ignore[attr-defined]
+    torch.empty_like = empty_like  # type: ignore[attr-defined]
     torch.device = lambda kind, index: (kind, index)  # type: ignore[attr-defined]
     torch._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda index: 0x5000 + index)  # type: ignore[attr-defined]
     torch.allocations = allocations  # type: ignore[attr-defined]
@@ -519,6 +526,33 @@ def test_torch_call_launches_on_the_current_stream_and_caches(
     assert fake.names().count("cuModuleLoadDataEx") == loads
     state = f.__dict__[runtime._STATE]
     assert len(state.compiled) == 1 and len(state.bound) == 1
+
+
+@pytest.mark.parametrize(
+    ("fn", "first", "like"),
+    [
+        (lambda x, y: x * y, (4, 8), (True,)),  # same shape and dtype: empty_like
+        (lambda x, y: (x * y).to(pf.bfloat16), (4, 8), (False,)),  # another dtype
+        (lambda x, y: pf.sum(x * y, -1), (4, 8), (False,)),  # another shape
+        (lambda x, y: (x * y, x + y), (4, 8), (True, True)),
+        (lambda s, y: s + y, (1, 8), (False,)),  # the first input is broadcast
+    ],
+)
+def test_outputs_are_allocated_like_the_first_input_when_they_match_it(
+    fn: Any, first: tuple[int, ...], like: tuple[bool, ...]
+) -> None:
+    compiled = pf.fuse(fn).compile(pf.spec(first, pf.float32), pf.spec((4, 8), pf.float32))
+    assert runtime.Plan.of(compiled).like_first_input == like
+
+
+def test_outputs_of_a_transposed_first_input_are_row_major(fake: MemoryDriver, torch: Any) -> None:
+    fake.expect_params = [ParamKind.PTR] * 3
+    f = pf.fuse(lambda x, y: x * y)
+    x = tensor(torch, (4, 8), strides=(1, 4))  # a transposed view: not "like" material
+    out = f(x, tensor(torch, (4, 8)))
+    assert out.shape == (4, 8) and out.stride() == (8, 1)
+    (compiled,) = f.__dict__[runtime._STATE].compiled.values()
+    assert runtime.Plan.of(compiled).like_first_input == (False,)
 
 
 def test_misaligned_input_compiles_an_unvectorized_variant(fake: MemoryDriver, torch: Any) -> None:
