@@ -88,6 +88,23 @@ def case_gelu() -> Result:
     return _memory_case("gelu(x*y+z) 2^27 f32->bf16", fused, eager, (x, y, z), 1e-2)
 
 
+def case_bias_gelu() -> Result:
+    """A broadcast input: gelu(x * scale[M, 1] + bias[N]) on 16384x4096 bf16 (the 2-D
+    pointwise schedule reads scale and bias once per thread, not once per element)."""
+    import torch
+
+    m, n = 16384, 4096
+    x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+    scale = torch.randn(m, 1, device="cuda", dtype=torch.bfloat16)
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    fused = pf.fuse(lambda x, s, b: pf.gelu(x * s + b), name="scale_bias_gelu")
+
+    def eager(x: Any, s: Any, b: Any) -> Any:
+        return torch.nn.functional.gelu(x * s + b)
+
+    return _memory_case("gelu(x*scale+bias) 16384x4096 bf16", fused, eager, (x, scale, bias), 2e-2)
+
+
 def case_softmax() -> Result:
     import torch
 
@@ -244,6 +261,33 @@ def case_gemm_layouts() -> list[Result]:
     return results
 
 
+def case_gemm_cluster() -> list[Result]:
+    """TMA multicast in 2-CTA clusters (``cluster_m=2``: the B tile is shared) against the
+    same cuBLAS call; the default schedule has no cluster."""
+    import torch
+
+    n = 8192
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    results = []
+    for label, params in (
+        ("2x1", pf.MatmulParams(cluster_m=2)),
+        ("1x2", pf.MatmulParams(cluster_n=2)),
+    ):
+        fused = pf.fuse(lambda a, b: a @ b.T, name="gemm_cluster", matmul=params)
+        results.append(
+            _matmul_case(
+                f"gemm 8192^3 bf16 a @ b.T, cluster {label}",
+                fused,
+                lambda a, b: a @ b.T,
+                (a, b),
+                2 * n**3,
+                anchor_name="cublas",
+            )
+        )
+    return results
+
+
 def case_linear_gelu() -> Result:
     import torch
 
@@ -285,12 +329,14 @@ def case_gate_up() -> Result:
 
 CASES: dict[str, Callable[[], Result | list[Result]]] = {
     "gelu": case_gelu,
+    "bias_gelu": case_bias_gelu,
     "softmax": case_softmax,
     "layer_norm": case_layer_norm,
     "rms_norm": case_rms_norm,
     "host_overhead": case_host_overhead,
     "cold_call": case_cold_call,
     "gemm": case_gemm_layouts,
+    "gemm_cluster": case_gemm_cluster,
     "linear_gelu": case_linear_gelu,
     "gate_up": case_gate_up,
 }

@@ -13,7 +13,7 @@ import numpy as np
 
 import pyfuse as pf
 from pyfuse.ir.kernel_interpreter import launch
-from pyfuse.ir.target import HOPPER
+from pyfuse.ir.target import HOPPER, TargetInfo
 from pyfuse.passes import pipeline
 from pyfuse.passes.pipeline import PipelineResult
 
@@ -91,11 +91,13 @@ def check_fusion(
     seed: int = 0,
     rtol: float = 1e-5,
     atol: float = 1e-5,
+    target: TargetInfo = HOPPER,
 ) -> PipelineResult:
-    """Compile ``fn`` for ``specs``, run it on the simulator and compare with the reference."""
+    """Compile ``fn`` for ``specs`` and ``target``, run it on the simulator and compare with
+    the reference."""
     fused = pf.fuse(fn)
     fusion = fused.trace(*specs)
-    result = pipeline.run(fusion, HOPPER)
+    result = pipeline.run(fusion, target)
     arrays = random_inputs(specs, seed)
     expected = fused.reference(*arrays)
     expected = expected if isinstance(expected, tuple) else (expected,)

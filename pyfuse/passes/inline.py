@@ -12,6 +12,11 @@ largest inline position its consumers allow (maximal inlining), where
   reductions), stops before that reduction's first reduction axis: its loop must not
   be shared with the reduction loop, since its later readers need the finished
   reduction;
+- a tensor that is broadcast along a consumer's unrolled loop (its axis there is a
+  broadcast, the consumer's is not) stops before that loop: its value is the same in every
+  iteration, so it is computed (a global input: loaded) once, outside the loop. This is
+  how the pointwise scheduler's 2-D schedule reads ``bias[N]`` once per thread for all
+  the rows the thread walks;
 - a tensor read by consumers computed in different loop nests keeps only the block and
   thread indices in common with them and lives in registers of its own nest;
 - inputs and outputs stay at position 0: they live in global memory.
@@ -24,6 +29,7 @@ from __future__ import annotations
 from pyfuse.ir.exprs import Expr, ReductionOp
 from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.id_model import IdModel
+from pyfuse.ir.iterdomain import ParallelType
 from pyfuse.ir.tensor import MemoryType, TensorView
 
 
@@ -61,6 +67,23 @@ def persistent_limit(fusion: Fusion, tv: TensorView) -> int | None:
             )
             limit = first if limit is None else min(limit, first)
     return limit
+
+
+def hoist_limit(tv: TensorView, consumers: list[TensorView]) -> int | None:
+    """The first loop position where ``tv`` is broadcast while a consumer runs an unrolled
+    loop there (one that is not a broadcast), or None. Only unrolled loops count, which only
+    the pointwise scheduler makes: the serial loops of the reduction and matmul schedules
+    keep the placement the other rules give them."""
+    for index, axis in enumerate(tv.loop):
+        if not axis.is_broadcast or axis.parallel_type.is_hardware_index:
+            continue
+        for consumer in consumers:
+            if index >= len(consumer.loop):
+                continue
+            other = consumer.loop[index]
+            if other.parallel_type == ParallelType.UNROLL and not other.is_broadcast:
+                return index
+    return None
 
 
 def _shares_loops(tv: TensorView) -> bool:
@@ -111,11 +134,12 @@ def inline_most(fusion: Fusion) -> None:
         if fusion.is_input(tv) or fusion.is_output(tv) or tv.memory_type == MemoryType.GLOBAL:
             tv.inline_position = 0
             continue
-        if not id_model.consumers_of(tv):
+        consumers = id_model.consumers_of(tv)
+        if not consumers:
             continue
         position = id_model.max_inline_position(tv)
-        limit = persistent_limit(fusion, tv)
-        if limit is not None:
-            position = min(position, limit)
+        for limit in (persistent_limit(fusion, tv), hoist_limit(tv, consumers)):
+            if limit is not None:
+                position = min(position, limit)
         tv.inline_at(position)
     _separate_split_consumers(fusion, id_model)

@@ -1,20 +1,40 @@
-"""Pointwise scheduler: one flat, vectorized, coalesced loop over the largest output.
+"""Pointwise scheduler: a vectorized, coalesced loop over the largest output, either flat or,
+when a global input is broadcast on one side of a break point, two-dimensional.
 
 Expects a kernel fusion of pointwise and metadata ops only (no reduction, no matmul).
 Guarantees, on success:
 
 - every global input read by a compute op is read through a local cache tensor, and
   every output is written from one, so global traffic is plain (vector) copies;
-- the reference output's axes are merged into one and split as
+- **flat** schedule: the reference output's axes are merged into one and split as
   ``[BIDx, U (unrolled), TIDx, V (vectorized)]``; every other tensor replays that;
-- ``params`` records ``vector_width`` (1 when the layout forbids vectors),
-  ``threads``, ``unroll`` and ``alignment_bytes`` (the base-pointer alignment the
-  vectorized variant assumes, checked at call time).
+- **2-D** schedule (nvFuser's "break point"): the reference's axes left of the break point
+  merge into ``rows``, the rest into ``cols``, split as
+  ``[BIDx (rows / R), BIDy (cols / (T * V)), TIDx, R (unrolled rows), V]``: each thread
+  owns one vector of columns and walks ``R`` rows, so an input broadcast along the rows
+  (``bias[N]`` of ``x[M, N] + bias[N]``) is loaded once per thread, before the row loop
+  (the inline pass stops a tensor that is broadcast along an unrolled loop before that
+  loop), and an input broadcast along the columns (``scale[M, 1]``) once per row and
+  thread instead of once per element;
+- ``params`` records ``vector_width`` (1 when the layout forbids vectors), ``threads``,
+  ``unroll`` (the unrolled loop's trip count: U, or R in 2-D), ``break_point`` (0 for the
+  flat schedule) and ``alignment_bytes`` (the base-pointer alignment the vectorized
+  variant assumes, checked at call time).
 
-Vectorizing needs every global tensor that has the innermost axis to hold it
-innermost and contiguous, and the innermost extent divisible by the width, so no
-vector crosses a row. Broadcast operands are read once per element of the loop they
-vary in.
+Vectorizing needs every global tensor that has the innermost axis to hold it innermost and
+contiguous, and the innermost extent divisible by the width, so no vector crosses a row.
+
+The 2-D heuristic (:func:`choose_break_point`, :func:`rows_per_thread`): a break point
+``b`` is *useful* when some global input read by the kernel is broadcast along every
+reference axis left of ``b`` and varies along every axis right of it (outer broadcast),
+or the reverse (inner broadcast). It is *feasible* when there are at least two rows and
+the columns' ``cols / V`` vectors fill blocks of ``T = 128`` threads with at most
+``cols / V / 8`` idle threads, in at most ``max_grid_yz`` blocks (rows narrower than
+about ``T * V`` keep the flat schedule). The useful, feasible break point with the most
+outer-broadcast inputs wins (then inner-broadcast inputs, then the rightmost); without
+one the flat schedule stays. ``R`` is the most rows per thread of 8, 4, 2 that still
+gives ``MIN_BLOCKS_PER_SM`` blocks per SM and leaves at most 1/8 of the rows ragged;
+else 1.
 """
 
 from __future__ import annotations
@@ -23,17 +43,27 @@ from dataclasses import dataclass
 
 from pyfuse.ir.exprs import LinearOp, MatmulOp, MmaOp, ReductionOp
 from pyfuse.ir.fusion import Fusion
-from pyfuse.ir.iterdomain import ParallelType
+from pyfuse.ir.id_model import IdModel
+from pyfuse.ir.iterdomain import ParallelType, ceil_div
 from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.tensor import TensorView
 from pyfuse.passes.scheduler_utils import (
     cache_inputs_and_outputs,
+    global_sources,
     replay_everywhere,
     uncovered_axis,
+    varying_axes,
     vector_width,
 )
 
 NAME = "pointwise"
+THREADS = 128
+# Rows one thread walks in the 2-D schedule, most first.
+ROWS_PER_THREAD = (8, 4, 2)
+# Fewer blocks than this per SM leave SMs idle; more rows per thread are not worth that.
+MIN_BLOCKS_PER_SM = 4
+# At most 1/IDLE_FRACTION of a block's column threads (or of the rows) may be padding.
+IDLE_FRACTION = 8
 
 
 @dataclass(frozen=True)
@@ -41,9 +71,30 @@ class PointwiseParams:
     vector_width: int
     threads: int
     unroll: int
+    break_point: int = 0  # 0: the flat schedule; b: rows = axes[:b], cols = axes[b:]
+
+    @property
+    def two_dimensional(self) -> bool:
+        return self.break_point > 0
 
     def as_dict(self) -> dict[str, object]:
-        return {"vector_width": self.vector_width, "threads": self.threads, "unroll": self.unroll}
+        return {
+            "vector_width": self.vector_width,
+            "threads": self.threads,
+            "unroll": self.unroll,
+            "break_point": self.break_point,
+        }
+
+
+@dataclass(frozen=True)
+class BreakPoint:
+    """A candidate split of the reference's axes into rows (left) and columns (right)."""
+
+    position: int
+    rows: int
+    cols: int
+    outer_broadcast: int  # inputs broadcast along every row axis, varying along every column
+    inner_broadcast: int  # inputs varying along every row axis, broadcast along every column
 
 
 def decline_reason(fusion: Fusion) -> str | None:
@@ -67,12 +118,93 @@ def reference_output(fusion: Fusion) -> TensorView:
     return max(fusion.outputs, key=lambda tv: tv.numel)
 
 
+def _product(extents: list[int]) -> int:
+    count = 1
+    for extent in extents:
+        count *= extent
+    return count
+
+
+def break_points(fusion: Fusion, reference: TensorView) -> list[BreakPoint]:
+    """Every break point of ``reference``'s axes with the broadcast inputs it separates."""
+    axes = reference.loop
+    id_model = IdModel(fusion)
+    # The tensors the kernel reads from global memory (an alias read in place, not the input
+    # it views), each as: does it vary along reference axis i.
+    sources = [
+        tv
+        for tv in global_sources(fusion)
+        if any(use.output.alias_of is None for use in fusion.uses_in_fusion(tv))
+    ]
+    varying = [varying_axes(tv, axes, id_model) for tv in sources]
+    real = [not axis.is_broadcast for axis in axes]
+    result = []
+    for position in range(1, len(axes)):
+        left = [i for i in range(position) if real[i]]
+        right = [i for i in range(position, len(axes)) if real[i]]
+        outer = inner = 0
+        if left and right:
+            for flags in varying:
+                if not any(flags[i] for i in left) and all(flags[i] for i in right):
+                    outer += 1
+                elif all(flags[i] for i in left) and not any(flags[i] for i in right):
+                    inner += 1
+        rows = _product([axis.extent for axis in axes[:position]])
+        cols = _product([axis.extent for axis in axes[position:]])
+        result.append(BreakPoint(position, rows, cols, outer, inner))
+    return result
+
+
+def _fills_block_row(cols: int, vector: int, threads: int, target: TargetInfo) -> bool:
+    """``cols`` gives nearly every thread of its blocks a vector (the padding of the last
+    block is at most 1/IDLE_FRACTION of the vectors), in at most ``max_grid_yz`` blocks."""
+    vectors = cols // vector
+    blocks = ceil_div(vectors, threads)
+    padding = blocks * threads - vectors
+    return vectors > 0 and padding <= vectors // IDLE_FRACTION and blocks <= target.max_grid_yz
+
+
+def choose_break_point(
+    fusion: Fusion, reference: TensorView, vector: int, threads: int, target: TargetInfo
+) -> BreakPoint | None:
+    """The break point of the 2-D schedule, or None for the flat one (module docstring)."""
+    candidates = [
+        point
+        for point in break_points(fusion, reference)
+        if (point.outer_broadcast or point.inner_broadcast)
+        and point.rows >= 2
+        and _fills_block_row(point.cols, vector, threads, target)
+    ]
+    if not candidates:
+        return None
+    return max(candidates, key=lambda p: (p.outer_broadcast, p.inner_broadcast, p.position))
+
+
+def rows_per_thread(point: BreakPoint, vector: int, threads: int, target: TargetInfo) -> int:
+    """Rows each thread walks: the most that keep the GPU filled (module docstring)."""
+    col_blocks = ceil_div(point.cols // vector, threads)
+    for rows in ROWS_PER_THREAD:
+        row_blocks = ceil_div(point.rows, rows)
+        padding = row_blocks * rows - point.rows
+        if (
+            row_blocks * col_blocks >= MIN_BLOCKS_PER_SM * target.sm_count
+            and padding <= point.rows // IDLE_FRACTION
+            and row_blocks <= target.max_grid_x
+        ):
+            return rows
+    return 1
+
+
 def choose_params(fusion: Fusion, reference: TensorView, target: TargetInfo) -> PointwiseParams:
     axes = reference.no_reductions
     vector = 1
     if axes:
         vector = vector_width(fusion, axes[-1], axes[-1].logical_extent, target)
-    threads = 128
+    threads = THREADS
+    point = choose_break_point(fusion, reference, vector, threads, target)
+    if point is not None:
+        rows = rows_per_thread(point, vector, threads, target)
+        return PointwiseParams(vector, threads, rows, point.position)
     vectors = max(1, reference.numel // vector)
     # Unroll when there is work for several waves of blocks: more loads in flight per thread.
     unroll = 4 if vectors >= threads * 4 * target.sm_count * 8 else 1
@@ -88,10 +220,19 @@ def schedule(fusion: Fusion, target: TargetInfo) -> PointwiseParams:
     params = choose_params(fusion, reference, target)
     cache_inputs_and_outputs(fusion)
 
-    ndim = len(reference.loop)
-    if ndim == 0:
+    if not reference.loop:
         return params
-    for _ in range(ndim - 1):
+    if params.two_dimensional:
+        _schedule_2d(reference, params)
+    else:
+        _schedule_flat(reference, params)
+    replay_everywhere(fusion, reference)
+    return params
+
+
+def _schedule_flat(reference: TensorView, params: PointwiseParams) -> None:
+    """``[BIDx, U, TIDx, V]`` over all axes merged."""
+    for _ in range(len(reference.loop) - 1):
         reference.merge(0)
     if params.vector_width > 1:
         reference.split(0, params.vector_width)
@@ -106,5 +247,24 @@ def schedule(fusion: Fusion, target: TargetInfo) -> PointwiseParams:
     if params.vector_width > 1:
         reference.parallelize(-1, ParallelType.VECTORIZE)
 
-    replay_everywhere(fusion, reference)
-    return params
+
+def _schedule_2d(reference: TensorView, params: PointwiseParams) -> None:
+    """``[BIDx (rows / R), BIDy (cols / (T * V)), TIDx, R, V]`` around the break point."""
+    for _ in range(params.break_point - 1):
+        reference.merge(0)
+    for _ in range(len(reference.loop) - 2):
+        reference.merge(1)  # [rows, cols]
+    if params.vector_width > 1:
+        reference.split(1, params.vector_width)
+    reference.split(1, params.threads)  # [rows, cols / (T * V), T, (V)]
+    if params.unroll > 1:
+        reference.split(0, params.unroll)  # [rows / R, R, cols / (T * V), T, (V)]
+        # The row loop goes inside the thread index: [rows / R, cols / (T * V), T, R, (V)].
+        reference.reorder({1: 3})
+    reference.parallelize(0, ParallelType.BIDX)
+    reference.parallelize(1, ParallelType.BIDY)
+    reference.parallelize(2, ParallelType.TIDX)
+    if params.unroll > 1:
+        reference.parallelize(3, ParallelType.UNROLL)
+    if params.vector_width > 1:
+        reference.parallelize(-1, ParallelType.VECTORIZE)

@@ -44,6 +44,16 @@ def vector_width(
     return width
 
 
+def varying_axes(tv: TensorView, reference_axes: list[IterDomain], id_model: IdModel) -> list[bool]:
+    """For each of ``reference_axes``: whether ``tv`` varies along it, i.e. has a
+    non-broadcast axis mapped to it (False where ``tv`` is broadcast there or lacks it)."""
+    own = [axis for axis in tv.logical if not axis.is_broadcast]
+    return [
+        any(id_model.mapped(axis, ref_axis, IdMappingMode.EXACT) for axis in own)
+        for ref_axis in reference_axes
+    ]
+
+
 def global_sources(fusion: Fusion) -> list[TensorView]:
     """Tensors read from global memory: the inputs and the aliases that view them in place."""
     return [tv for tv in fusion.tensors() if fusion.is_input(tv) or tv.alias_of is not None]

@@ -5,21 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from check_utils import require_ptxas
 
-from pyfuse import knobs
 from pyfuse.backend_ptx import ptxas
 from pyfuse.backend_ptx.emitter import Directives, KernelBuilder, PtxModule
 from pyfuse.backend_ptx.instructions import control
 from pyfuse.backend_ptx.operands import Line
-
-
-def _need_ptxas() -> None:
-    if ptxas.ptxas_available():
-        return
-    if knobs.require_ptxas():
-        pytest.fail(f"ptxas not found ({knobs.ptxas_path()!r}) and PYFUSE_REQUIRE_PTXAS=1")
-    pytest.skip(f"ptxas not found ({knobs.ptxas_path()!r}); set PYFUSE_PTXAS to assemble")
-
 
 Assemble = Callable[[str], ptxas.PtxasResult]
 
@@ -27,7 +18,7 @@ Assemble = Callable[[str], ptxas.PtxasResult]
 @pytest.fixture
 def assemble_clean() -> Assemble:
     """Assemble with ptxas -arch=sm_90a and insist on 0 spills, 0 lmem, no advisories."""
-    _need_ptxas()
+    require_ptxas()
 
     def run(ptx: str) -> ptxas.PtxasResult:
         result = ptxas.assemble(ptx)

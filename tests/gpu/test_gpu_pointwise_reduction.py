@@ -22,9 +22,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import ml_dtypes
+import check_utils
 import numpy as np
 import pytest
+from check_utils import to_host
 
 import pyfuse as pf
 from pyfuse import knobs
@@ -413,54 +414,8 @@ CASES = _pointwise_cases() + _reduction_cases() + _composite_cases()
 # ---- checking ---------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def torch() -> Any:
-    import torch as torch_module
-
-    return torch_module
-
-
-def to_host(torch: Any, tensor: Any) -> np.ndarray:
-    tensor = tensor.contiguous()
-    if tensor.dtype == torch.bfloat16:
-        return tensor.view(torch.int16).cpu().numpy().view(ml_dtypes.bfloat16)
-    return tensor.cpu().numpy()
-
-
 def assert_close(got: np.ndarray, want: np.ndarray, case: Case, what: str) -> None:
-    assert got.shape == want.shape and got.dtype == want.dtype, (
-        f"{case.name} {what}: got {got.dtype}{got.shape}, want {want.dtype}{want.shape}"
-    )
-    if not np.issubdtype(want.dtype, np.floating) and want.dtype != ml_dtypes.bfloat16:
-        bad = got != want
-    else:
-        got64, want64 = got.astype(np.float64), want.astype(np.float64)
-        error = np.abs(got64 - want64)
-        bad = ~(error <= case.atol + case.rtol * np.abs(want64))
-        bad &= ~(np.isnan(got64) & np.isnan(want64))
-    if bad.any():
-        index = tuple(int(i) for i in np.argwhere(bad)[0])
-        detail = ""
-        if np.issubdtype(got.dtype, np.floating) or got.dtype == ml_dtypes.bfloat16:
-            g64, w64 = got.astype(np.float64), want.astype(np.float64)
-            finite = np.isfinite(w64) & np.isfinite(g64)
-            abs_error = np.abs(g64 - w64)[finite]
-            rel_error = (
-                (abs_error / np.maximum(np.abs(w64[finite]), 1e-30)) if abs_error.size else [0]
-            )
-            detail = (
-                f"; max abs error {np.max(abs_error, initial=0):.3g}, "
-                f"max rel error {np.max(rel_error, initial=0):.3g}"
-            )
-        raise AssertionError(
-            f"{case.name} {what}: {int(bad.sum())} of {bad.size} elements differ; first at "
-            f"{index}: got {got[index]!r}, want {want[index]!r}{detail}"
-        )
-
-
-def _sample_rows(count: int, rng: np.random.Generator) -> np.ndarray:
-    edges = [0, 1, 2, count // 2, count - 2, count - 1]
-    return np.unique(np.concatenate([edges, rng.integers(0, count, 250)]).clip(0, count - 1))
+    check_utils.assert_close(got, want, atol=case.atol, rtol=case.rtol, what=f"{case.name} {what}")
 
 
 def _sample_elements(count: int, rng: np.random.Generator) -> np.ndarray:
@@ -497,7 +452,7 @@ def run_case(torch: Any, case: Case) -> None:
         ]
     else:
         first = next(v for v in inputs if not isinstance(v, int | float))
-        sampler = _sample_rows if case.sample == "rows" else _sample_elements
+        sampler = check_utils.sample_rows if case.sample == "rows" else _sample_elements
         index = sampler(first.shape[0], rng)
         gather = torch.from_numpy(index).to("cuda")
         for arg, value in zip(case.args, inputs, strict=True):

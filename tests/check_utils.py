@@ -1,0 +1,71 @@
+"""Checks shared by several test folders: ptxas by policy, GPU results against the reference."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from pyfuse import knobs
+from pyfuse.backend_ptx import ptxas
+
+
+def require_ptxas() -> None:
+    """Skip without ptxas, or fail when ``PYFUSE_REQUIRE_PTXAS=1`` says it must be there."""
+    if ptxas.ptxas_available():
+        return
+    if knobs.require_ptxas():
+        pytest.fail(f"ptxas not found ({knobs.ptxas_path()!r}) and PYFUSE_REQUIRE_PTXAS=1")
+    pytest.skip(f"ptxas not found ({knobs.ptxas_path()!r}); set PYFUSE_PTXAS to assemble")
+
+
+def to_host(torch: Any, tensor: Any) -> np.ndarray:
+    """A torch tensor as a NumPy array (bf16 as ml_dtypes.bfloat16)."""
+    tensor = tensor.contiguous()
+    if tensor.dtype == torch.bfloat16:
+        return tensor.view(torch.int16).cpu().numpy().view(ml_dtypes.bfloat16)
+    return tensor.cpu().numpy()
+
+
+def sample_rows(count: int, rng: np.random.Generator) -> np.ndarray:
+    """Row indices to compare on a huge output: the edges and 250 random rows."""
+    edges = [0, 1, 2, count // 2, count - 2, count - 1]
+    return np.unique(np.concatenate([edges, rng.integers(0, count, 250)]).clip(0, count - 1))
+
+
+def _is_float(dtype: Any) -> bool:
+    return bool(np.issubdtype(dtype, np.floating)) or dtype == ml_dtypes.bfloat16
+
+
+def assert_close(got: np.ndarray, want: np.ndarray, *, atol: float, rtol: float, what: str) -> None:
+    """Float results within ``atol + rtol |want|`` (NaN where NaN is wanted), others exact;
+    the message names the first wrong element and the largest errors."""
+    assert got.shape == want.shape and got.dtype == want.dtype, (
+        f"{what}: got {got.dtype}{got.shape}, want {want.dtype}{want.shape}"
+    )
+    if not _is_float(want.dtype):
+        bad = got != want
+    else:
+        got64, want64 = got.astype(np.float64), want.astype(np.float64)
+        error = np.abs(got64 - want64)
+        bad = ~(error <= atol + rtol * np.abs(want64))
+        bad &= ~(np.isnan(got64) & np.isnan(want64))
+    if not bad.any():
+        return
+    index = tuple(int(i) for i in np.argwhere(bad)[0])
+    detail = ""
+    if _is_float(got.dtype):
+        g64, w64 = got.astype(np.float64), want.astype(np.float64)
+        finite = np.isfinite(w64) & np.isfinite(g64)
+        abs_error = np.abs(g64 - w64)[finite]
+        rel_error = abs_error / np.maximum(np.abs(w64[finite]), 1e-30)
+        detail = (
+            f"; max abs error {np.max(abs_error, initial=0):.3g}, "
+            f"max rel error {np.max(rel_error, initial=0):.3g}"
+        )
+    raise AssertionError(
+        f"{what}: {int(bad.sum())} of {bad.size} elements differ; first at {index}: got "
+        f"{got[index]!r}, want {want[index]!r}{detail}"
+    )
