@@ -35,12 +35,6 @@ from pyfuse.backend_ptx.emit_math import (
 from pyfuse.backend_ptx.emit_scalar import ScalarMath
 from pyfuse.backend_ptx.emitter import Directives, KernelBuilder, ParamKind, PtxModule
 from pyfuse.backend_ptx.instructions import arith, control, convert, logic, memory, shuffle, special
-from pyfuse.backend_ptx.matmul_template import (
-    allocate_accumulators,
-    emit_matmul_main_loop,
-    matmul_directives,
-    tensor_map_params_for,
-)
 from pyfuse.backend_ptx.operands import Address, Reg, RegClass
 from pyfuse.errors import ScheduleError
 from pyfuse.ir import dtypes
@@ -60,9 +54,14 @@ _MAX_VECTOR_BYTES = 16
 def emit_ptx(kernel: kir.Kernel, target: TargetInfo) -> str:
     """A PTX module with one ``.entry`` for ``kernel`` that assembles for ``target.arch``."""
     module = PtxModule(target=target.arch)
-    is_matmul = any(isinstance(stmt, kir.MatmulMainLoop) for stmt in kernel.body)
-    # A matmul kernel caps registers at entry so its warpgroups can trade them (setmaxnreg).
-    directives = matmul_directives(kernel) if is_matmul else Directives(maxntid=kernel.block)
+    if find_main_loop_or_none(kernel) is not None:
+        # The matmul template loads with the first matmul kernel. A matmul kernel caps
+        # registers at entry so its warpgroups can trade them (setmaxnreg).
+        from pyfuse.backend_ptx.matmul_template import matmul_directives
+
+        directives = matmul_directives(kernel)
+    else:
+        directives = Directives(maxntid=kernel.block)
     builder = module.kernel(kernel.name, directives)
     _KernelEmitter(kernel, builder).emit()
     return module.render()
@@ -133,10 +132,11 @@ class _KernelEmitter:
             read_only = tensor.role == kir.ParamRole.INPUT
             self.tensors[tensor.buffer_name] = _Tensor(address, read_only)
         # TMA operands: by-value tensor maps after the pointers (the runtime's order too).
-        self.tensor_maps = [
-            kb.param(p.name, p.kind)
-            for p in (tensor_map_params_for(kernel) if find_main_loop_or_none(kernel) else [])
-        ]
+        self.tensor_maps = []
+        if find_main_loop_or_none(kernel) is not None:
+            from pyfuse.backend_ptx.matmul_template import tensor_map_params_for
+
+            self.tensor_maps = [kb.param(p.name, p.kind) for p in tensor_map_params_for(kernel)]
         if kernel.smem_bytes > 0:
             self.smem = kb.reg(RegClass.B32)
             kb.emit(memory.mov_address(self.smem, kb.dynamic_smem()))
@@ -177,6 +177,8 @@ class _KernelEmitter:
     def matmul(self, stmt: kir.MatmulMainLoop) -> None:
         """The warp-specialized main loop (matmul_template); its epilogue is ordinary kernel IR
         emitted here once per accumulator element, with the fragment's coordinates bound."""
+        from pyfuse.backend_ptx.matmul_template import allocate_accumulators, emit_matmul_main_loop
+
         accumulators = allocate_accumulators(self.kb, stmt)
         for buffer, registers in accumulators.items():
             self.arrays[id(buffer)] = tuple(registers)

@@ -17,7 +17,6 @@ from pyfuse.backend_ptx.emit import emit_ptx
 from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.kernel_ir import Kernel as KernelIR
 from pyfuse.ir.kernel_ir import ParamRole
-from pyfuse.ir.kernel_printer import kernel_to_str
 from pyfuse.ir.params import MatmulParams
 from pyfuse.ir.target import TargetInfo
 from pyfuse.passes import pipeline
@@ -90,15 +89,17 @@ def _arguments(
 
 
 def _dump(stage: str, text: str) -> None:
-    if stage in knobs.dump():
-        print(f"==== pyfuse {stage} ====\n{text}", file=sys.stderr)
+    print(f"==== pyfuse {stage} ====\n{text}", file=sys.stderr)
 
 
 def compile_fusion(
     fusion: Fusion, target: TargetInfo, matmul: MatmulParams | None = None
 ) -> Compiled:
     """Passes and PTX emission for a traced fusion; no GPU needed."""
-    _dump("ir", str(fusion))
+    # Stages are rendered as text only when PYFUSE_DUMP asks for them.
+    dump = knobs.dump()
+    if "ir" in dump:
+        _dump("ir", str(fusion))
     result = pipeline.run(fusion, target, matmul)
     timings = dict(result.timings)
     kernels = []
@@ -107,12 +108,17 @@ def compile_fusion(
         result.kernels, result.segmented.sources, result.segmented.sinks, strict=True
     ):
         kernel_ir = stages.kernel_ir
-        _dump("scheduled", stages.scheduled_ir)
-        _dump("kernel", kernel_to_str(kernel_ir))
+        if "scheduled" in dump:
+            _dump("scheduled", stages.scheduled_ir)
+        if "kernel" in dump:
+            from pyfuse.ir.kernel_printer import kernel_to_str  # loads only for this dump
+
+            _dump("kernel", kernel_to_str(kernel_ir))
         start = time.perf_counter()
         ptx = emit_ptx(kernel_ir, target)
         emit_seconds += time.perf_counter() - start
-        _dump("ptx", ptx)
+        if "ptx" in dump:
+            _dump("ptx", ptx)
         kernels.append(
             Kernel(
                 name=kernel_ir.name,

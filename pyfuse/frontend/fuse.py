@@ -12,8 +12,6 @@ import functools
 from collections.abc import Callable
 from typing import Any, overload
 
-import numpy as np
-
 from pyfuse.errors import FusionError
 from pyfuse.frontend.location import user_location
 from pyfuse.frontend.spec import Spec, spec_of
@@ -138,7 +136,10 @@ class FusedFunction:
 
     def reference(self, *arrays: object) -> Any:
         """Evaluate on the CPU with NumPy (float64 math, results in the output dtypes)."""
-        from pyfuse.ir.interpreter import evaluate  # NumPy evaluation only when asked
+        # NumPy (and the interpreter) load only when asked: ``import pyfuse`` stays light.
+        import numpy as np
+
+        from pyfuse.ir.interpreter import evaluate
 
         fusion = self.trace(*arrays)
         host = [np.asarray(a) for a in arrays if not isinstance(a, bool | int | float)]

@@ -289,12 +289,13 @@ class Plan:
 def _tensor_map_encoder(kernel: Any) -> tuple[Any, int] | None:
     """For a TMA (matmul) kernel: a function from its pointer arguments to its tensor maps
     (encoded once per set of addresses), and how many maps it takes; else None."""
-    from pyfuse.backend_ptx import matmul_host
     from pyfuse.backend_ptx.emit import find_main_loop_or_none
 
     loop = find_main_loop_or_none(kernel.kernel_ir)
     if loop is None:
         return None
+    from pyfuse.backend_ptx import matmul_host  # loads with the first matmul kernel
+
     kernel_ir = kernel.kernel_ir
 
     def encode(pointers: list[Any]) -> list[Any]:

@@ -12,9 +12,10 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class Category(enum.IntEnum):
@@ -51,6 +52,8 @@ class DType:
 
     def numpy(self) -> np.dtype[Any]:
         """The NumPy dtype of host arrays of this type (bf16 through ml_dtypes)."""
+        import numpy as np  # loads with the first host array, not with pyfuse
+
         if self is bfloat16:
             import ml_dtypes
 
@@ -95,6 +98,8 @@ DEFAULT_INT = int64
 
 def from_numpy(dtype: Any) -> DType:
     """The pyfuse dtype of a NumPy (or ml_dtypes) dtype; ``ValueError`` if unsupported."""
+    import numpy as np
+
     np_dtype = np.dtype(dtype)
     if np_dtype.name == "bfloat16":
         return bfloat16

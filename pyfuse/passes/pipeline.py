@@ -39,9 +39,7 @@ from pyfuse.ir.verify import verify_fusion
 from pyfuse.passes import inline, schedule_matmul, schedule_pointwise, schedule_reduction
 from pyfuse.passes.decompose_matmul import decompose_matmuls, decompose_unschedulable_mmas
 from pyfuse.passes.lower import kernel_name, lower
-from pyfuse.passes.lower_matmul import lower_matmul
 from pyfuse.passes.plan import KernelPlan, SegmentedFusion
-from pyfuse.passes.remove_broadcasts import remove_broadcasts
 from pyfuse.passes.segment import segment
 from pyfuse.passes.skip_intermediates import skip_intermediates
 from pyfuse.passes.split_reductions import split_long_reductions
@@ -149,6 +147,10 @@ def run(fusion: Fusion, target: TargetInfo, matmul: MatmulParams | None = None) 
         with timer.stage("lower"):
             name = kernel_name(fusion.name, index)
             if plan.scheduler == schedule_matmul.NAME:
+                # The matmul lowering loads with the first matmul kernel, not with pyfuse.
+                from pyfuse.passes.lower_matmul import lower_matmul
+                from pyfuse.passes.remove_broadcasts import remove_broadcasts
+
                 with plan.fusion:
                     remove_broadcasts(plan.fusion)
                 kernel = lower_matmul(plan, name, target)

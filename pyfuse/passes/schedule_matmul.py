@@ -232,6 +232,10 @@ def _warn_unused(params: MatmulParams) -> None:
     unused = []
     if (params.splitk or 1) > 1:
         unused.append(f"splitk={params.splitk}")
+    if params.warp_specialized is False:
+        unused.append("warp_specialized=False (the kernel is always warp-specialized)")
+    if params.smem_epilogue:
+        unused.append("smem_epilogue=True (the epilogue stores from registers)")
     if unused:
         warnings.warn(
             f"pyfuse: MatmulParams {'; '.join(unused)} not applied by the Hopper kernel yet; "

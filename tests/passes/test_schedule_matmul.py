@@ -301,10 +301,14 @@ def test_compiled_matmul_ptx_assembles_cleanly(pattern: str, schedule: str) -> N
     assert not result.problems(), result.problems()
 
 
-def test_requested_splitk_is_reported_not_silently_dropped() -> None:
+def test_settings_the_kernel_does_not_carry_out_are_reported() -> None:
     fn, specs = PATTERNS["linear"]
     with pytest.warns(UserWarning, match="splitk=2"):
         _run(fn, specs, pf.MatmulParams(splitk=2))
+    with pytest.warns(UserWarning, match="warp_specialized=False"):
+        _run(fn, specs, pf.MatmulParams(warp_specialized=False))
+    with pytest.warns(UserWarning, match="smem_epilogue=True"):
+        _run(fn, specs, pf.MatmulParams(smem_epilogue=True))
 
 
 def test_cluster_params_reach_the_kernel_launch() -> None:

@@ -6,9 +6,10 @@ Split by concern: ``core`` (bootstrap, errors, contexts, device facts), ``module
 
 Everything is lazy: the bindings are imported on the first call that needs
 them, so ``import pyfuse`` works on machines without a GPU. Without a driver
-(CI, this project's CPU machines) the bindings raise ``DynamicLibNotFoundError``
-at ``cuInit``; every such failure becomes ``LaunchError("no CUDA driver: ...")``
-and :func:`available` returns False.
+(CI, this project's CPU machines) the driver library does not load: a ``dlopen``
+probe says so before the bindings are imported (they would raise
+``DynamicLibNotFoundError`` at ``cuInit``); every such failure becomes
+``LaunchError("no CUDA driver: ...")`` and :func:`available` returns False.
 
 Contexts: pyfuse uses each device's *primary* context, the same one the CUDA
 runtime (and therefore torch and CuPy) uses, so retaining it shares torch's

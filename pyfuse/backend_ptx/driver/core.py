@@ -7,6 +7,9 @@ so the "no CUDA driver" conversion and the test hook :func:`use_driver` live her
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import os
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -44,7 +47,29 @@ def use_driver(module: Any) -> Iterator[None]:
             _state = saved
 
 
+# The driver library as cuda.bindings loads it (the system's dynamic-loader search alone).
+_DRIVER_LIBRARY = {"linux": "libcuda.so.1"}
+
+
+def _probe_driver_library() -> None:
+    """LaunchError('no CUDA driver: ...') when the driver library does not load.
+
+    Importing cuda.bindings costs tens of milliseconds; a machine without a driver (where
+    ``compile`` asks only whether there is one) learns it from one ``dlopen`` instead. Loading
+    the library as the bindings would (``RTLD_NOW | RTLD_GLOBAL``) leaves them nothing new to
+    do. Platforms not in ``_DRIVER_LIBRARY`` skip the probe.
+    """
+    name = _DRIVER_LIBRARY.get(sys.platform)
+    if name is None:
+        return
+    try:
+        ctypes.CDLL(name, mode=os.RTLD_NOW | os.RTLD_GLOBAL)
+    except OSError as exc:
+        raise LaunchError(f"no CUDA driver: cannot load {name} ({exc})") from exc
+
+
 def _import_bindings() -> Any:
+    _probe_driver_library()
     try:
         from cuda.bindings import driver as cu
     except Exception as exc:  # ImportError, or a broken install

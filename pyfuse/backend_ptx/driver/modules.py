@@ -5,11 +5,13 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyfuse.backend_ptx.driver.core import call, context, device_info, driver_module, error_text
-from pyfuse.backend_ptx.ptxas import KernelResources, parse_log
 from pyfuse.errors import LaunchError
+
+if TYPE_CHECKING:
+    from pyfuse.backend_ptx.ptxas import KernelResources
 
 JIT_LOG_BYTES = 64 * 1024
 _ELF_MAGIC = b"\x7fELF"
@@ -28,6 +30,10 @@ class Module:
         Empty for cubins and when the driver's JIT cache (``~/.nv/ComputeCache``)
         already held this PTX: a cache hit compiles nothing and logs nothing.
         """
+        # The ptxas log parser (and its subprocess machinery) loads only when asked: loading
+        # and launching a kernel never needs it.
+        from pyfuse.backend_ptx.ptxas import parse_log
+
         return parse_log(self.info_log)[0]
 
 
