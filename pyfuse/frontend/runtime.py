@@ -366,7 +366,7 @@ class Loaded:
             and launches[0][5] is None
         ):
             launcher, grid, block, smem, _, _ = launches[0]
-            self._direct = (launcher.launch, grid, block, smem)
+            self._direct = launcher.bound(grid, block, smem)
         self._context = driver.context
         # Launchers write their argument slots in place: one launch sequence at a time.
         self._lock = threading.Lock()
@@ -382,8 +382,7 @@ class Loaded:
             if _several_devices:
                 self._context(self.device)
             if self._direct is not None:
-                launch, grid, block, smem = self._direct
-                launch(grid, block, smem, stream, buffers)
+                self._direct(buffers, stream)
                 return
             for launcher, grid, block, smem, slots, maps in self._launches:
                 arguments: list[Any] = [buffers[slot] for slot in slots]

@@ -32,9 +32,10 @@ the columns' ``cols / V`` vectors fill blocks of ``T = 128`` threads with at mos
 ``cols / V / 8`` idle threads, in at most ``max_grid_yz`` blocks (rows narrower than
 about ``T * V`` keep the flat schedule). The useful, feasible break point with the most
 outer-broadcast inputs wins (then inner-broadcast inputs, then the rightmost); without
-one the flat schedule stays. ``R`` is the most rows per thread of 8, 4, 2 that still
+one the flat schedule stays. ``R`` is the most rows per thread of 4, 2 that still
 gives ``MIN_BLOCKS_PER_SM`` blocks per SM and leaves at most 1/8 of the rows ragged;
-else 1.
+else 1 (on the H200, gelu(x * scale + bias) over 16384x4096 bf16 ran in 113 us with 4
+rows, 124 us with 8 and 155 us with the flat schedule).
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ from pyfuse.passes.scheduler_utils import (
 NAME = "pointwise"
 THREADS = 128
 # Rows one thread walks in the 2-D schedule, most first.
-ROWS_PER_THREAD = (8, 4, 2)
+ROWS_PER_THREAD = (4, 2)
 # Fewer blocks than this per SM leave SMs idle; more rows per thread are not worth that.
 MIN_BLOCKS_PER_SM = 4
 # At most 1/IDLE_FRACTION of a block's column threads (or of the rows) may be padding.

@@ -261,6 +261,32 @@ def test_launcher_recovers_when_another_library_switched_contexts(fake: FakeDriv
     assert fake.names()[-1] == "cuCtxSetCurrent"
 
 
+def test_bound_launch_writes_packed_pointers_and_falls_back_when_it_must(
+    fake: FakeDriver,
+) -> None:
+    launcher = _launcher(fake, [ParamKind.PTR] * 3)
+    run = launcher.bound((4,), (128,), 0)
+    run([16, 32, 48], 0x5000)
+    run([64, 80, 96], 0x5000)
+    first, second = fake.launches
+    assert first["args"] == [16, 32, 48] and second["args"] == [64, 80, 96]
+    assert first["params_address"] == second["params_address"]  # packed once, rewritten
+    assert second["grid"] == (4, 1, 1) and second["block"] == (128, 1, 1)
+    run([DevicePointerLike(), 1, 2], 0)  # not a plain int: the general path converts it
+    assert fake.launches[-1]["args"] == [0xDEAD0000, 1, 2]
+    with pytest.raises(LaunchError, match=r"expects 3 arguments \(PTR, PTR, PTR\), got 2"):
+        run([1, 2], 0)
+    fake.launch_results = [CUresult.CUDA_ERROR_INVALID_VALUE, CUresult.CUDA_ERROR_INVALID_VALUE]
+    with pytest.raises(LaunchError, match="CUDA_ERROR_INVALID_VALUE"):
+        run([1, 2, 3], 0)
+
+
+def test_bound_launch_of_other_param_kinds_takes_the_general_path(fake: FakeDriver) -> None:
+    launcher = _launcher(fake, [ParamKind.PTR, ParamKind.U32])
+    launcher.bound((1,), (32,), 0)([16, 7], 0)
+    assert fake.launches[-1]["args"] == [16, 7]
+
+
 def test_cluster_launch_uses_launch_kernel_ex(fake: FakeDriver) -> None:
     launcher = _launcher(fake, [ParamKind.PTR], cluster=(2,))
     launcher.launch((4, 1, 1), (128, 1, 1), 1024, 5, [64])

@@ -707,7 +707,10 @@ GPU_CASES: list[tuple[str, Callable[..., Any], list[Spec]]] = [
       for op in BINARY for d in (f32, bf16, i32) if (op, d) != ("pow", i32)],
     # Unragged: the interpreter would raise on the poison (-1) exponents of padded lanes.
     ("binary_pow_int32", pf.pow, [spec((32, 64), i32), spec((64,), i32)]),
-    *[c for c in CORPUS if not c[0].endswith("_big") and "2p31" not in c[0]],
+    # One-kernel cases only (sum_inner_f32_64x100000 splits into two kernels, whose
+    # intermediate this harness does not bind; the frontend GPU tests run it end to end).
+    *[c for c in CORPUS if not c[0].endswith("_big") and "2p31" not in c[0]
+      and c[0] != "sum_inner_f32_64x100000"],
     ("softmax_bf16_256x4096", lambda x: pf.softmax(x, -1), [spec((256, 4096), bf16)]),
     ("rms_norm_bf16_64x4096", lambda x, w: pf.rms_norm(x, w),
      [spec((64, 4096), bf16), spec((4096,), bf16)]),
@@ -721,10 +724,7 @@ def test_gpu_results_match_the_interpreter(
 ) -> None:
     from pyfuse.ir.kernel_interpreter import launch
 
-    kernels = kernels_of(fn, *specs)
-    if len(kernels) != 1:
-        pytest.skip("several kernels: their intermediates are not bound here")
-    (kernel,) = kernels
+    (kernel,) = kernels_of(fn, *specs)
     inputs = _host_inputs(kernel, np.random.default_rng(len(name)), 0 if "pow" in name else -7)
     if "sum" in name or "mean" in name:  # positive terms: float sums in any order agree
         inputs = [np.abs(a) if a.dtype.kind == "f" or a.dtype == bf16.numpy() else a

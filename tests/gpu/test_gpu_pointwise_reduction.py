@@ -325,6 +325,13 @@ def _reduction_cases() -> list[Case]:
             atol=sum_atol(32769),
         ),
         Case("sum-rows-16384x4096", lambda x: pf.sum(x, 1), (Arg(big),), atol=sum_atol(4096)),
+        # Rows too long for one block: split into a partial-sum kernel and a finishing one.
+        Case(
+            "sum-long-rows-64x100000",
+            lambda x: pf.sum(x, 1),
+            (Arg((64, 100000)),),
+            atol=sum_atol(100000),
+        ),
         Case("sum-cols-16384x4096", lambda x: pf.sum(x, 0), (Arg(big),), atol=sum_atol(16384)),
         Case(
             "max-rows-16384x4096-bf16", lambda x: pf.max(x, 1), (Arg(big, "bfloat16"),), **BF16_TOL

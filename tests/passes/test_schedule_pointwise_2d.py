@@ -97,8 +97,8 @@ def test_rows_per_thread_keep_the_gpu_filled() -> None:
         assert params["break_point"] == 1
         return int(params["unroll"])
 
-    assert rows((4096, 4096), bf16) == 8  # 512 x 4 blocks
-    assert rows((129, 4097), f32) == 8  # 17 x 33 blocks; one ragged row group
+    assert rows((4096, 4096), bf16) == 4  # 1024 x 4 blocks
+    assert rows((129, 4097), f32) == 4  # 33 x 33 blocks; one ragged row group
     assert rows((1000, 1000), f32) == 2  # 500 x 2 blocks; 8 rows would leave 250
     assert rows((7, 1000), f32) == 1  # 7 x 2 blocks: every row its own block
     for shape, dtype in [((4096, 4096), bf16), ((1000, 1000), f32), ((129, 4097), f32)]:
@@ -207,11 +207,13 @@ def test_bias_is_loaded_once_per_thread_outside_the_row_loop(
 
 
 def test_per_row_scale_is_loaded_once_per_row_not_per_element() -> None:
-    specs = [pf.spec((64, 1024), f32), pf.spec((64, 1), f32)]
+    # bf16: 8-wide vectors, so the row loop (4) and the vector (8) differ in extent.
+    specs = [pf.spec((64, 2048), bf16), pf.spec((64, 1), bf16)]
     (stages,) = compile_result(scale_rows, specs, SMALL_GPU).kernels
     kernel = stages.kernel_ir
     vector = stages.plan.params["vector_width"]
-    assert stages.plan.params["break_point"] == 1 and vector == 4
+    assert stages.plan.params["break_point"] == 1 and vector == 8
+    assert stages.plan.params["unroll"] == 4
     scale_name = param_named_by_shape(kernel, (64, 1))
     scale_reads = [loops for name, loops in global_reads(kernel.body) if name == scale_name]
     assert len(scale_reads) == 1
@@ -279,7 +281,7 @@ def test_matches_reference_at_ragged_shapes(
     if shape == (129, 4097):
         assert params["break_point"] == 1  # ragged rows and columns, every variant
         if target is not HOPPER:
-            assert params["unroll"] == 8
+            assert params["unroll"] == 4
 
 
 def test_three_dimensional_break_points_on_the_simulator() -> None:
