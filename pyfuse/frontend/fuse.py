@@ -62,6 +62,19 @@ def _outputs_of(result: object) -> list[Tensor]:
     return items  # type: ignore[return-value]
 
 
+# The runtime (and the driver behind it) loads with the first call, not with ``import
+# pyfuse``; after that a call finds it in this global instead of an import statement.
+_runtime_call: Callable[[Any, tuple[object, ...]], Any] | None = None
+
+
+def _load_runtime_call() -> Callable[[Any, tuple[object, ...]], Any]:
+    global _runtime_call
+    from pyfuse.frontend.runtime import call
+
+    _runtime_call = call
+    return call
+
+
 class FusedFunction:
     """A Python function that pyfuse traces, compiles and runs as fused GPU kernels."""
 
@@ -130,9 +143,7 @@ class FusedFunction:
 
     def __call__(self, *arrays: object) -> Any:
         """Run on the GPU: GPU arrays in, GPU arrays of the same kind out."""
-        from pyfuse.frontend.runtime import call
-
-        return call(self, arrays)
+        return (_runtime_call or _load_runtime_call())(self, arrays)
 
     def reference(self, *arrays: object) -> Any:
         """Evaluate on the CPU with NumPy (float64 math, results in the output dtypes)."""
