@@ -269,20 +269,34 @@ def case_gemm_cluster() -> list[Result]:
     n = 8192
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    variants = [("2x1", pf.MatmulParams(cluster_m=2)), ("1x2", pf.MatmulParams(cluster_n=2))]
+    return _a_bt_variants("gemm 8192^3 bf16 a @ b.T, cluster", "gemm_cluster", a, b, variants)
+
+
+def case_splitk() -> list[Result]:
+    """Few output tiles, long K: 512x512x32768 ``a @ b.T`` (8 tiles of 128x256 for 132 SMs),
+    default schedule and ``splitk=16`` against cuBLAS."""
+    import torch
+
+    m = n = 512
+    k = 32768
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    variants = [("default", None), ("splitk=16", pf.MatmulParams(splitk=16))]
+    return _a_bt_variants("gemm 512x512x32768 bf16 a @ b.T,", "gemm_long_k", a, b, variants)
+
+
+def _a_bt_variants(
+    title: str, name: str, a: Any, b: Any, variants: list[tuple[str, pf.MatmulParams | None]]
+) -> list[Result]:
+    """``a @ b.T`` under each (label, params) against the same cuBLAS call."""
+    flops = 2 * a.shape[0] * b.shape[0] * a.shape[1]
     results = []
-    for label, params in (
-        ("2x1", pf.MatmulParams(cluster_m=2)),
-        ("1x2", pf.MatmulParams(cluster_n=2)),
-    ):
-        fused = pf.fuse(lambda a, b: a @ b.T, name="gemm_cluster", matmul=params)
+    for label, params in variants:
+        fused = pf.fuse(lambda a, b: a @ b.T, name=name, matmul=params)
         results.append(
             _matmul_case(
-                f"gemm 8192^3 bf16 a @ b.T, cluster {label}",
-                fused,
-                lambda a, b: a @ b.T,
-                (a, b),
-                2 * n**3,
-                anchor_name="cublas",
+                f"{title} {label}", fused, lambda a, b: a @ b.T, (a, b), flops, anchor_name="cublas"
             )
         )
     return results
@@ -337,6 +351,7 @@ CASES: dict[str, Callable[[], Result | list[Result]]] = {
     "cold_call": case_cold_call,
     "gemm": case_gemm_layouts,
     "gemm_cluster": case_gemm_cluster,
+    "splitk": case_splitk,
     "linear_gelu": case_linear_gelu,
     "gate_up": case_gate_up,
 }

@@ -87,8 +87,12 @@ def decompose_unschedulable_mmas(fusion: Fusion, target: TargetInfo) -> int:
             root = schedule_matmul.operand_root(fusion, operand)
             if root is None:
                 continue  # a computed operand: segmentation gives it a kernel of its own
-            reason = schedule_matmul.tma_reason(root) or schedule_matmul.layout_reason(
-                expr, root, id_model
+            memory = schedule_matmul.operand_memory(fusion, operand)
+            if memory is None:
+                reasons.append(f"T{root.name} is reshaped but not row-major memory")
+                continue
+            reason = schedule_matmul.tma_reason(memory) or schedule_matmul.layout_reason(
+                expr, memory, id_model
             )
             if reason is not None:
                 reasons.append(reason)

@@ -42,6 +42,7 @@ from pyfuse.passes.schedule_matmul import (
     BARRIER_BYTES,
     SWIZZLE_BYTES,
     WGMMA_M,
+    operand_memory,
     operand_memory_roles,
 )
 
@@ -126,7 +127,9 @@ class _MatmulLowering(_Lowering):
         if not self.fusion.is_input(root):
             raise ScheduleError(f"kernel {self.name}: operand T{cache.name} does not view an input")
         buffer = self._buffer(root)
-        collapsed = operand_memory_roles(self.mmas[0], root, self.id_model)
+        # The input's memory as the MMA reads it (through a split-K reshape, if any).
+        memory = operand_memory(self.fusion, source) or root
+        collapsed = operand_memory_roles(self.mmas[0], memory, self.id_model)
         if collapsed is None:
             raise ScheduleError(f"kernel {self.name}: operand T{cache.name}'s memory has no roles")
         tile = {"m": self.matmul.tile_m, "n": self.matmul.tile_n, "k": self.matmul.tile_k}

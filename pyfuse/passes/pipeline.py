@@ -1,6 +1,8 @@
 """The pass pipeline, in order. Read this file to follow a fusion from math IR to kernel IR.
 
     ── math IR ──────────────────────────────────────────────────────────────────────────
+    split_k               (MatmulParams.splitk > 1) K split into a batch of partial products
+                          summed after: more CTAs per output tile
     translate_patterns    MatmulOp / LinearOp / mul-sum -> MmaOp, operand broadcasts kept
     decompose_matmuls     matmuls refused for tensor cores (fp32, 1-D, layouts TMA cannot
                           load) -> multiply + sum, a reduction
@@ -23,7 +25,9 @@ drives dumps and ``Kernel.ir``.
 
 from __future__ import annotations
 
+import dataclasses
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -42,6 +46,7 @@ from pyfuse.passes.lower import kernel_name, lower
 from pyfuse.passes.plan import KernelPlan, SegmentedFusion
 from pyfuse.passes.segment import segment
 from pyfuse.passes.skip_intermediates import skip_intermediates
+from pyfuse.passes.split_k import split_k
 from pyfuse.passes.split_reductions import split_long_reductions
 from pyfuse.passes.translate_patterns import translate_patterns
 from pyfuse.passes.validate import validate
@@ -120,6 +125,19 @@ def run(fusion: Fusion, target: TargetInfo, matmul: MatmulParams | None = None) 
     _check(fusion, "trace", boundary=True)
 
     # ── math IR
+    if matmul is not None and (matmul.splitk or 1) > 1:
+        with timer.stage("split_k"):
+            skipped = split_k(fusion, matmul.splitk or 1)
+        _check(fusion, "split_k", boundary=False)
+        if skipped:
+            warnings.warn(
+                f"pyfuse: MatmulParams(splitk={matmul.splitk}) not applied to "
+                + "; ".join(skipped),
+                UserWarning,
+                stacklevel=2,
+            )
+        # The split is in the math now: each matmul kernel reduces its whole (part of) K.
+        matmul = dataclasses.replace(matmul, splitk=1)
     with timer.stage("translate_patterns"), fusion:
         translate_patterns(fusion)
     _check(fusion, "translate_patterns", boundary=False)

@@ -34,7 +34,7 @@ import warnings
 
 from pyfuse.ir import dtypes
 from pyfuse.ir.caching import cache_after, cache_before
-from pyfuse.ir.exprs import Expr, LoadStoreKind, MmaOp, ReductionOp
+from pyfuse.ir.exprs import Expr, LoadStoreKind, MmaOp, ReductionOp, ReshapeOp
 from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.id_model import IdMappingMode, IdModel
 from pyfuse.ir.iterdomain import IterDomain, Merge, ParallelType, Split, Swizzle, SwizzleKind
@@ -68,6 +68,37 @@ def operand_root(fusion: Fusion, operand: TensorView) -> TensorView | None:
             return None
         tv = definition.tensor_inputs[0]
     return tv
+
+
+def operand_memory(fusion: Fusion, operand: TensorView) -> TensorView | None:
+    """The tensor whose memory axes say how an MMA operand reads its input: the input, or
+    the reshape of a row-major input nearest the MMA in the operand's metadata chain (a
+    view, contiguous over its own logical axes: how ``split_k`` splits K into a batch).
+    None when the chain computes, or reshapes a tensor that is not row-major memory."""
+    tv = operand
+    while not fusion.is_input(tv):
+        definition = tv.definition
+        if definition is None or not is_metadata_op(definition):
+            return None
+        if isinstance(definition, ReshapeOp):
+            source = definition.tensor_inputs[0]
+            if not fusion.is_input(source) or not is_row_major(source):
+                return None
+            return tv
+        tv = definition.tensor_inputs[0]
+    return tv
+
+
+def is_row_major(tv: TensorView) -> bool:
+    """``tv``'s memory is row-major and contiguous (size-1 axes aside)."""
+    expected = 1
+    for axis, stride in reversed(memory_strides(tv)):
+        if axis.logical_extent != 1 and stride != expected:
+            return False
+        expected *= axis.logical_extent
+    return [axis for axis, _ in memory_strides(tv)] == [
+        axis for axis in tv.no_reductions if not axis.is_broadcast
+    ]
 
 
 def tma_reason(root: TensorView) -> str | None:
@@ -172,7 +203,10 @@ def decline_reason(fusion: Fusion, target: TargetInfo) -> str | None:
                     "operands are loaded by TMA from global memory, so a prologue runs in its "
                     "own kernel"
                 )
-            reason = tma_reason(root) or layout_reason(mma, root, id_model)
+            memory = operand_memory(fusion, operand)
+            if memory is None:
+                return f"operand {name} reshapes T{root.name}, which is not row-major memory"
+            reason = tma_reason(memory) or layout_reason(mma, memory, id_model)
             if reason is not None:
                 return reason
     epilogue = _downstream(fusion, [m.output for m in mmas])
@@ -230,8 +264,8 @@ def _warn_unused(params: MatmulParams) -> None:
     """Say so when a requested setting is scheduled in the IR but not yet carried out by the
     kernel (the result is still exact: the kernel reduces all of K in each CTA)."""
     unused = []
-    if (params.splitk or 1) > 1:
-        unused.append(f"splitk={params.splitk}")
+    if (params.splitk or 1) > 1:  # the pipeline's split_k pass takes it from the params
+        unused.append(f"splitk={params.splitk} (reached the kernel scheduler unsplit)")
     if params.warp_specialized is False:
         unused.append("warp_specialized=False (the kernel is always warp-specialized)")
     if params.smem_epilogue:
@@ -429,6 +463,11 @@ def schedule(
     epilogue_outputs = list(fusion.outputs)
     for tv in epilogue_outputs:
         cache_before(fusion, tv)
+    # An MMA result that is itself an output (split-K partials) now writes the cache: the
+    # accumulator is the cache's.
+    mmas = _mmas(fusion)
+    reference = mmas[0].output
+    roles = mmas[0].roles()
 
     schedule_accumulator(reference, roles, params, target)
     id_model = IdModel(fusion)

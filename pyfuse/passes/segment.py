@@ -148,8 +148,9 @@ def _greedy(fusion: Fusion, exprs: list[Expr], target: TargetInfo) -> list[list[
     all_exprs = fusion.exprs()
     groups: list[list[Expr]] = []
     current: list[Expr] = []
-    for expr in exprs:
-        candidate = [*current, expr]
+    for unit in _units(exprs):
+        expr = unit[-1]
+        candidate = [*current, *unit]
         members = {id(e) for e in candidate}
         later = [e for e in all_exprs if id(e) not in members]
         outputs = _group_outputs(fusion, candidate, later)
@@ -167,10 +168,52 @@ def _greedy(fusion: Fusion, exprs: list[Expr], target: TargetInfo) -> list[list[
                 where=expr.source,
             )
         groups.append(current)
-        current = [expr]
+        current = list(unit)
     if current:
         groups.append(current)
     return groups
+
+
+def _units(exprs: list[Expr]) -> list[list[Expr]]:
+    """``exprs`` in steps for the greedy walk: each MMA together with the metadata ops that
+    only feed it (its operand views: TMA reads them in place, so they belong to its kernel,
+    and two operands' views apart would look like a pointwise kernel of two sizes), every
+    other expr alone; in topological order."""
+    members = {id(e) for e in exprs}
+    chain_of: dict[int, list[Expr]] = {}
+    attached: set[int] = set()
+    for mma in exprs:
+        if not isinstance(mma, MmaOp):
+            continue
+        chain: list[Expr] = []
+        frontier = list(mma.tensor_inputs)
+        while frontier:
+            tv = frontier.pop()
+            definition = tv.definition
+            if (
+                definition is None
+                or id(definition) not in members
+                or id(definition) in attached
+                or not is_metadata_op(definition)
+                or not all(_feeds_only(use, mma, chain) for use in tv.uses)
+            ):
+                continue
+            chain.append(definition)
+            attached.add(id(definition))
+            frontier.extend(definition.tensor_inputs)
+        chain_of[id(mma)] = chain
+    order = {id(e): i for i, e in enumerate(exprs)}
+    units = []
+    for expr in exprs:
+        if id(expr) in attached:
+            continue
+        chain = sorted(chain_of.get(id(expr), []), key=lambda e: order[id(e)])
+        units.append([*chain, expr])
+    return units
+
+
+def _feeds_only(use: Expr, mma: MmaOp, chain: list[Expr]) -> bool:
+    return use is mma or any(use is e for e in chain)
 
 
 def _plans(fusion: Fusion, groups: list[list[Expr]], target: TargetInfo) -> SegmentedFusion:

@@ -188,3 +188,48 @@ def test_clusters_with_every_pattern(cluster: str) -> None:
     want = torch.nn.functional.silu(x.float() @ w1.float().T) * (x.float() @ w3.float().T)
     got = twice(gate_up, x, w1, w3)
     assert (got.float() - want).abs().max().item() <= 2e-2 * (want.abs().max().item() + 1)
+
+
+SPLITK_CASES = {
+    "a@b": (lambda a, b: a @ b, [(200, 4096), (4096, 136)]),
+    "a@b.T": (lambda a, b: a @ b.T, [(200, 4096), (136, 4096)]),
+    "a.T@b": (lambda a, b: a.T @ b, [(4096, 200), (4096, 136)]),
+    "a.T@b.T": (lambda a, b: a.T @ b.T, [(4096, 200), (136, 4096)]),
+    "batched": (lambda a, b: a @ b, [(3, 200, 2048), (2048, 136)]),
+    "64x64x65536": (lambda a, b: a @ b.T, [(64, 65536), (64, 65536)]),
+}
+
+
+@pytest.mark.parametrize("splitk", [2, 8])
+@pytest.mark.parametrize("case", sorted(SPLITK_CASES))
+def test_split_k(case: str, splitk: int) -> None:
+    """K split into parts on separate CTAs (a batched matmul, then the sum), every layout."""
+    torch = _torch()
+    fn, shapes = SPLITK_CASES[case]
+    args = [_rand(torch, *shape) for shape in shapes]
+    fused = pf.fuse(fn, matmul=pf.MatmulParams(splitk=splitk))
+    first, second = fused(*args), fused(*args)
+    k = shapes[1][-1] if case in ("a@b.T", "a.T@b.T", "64x64x65536") else shapes[1][-2]
+    _check(first, fn(*(a.float() for a in args)), k)
+    assert torch.equal(first, second), f"{case}: results moved between runs (a race)"
+    assert len(fused.compile(*args).kernels) >= 2  # the split applied: matmul, then the sum
+
+
+def test_split_k_linear_bias_gelu_and_a_k_it_cannot_split() -> None:
+    torch = _torch()
+    x, w, bias = _rand(torch, 256, 8192), _rand(torch, 520, 8192), _rand(torch, 520)
+    linear = pf.fuse(
+        lambda x, w, b: pf.gelu(pf.linear(x, w, b), approximate="tanh"),
+        matmul=pf.MatmulParams(splitk=4),
+    )
+    want = torch.nn.functional.gelu(
+        torch.nn.functional.linear(x.float(), w.float(), bias.float()), approximate="tanh"
+    )
+    got = linear(x, w, bias)
+    assert (got.float() - want).abs().max().item() <= 2e-2 * (want.abs().max().item() + 1)
+    assert torch.equal(got, linear(x, w, bias))
+    a, b = _rand(torch, 200, 1000), _rand(torch, 1000, 136)  # K = 1000: 4 parts of 250
+    unsplit = pf.fuse(lambda a, b: a @ b, matmul=pf.MatmulParams(splitk=4))
+    with pytest.warns(UserWarning, match="not a multiple"):
+        out = unsplit(a, b)
+    _check(out, a.float() @ b.float(), 1000)

@@ -303,8 +303,6 @@ def test_compiled_matmul_ptx_assembles_cleanly(pattern: str, schedule: str) -> N
 
 def test_settings_the_kernel_does_not_carry_out_are_reported() -> None:
     fn, specs = PATTERNS["linear"]
-    with pytest.warns(UserWarning, match="splitk=2"):
-        _run(fn, specs, pf.MatmulParams(splitk=2))
     with pytest.warns(UserWarning, match="warp_specialized=False"):
         _run(fn, specs, pf.MatmulParams(warp_specialized=False))
     with pytest.warns(UserWarning, match="smem_epilogue=True"):

@@ -1,0 +1,132 @@
+"""split_k: a matmul's K dimension split into ``S`` parts that run on separate CTAs.
+
+A matmul with few output tiles and a long K keeps most SMs idle: every CTA reduces a whole
+K. ``MatmulParams(splitk=S)`` asks for ``S`` CTAs per output tile instead. Expects the math
+IR before ``translate_patterns``; rewrites, in place, each MatmulOp and LinearOp whose
+operands allow it as
+
+    parts  = matmul(a_view [..., S, M, K/S], b_view [..., S, K/S, N])   # fp32, a batch of S
+    result = cast(sum(parts, the S axis) (+ bias), the original dtype)
+
+Each view reshapes an operand's *stored* tensor, a fusion input in row-major memory or such
+an input under one transpose of its last two axes: splitting an axis of a row-major tensor
+is a view, so ``skip_intermediates`` aliases it and TMA reads the input in place (the batch
+of ``S`` is one more batch dim of the TMA box walk). The partial products stay in fp32
+(translation elides the bf16 round trip), so the result is as accurate as one CTA's sum.
+The segmenter then puts the batched matmul in one kernel and the sum with the epilogue in a
+second one (a matmul epilogue takes no reduction): the ``[S, M, N]`` fp32 partials go
+through global memory.
+
+Guarantees: math unchanged up to fp32 summation order; a matmul left alone has a reason in
+the returned list (K not a multiple of ``8 S`` — each part's row must stay 16-byte aligned
+for TMA —, operands that are not stored row-major, 1-D operands, dtypes wgmma does not take).
+"""
+
+from __future__ import annotations
+
+from pyfuse.ir import dtypes
+from pyfuse.ir import ops as ir_ops
+from pyfuse.ir.exprs import BinaryOpType, Expr, LinearOp, MatmulOp, PermuteOp, ReductionOpType
+from pyfuse.ir.fusion import Fusion
+from pyfuse.ir.naming import source_location
+from pyfuse.ir.tensor import TensorView
+from pyfuse.passes.schedule_matmul import is_row_major
+
+# Elements per part of K that keep every part's start 16-byte aligned for bf16/f16 TMA.
+K_ALIGNMENT = 8
+SPLIT_DTYPES = (dtypes.bfloat16, dtypes.float16)
+
+
+def split_k(fusion: Fusion, parts: int) -> list[str]:
+    """Rewrite every matmul of ``fusion`` that allows it (module docstring); returns why the
+    others were left alone, one line per matmul."""
+    if parts <= 1:
+        return []
+    skipped = []
+    for expr in fusion.exprs():
+        if not isinstance(expr, MatmulOp | LinearOp):
+            continue
+        reason = _split(fusion, expr, parts)
+        if reason is not None:
+            where = f" at {expr.source}" if expr.source else ""
+            skipped.append(f"{expr.op_name} T{expr.output.name}{where}: {reason}")
+    return skipped
+
+
+def _split(fusion: Fusion, expr: MatmulOp | LinearOp, parts: int) -> str | None:
+    """Rewrite ``expr`` with ``parts`` parts of K, or say why not."""
+    if isinstance(expr, MatmulOp):
+        a, b, bias = expr.a, expr.b, None
+        b_k_last = False  # b is [..., K, N]
+    else:
+        a, b, bias = expr.x, expr.weight, expr.bias
+        b_k_last = True  # the weight is [N, K]
+    if a.dtype not in SPLIT_DTYPES:
+        return f"operands are {a.dtype.name}; split-K runs on the bf16/f16 tensor-core path"
+    if len(a.shape) < 2 or len(b.shape) < 2:
+        return "1-D operands"
+    k = a.shape[-1]
+    if k % (parts * K_ALIGNMENT):
+        return f"K = {k} is not a multiple of {parts} parts of {K_ALIGNMENT} elements"
+    with fusion, source_location(expr.source):
+        a_view = _k_view(a, k_last=True, parts=parts)
+        b_view = _k_view(b, k_last=b_k_last, parts=parts)
+        if a_view is None or b_view is None:
+            which = "A" if a_view is None else "B"
+            return (
+                f"operand {which} is not stored row-major (nor as the transpose of a row-major "
+                "input), so its K cannot be split as a view"
+            )
+        if b_k_last:  # the weight's view is [S, N, K/S]: put K/S before N, as matmul wants
+            b_view = ir_ops.transpose(b_view, -1, -2)
+        partial = ir_ops.cast(ir_ops.matmul(a_view, b_view), dtypes.float32)
+        result = ir_ops.reduce(ReductionOpType.SUM, partial, -3)
+        if bias is not None:
+            result = ir_ops.binary(BinaryOpType.ADD, result, ir_ops.cast(bias, dtypes.float32))
+        result = ir_ops.cast(result, expr.output.dtype)
+    fusion.replace_uses(expr.output, result)
+    expr.unlink()
+    return None
+
+
+def _k_view(operand: TensorView, *, k_last: bool, parts: int) -> TensorView | None:
+    """``operand`` ([..., X, K] when ``k_last``, else [..., K, X]) as [..., S, X, K/S] or
+    [..., S, K/S, X], made by reshaping its stored row-major tensor; None when it has none."""
+    stored, transposed = _stored(operand)
+    if stored is None:
+        return None
+    # K's place in the stored tensor: last when exactly one of (k_last, transposed) holds.
+    stored_k_last = k_last != transposed
+    *batch, rows, cols = stored.shape
+    if stored_k_last:
+        k = cols
+        view = ir_ops.reshape(stored, [*batch, rows, parts, k // parts])  # [.., X, S, K/S]
+        lead = len(batch)
+        # -> [.., S, X, K/S] (stored [X, K]) or [.., S, K/S, X] (stored is the transpose).
+        order = [lead + 1, lead, lead + 2] if not transposed else [lead + 1, lead + 2, lead]
+    else:
+        k = rows
+        view = ir_ops.reshape(stored, [*batch, parts, k // parts, cols])  # [.., S, K/S, X]
+        lead = len(batch)
+        order = [lead, lead + 1, lead + 2] if not transposed else [lead, lead + 2, lead + 1]
+    perm = [*range(lead), *order]
+    if perm == list(range(len(perm))):
+        return view
+    return ir_ops.permute(view, perm)
+
+
+def _stored(operand: TensorView) -> tuple[TensorView | None, bool]:
+    """(the row-major fusion input ``operand`` reads, whether it is read transposed in its
+    last two axes); (None, False) for anything else."""
+    source: Expr | None = operand.definition
+    transposed = False
+    if isinstance(source, PermuteOp):
+        rank = len(operand.shape)
+        swap = [*range(rank - 2), rank - 1, rank - 2]
+        if list(source.perm) != swap:
+            return None, False
+        operand = source.tensor_inputs[0]
+        transposed = True
+    if operand.definition is not None or not is_row_major(operand):
+        return None, False
+    return operand, transposed
