@@ -262,28 +262,35 @@ def case_gemm_layouts() -> list[Result]:
 
 
 def case_gemm_cluster() -> list[Result]:
-    """TMA multicast in 2-CTA clusters (``cluster_m=2``: the B tile is shared) against the
-    same cuBLAS call; the default schedule has no cluster."""
+    """TMA multicast in 2-CTA clusters (``cluster_m=2``, the default at this size: the B tile
+    is shared) and without, against the same cuBLAS call."""
     import torch
 
     n = 8192
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    variants = [("2x1", pf.MatmulParams(cluster_m=2)), ("1x2", pf.MatmulParams(cluster_n=2))]
+    variants = [
+        ("1x1", pf.MatmulParams(cluster_m=1)),
+        ("2x1", pf.MatmulParams(cluster_m=2)),
+        ("1x2", pf.MatmulParams(cluster_n=2)),
+    ]
     return _a_bt_variants("gemm 8192^3 bf16 a @ b.T, cluster", "gemm_cluster", a, b, variants)
 
 
 def case_splitk() -> list[Result]:
-    """Few output tiles, long K: 512x512x32768 ``a @ b.T`` (8 tiles of 128x256 for 132 SMs),
-    default schedule and ``splitk=16`` against cuBLAS."""
+    """Few output tiles, long K: 512x512x32768 (8 tiles of 128x256 for 132 SMs) and
+    64x14336x4096 (56 tiles) ``a @ b.T``, the default (the heuristic splits K) against
+    ``splitk=1`` and cuBLAS."""
     import torch
 
-    m = n = 512
-    k = 32768
-    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
-    variants = [("default", None), ("splitk=16", pf.MatmulParams(splitk=16))]
-    return _a_bt_variants("gemm 512x512x32768 bf16 a @ b.T,", "gemm_long_k", a, b, variants)
+    results = []
+    for m, n, k in ((512, 512, 32768), (64, 14336, 4096)):
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / 8
+        variants = [("default (split-K)", None), ("splitk=1", pf.MatmulParams(splitk=1))]
+        title = f"gemm {m}x{n}x{k} bf16 a @ b.T,"
+        results += _a_bt_variants(title, "gemm_long_k", a, b, variants)
+    return results
 
 
 def _a_bt_variants(
@@ -302,21 +309,28 @@ def _a_bt_variants(
     return results
 
 
-def case_linear_gelu() -> Result:
+def case_linear_gelu() -> list[Result]:
+    """The default schedule (a 2x1 cluster at this size) and the same without a cluster."""
     import torch
 
     m, n, k = 4096, 14336, 4096
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / 64
     b = torch.randn(n, device="cuda", dtype=torch.bfloat16)
-    fused = pf.fuse(
-        lambda x, w, b: pf.gelu(pf.linear(x, w, b), approximate="tanh"), name="linear_gelu"
-    )
 
     def eager(x: Any, w: Any, b: Any) -> Any:
         return torch.nn.functional.gelu(torch.nn.functional.linear(x, w, b), approximate="tanh")
 
-    return _matmul_case("linear+bias+gelu 4096x14336x4096", fused, eager, (x, w, b), 2 * m * n * k)
+    results = []
+    for label, params in (("", None), (", no cluster", pf.MatmulParams(cluster_m=1))):
+        fused = pf.fuse(
+            lambda x, w, b: pf.gelu(pf.linear(x, w, b), approximate="tanh"),
+            name="linear_gelu",
+            matmul=params,
+        )
+        name = f"linear+bias+gelu 4096x14336x4096{label}"
+        results.append(_matmul_case(name, fused, eager, (x, w, b), 2 * m * n * k))
+    return results
 
 
 def case_gate_up() -> Result:

@@ -593,10 +593,10 @@ class _KernelEmitter:
 
     def expr(self, expr: kir.KExpr) -> Value:
         """``expr`` in the storage form of its dtype: a register or a folded immediate."""
-        if expr in self.memo:
-            return self.memo[expr]
-        value = self.compute(expr)
-        self.memo[expr] = value
+        value = self.memo.get(expr)  # never None: every expression has a value
+        if value is None:
+            value = self.compute(expr)
+            self.memo[expr] = value
         return value
 
     def compare_dtype(self, lhs: kir.KExpr, rhs: kir.KExpr) -> DType:

@@ -73,6 +73,7 @@ _CLASS: dict[str, RegClass] = {
     "u32": RegClass.B32, "u64": RegClass.B64, "b16": RegClass.B16, "pred": RegClass.PRED,
 }  # fmt: skip
 _HALF = (dtypes.bfloat16, dtypes.float16)
+_HALF_PTX = frozenset(dtype.ptx for dtype in _HALF)
 # IR op names that mean the same compute op.
 _ALIASES = {"max": "maximum", "min": "minimum", "sum": "add"}
 # On bools, + and max are "or", * and min are "and" (NumPy's bool arithmetic).
@@ -94,6 +95,12 @@ def compute_type(dtype: DType) -> str:
     return _COMPUTE[dtype]
 
 
+def is_half(dtype: DType) -> bool:
+    """bf16 or f16: stored as 16-bit patterns, computed in f32. (Tested by PTX name: a
+    DType compares and hashes all its fields, and the emitter asks this for most values.)"""
+    return dtype.ptx in _HALF_PTX
+
+
 # ---- constant folding ------------------------------------------------------------------------
 
 
@@ -109,7 +116,7 @@ def round_to(value: float | int | bool, dtype: DType) -> Imm:
         if dtype == dtypes.float64:
             return float(value)
         single = np.float32(value)
-        if dtype in _HALF:
+        if is_half(dtype):
             # Through f32, like a GPU (and the interpreter) rounding f32 math to 16 bits.
             return float(single.astype(dtype.numpy()))
         return float(single)

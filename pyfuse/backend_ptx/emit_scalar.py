@@ -12,7 +12,6 @@ from pyfuse.backend_ptx.emit_math import (
     _ALIASES,
     _BOOL_COMBINE,
     _CLASS,
-    _HALF,
     FloatOps,
     Value,
     _identity,
@@ -25,6 +24,7 @@ from pyfuse.backend_ptx.emit_math import (
     gelu_tanh,
     gelu_tanh_16,
     half_bits,
+    is_half,
     log,
     pow_,
     round_to,
@@ -46,6 +46,12 @@ from pyfuse.ir.dtypes import DType
 # accuracy cost about half their instructions and vanish in that rounding.
 _F16_EXPANSIONS: dict[str, Callable[[FloatOps[Value, Reg], Value], Value]] = {
     "sigmoid": sigmoid_16, "silu": silu_16, "gelu_tanh": gelu_tanh_16,
+}  # fmt: skip
+
+
+# Float ops written with an explicit .rn, so that ptxas never contracts them into an fma.
+_ROUNDED_FLOAT_OPS: dict[str, Callable[..., Instr]] = {
+    "add": arith.add, "sub": arith.sub, "mul": arith.mul,
 }  # fmt: skip
 
 
@@ -165,7 +171,7 @@ class ScalarMath:
         """An operand of the storage type: 16-bit float immediates become their bits."""
         if isinstance(value, Reg):
             return value
-        if dtype in _HALF:
+        if is_half(dtype):
             return half_bits(float(value), dtype)
         return int(value) if dtype.is_integer or dtype.is_bool else value
 
@@ -183,13 +189,13 @@ class ScalarMath:
             self.kb.emit(arith.mov(storage_type(dtype), dst, self.encoded(value, dtype)))
 
     def to_compute(self, value: Value, dtype: DType) -> Value:
-        if dtype in _HALF and isinstance(value, Reg):
+        if is_half(dtype) and isinstance(value, Reg):
             source = value
             return self._out("f32", lambda d: convert.cvt("f32", dtype.ptx, d, source))
         return value
 
     def from_compute(self, value: Value, dtype: DType) -> Value:
-        if dtype not in _HALF:
+        if not is_half(dtype):
             return value
         if not isinstance(value, Reg):
             return round_to(float(value), dtype)
@@ -272,9 +278,9 @@ class ScalarMath:
         return self._int_binary(op, x, y, ctype)
 
     def _float_binary(self, op: str, x: Value, y: Value, ctype: str) -> Value:
-        rounded = {"add": arith.add, "sub": arith.sub, "mul": arith.mul}
-        if op in rounded:
-            return self._out(ctype, lambda d: rounded[op](ctype, d, x, y, rounding="rn"))
+        rounded = _ROUNDED_FLOAT_OPS.get(op)
+        if rounded is not None:
+            return self._out(ctype, lambda d: rounded(ctype, d, x, y, rounding="rn"))
         if op == "div":
             return self._out(ctype, lambda d: arith.div(ctype, d, x, y, mode="rn"))
         if op in ("maximum", "minimum"):
@@ -402,7 +408,7 @@ class ScalarMath:
 
     def cast(self, value: Value, source: DType, target: DType) -> Value:
         """The interpreter's Cast: float to int truncates (cvt.rzi, saturating, NaN to 0)."""
-        if source == target:
+        if source is target:  # dtypes are singletons; == would compare every field
             return value
         if not isinstance(value, Reg):
             return fold_cast(value, target)

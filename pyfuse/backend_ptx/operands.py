@@ -157,8 +157,18 @@ def _reg_accepts(cls: RegClass, info: TypeInfo) -> bool:
     return True
 
 
+# The register classes that may hold an operand of each PTX type: the rule of _reg_accepts,
+# tabulated once because the emitter checks every operand it writes.
+_ACCEPTING_CLASSES: dict[str, tuple[RegClass, ...]] = {
+    name: tuple(cls for cls in RegClass if _reg_accepts(cls, info))
+    for name, info in PTX_TYPES.items()
+}
+
+
 def check_reg(reg: object, ptype: str, what: str) -> Reg:
     """``reg`` must be a register whose class may hold a ``.ptype`` operand."""
+    if isinstance(reg, Reg) and reg.cls in _ACCEPTING_CLASSES.get(ptype, ()):
+        return reg
     info = type_info(ptype)
     if not isinstance(reg, Reg):
         raise ValueError(f"{what} must be a register for .{ptype}, got {reg!r}")
@@ -220,9 +230,9 @@ def float_literal(value: float, ptype: str) -> str:
 
 def fmt_operand(value: Operand, ptype: str, what: str) -> str:
     """Render a source operand of type ``.ptype``: a checked register or an immediate."""
-    info = type_info(ptype)
     if isinstance(value, Reg):
         return str(check_reg(value, ptype, what))
+    info = type_info(ptype)
     if isinstance(value, bool):
         raise ValueError(f"{what}: use 0/1 or a predicate register, not {value!r}")
     if info.kind is Kind.FLOAT:

@@ -20,8 +20,9 @@ unrolled loops are expanded, which the emitter checks.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from pyfuse.ir import dtypes
 from pyfuse.ir.dtypes import DType
@@ -39,6 +40,31 @@ class KExpr:
         raise NotImplementedError
 
 
+_Expression = TypeVar("_Expression", bound=KExpr)
+
+
+def _hash_once(cls: type[_Expression]) -> type[_Expression]:
+    """Cache the dataclass-generated hash of an expression class on each node.
+
+    The generated ``__hash__`` hashes every field, so hashing an expression walks its whole
+    tree; the emitter hashes every node it visits (its per-statement memo), which made those
+    walks a large part of emission. The cached value is the generated one, so dicts and sets
+    of expressions behave exactly as before.
+    """
+    field_hash: Callable[[_Expression], int] = cls.__hash__
+
+    def cached_hash(self: _Expression) -> int:
+        value: int | None = self.__dict__.get("_hash")
+        if value is None:
+            value = field_hash(self)
+            object.__setattr__(self, "_hash", value)  # not a field: eq and repr ignore it
+        return value
+
+    cls.__hash__ = cached_hash  # type: ignore[method-assign, assignment]
+    return cls
+
+
+@_hash_once
 @dataclass(frozen=True)
 class Const(KExpr):
     value: bool | int | float
@@ -48,6 +74,7 @@ class Const(KExpr):
         return str(self.value)
 
 
+@_hash_once
 @dataclass(frozen=True)
 class Var(KExpr):
     """A scalar variable: a loop index (with its trip count as ``extent``) or a let-bound value.
@@ -72,6 +99,7 @@ class SpecialKind(enum.Enum):
     NCTAID_X = "nctaid.x"
 
 
+@_hash_once
 @dataclass(frozen=True)
 class Special(KExpr):
     """A special register (thread or block index); ``extent`` is its launch size."""
@@ -84,6 +112,7 @@ class Special(KExpr):
         return f"%{self.kind.value}"
 
 
+@_hash_once
 @dataclass(frozen=True)
 class Param(KExpr):
     """A scalar kernel parameter."""
@@ -95,6 +124,7 @@ class Param(KExpr):
         return f"${self.name}"
 
 
+@_hash_once
 @dataclass(frozen=True)
 class Binary(KExpr):
     """``lhs op rhs``. Index ops: add sub mul floordiv mod min max; compares give bool; tensor
@@ -130,6 +160,7 @@ _INFIX = {
 }
 
 
+@_hash_once
 @dataclass(frozen=True)
 class Unary(KExpr):
     """``op(operand)`` with the op names of :class:`pyfuse.ir.exprs.UnaryOpType`."""
@@ -142,6 +173,7 @@ class Unary(KExpr):
         return f"{self.op}({self.operand})"
 
 
+@_hash_once
 @dataclass(frozen=True)
 class Select(KExpr):
     condition: KExpr
@@ -153,6 +185,7 @@ class Select(KExpr):
         return f"({self.condition} ? {self.if_true} : {self.if_false})"
 
 
+@_hash_once
 @dataclass(frozen=True)
 class Cast(KExpr):
     operand: KExpr
@@ -178,6 +211,7 @@ class Buffer:
         return self.name
 
 
+@_hash_once
 @dataclass(frozen=True)
 class Load(KExpr):
     """``buffer[index]`` (element index)."""

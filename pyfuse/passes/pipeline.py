@@ -1,8 +1,8 @@
 """The pass pipeline, in order. Read this file to follow a fusion from math IR to kernel IR.
 
     ── math IR ──────────────────────────────────────────────────────────────────────────
-    split_k               (MatmulParams.splitk > 1) K split into a batch of partial products
-                          summed after: more CTAs per output tile
+    split_k               K split into a batch of partial products summed after, where asked
+                          (MatmulParams.splitk) or where few output tiles leave SMs idle
     translate_patterns    MatmulOp / LinearOp / mul-sum -> MmaOp, operand broadcasts kept
     decompose_matmuls     matmuls refused for tensor cores (fp32, 1-D, layouts TMA cannot
                           load) -> multiply + sum, a reduction
@@ -125,17 +125,18 @@ def run(fusion: Fusion, target: TargetInfo, matmul: MatmulParams | None = None) 
     _check(fusion, "trace", boundary=True)
 
     # ── math IR
-    if matmul is not None and (matmul.splitk or 1) > 1:
+    requested = matmul.splitk if matmul is not None else None  # None: the heuristic's
+    if requested is None or requested > 1:
         with timer.stage("split_k"):
-            skipped = split_k(fusion, matmul.splitk or 1)
+            skipped = split_k(fusion, requested, target)
         _check(fusion, "split_k", boundary=False)
         if skipped:
             warnings.warn(
-                f"pyfuse: MatmulParams(splitk={matmul.splitk}) not applied to "
-                + "; ".join(skipped),
+                f"pyfuse: MatmulParams(splitk={requested}) not applied to " + "; ".join(skipped),
                 UserWarning,
                 stacklevel=2,
             )
+    if matmul is not None:
         # The split is in the math now: each matmul kernel reduces its whole (part of) K.
         matmul = dataclasses.replace(matmul, splitk=1)
     with timer.stage("translate_patterns"), fusion:

@@ -240,7 +240,8 @@ def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo)
     b_count = len(operands) - a_count
     stage_bytes = (tile_m * a_count + tile_n * b_count) * tile_k * itemsize
     stages = max(1, min(8, (target.max_smem_per_block - BARRIER_BYTES) // stage_bytes))
-    tiles = -(-shape["m"] // tile_m) * -(-shape["n"] // tile_n) * shape["batch"]
+    m_tiles = -(-shape["m"] // tile_m)
+    tiles = m_tiles * -(-shape["n"] // tile_n) * shape["batch"]
     defaults = MatmulParams(
         tile_m=tile_m,
         tile_n=tile_n,
@@ -249,7 +250,7 @@ def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo)
         grid_swizzle=_grid_swizzle(-(-shape["m"] // tile_m), tile_m, tile_n, target),
         persistent=tiles > target.sm_count,
         splitk=1,
-        cluster_m=1,
+        cluster_m=_cluster_m(m_tiles, tiles, tile_n, tile_k, given, target),
         cluster_n=1,
         warp_specialized=True,
         smem_epilogue=False,
@@ -258,6 +259,20 @@ def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo)
     _check_params(params, tile_n_limit=MAX_WGMMA_N)
     _warn_unused(params)
     return params
+
+
+def _cluster_m(
+    m_tiles: int, tiles: int, tile_n: int, tile_k: int, given: MatmulParams, target: TargetInfo
+) -> int:
+    """2 (pairs of M tiles share their B tile through TMA multicast) for matmuls of at least
+    two waves of tiles, where it ran 3-5% faster on the H200 (8192^3: 0.94-0.95x cuBLAS
+    against 0.90-0.91x in two runs); 1 for smaller ones, when the user asked for a
+    ``cluster_n``, or when the tile does not split into two multicast halves."""
+    if (given.cluster_n or 1) > 1 or m_tiles < 2 or tiles < 2 * target.sm_count:
+        return 1
+    if tile_n % (8 * 2) or tile_k % (8 * 2):
+        return 1
+    return 2
 
 
 def _warn_unused(params: MatmulParams) -> None:

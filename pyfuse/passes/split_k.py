@@ -1,9 +1,10 @@
 """split_k: a matmul's K dimension split into ``S`` parts that run on separate CTAs.
 
 A matmul with few output tiles and a long K keeps most SMs idle: every CTA reduces a whole
-K. ``MatmulParams(splitk=S)`` asks for ``S`` CTAs per output tile instead. Expects the math
-IR before ``translate_patterns``; rewrites, in place, each MatmulOp and LinearOp whose
-operands allow it as
+K. ``MatmulParams(splitk=S)`` asks for ``S`` CTAs per output tile instead; left ``None``,
+:func:`auto_parts` picks ``S`` for each matmul whose tiles fill at most half the SMs.
+Expects the math IR before ``translate_patterns``; rewrites, in place, each MatmulOp and
+LinearOp whose operands allow it as
 
     parts  = matmul(a_view [..., S, M, K/S], b_view [..., S, K/S, N])   # fp32, a batch of S
     result = cast(sum(parts, the S axis) (+ bias), the original dtype)
@@ -29,28 +30,60 @@ from pyfuse.ir import ops as ir_ops
 from pyfuse.ir.exprs import BinaryOpType, Expr, LinearOp, MatmulOp, PermuteOp, ReductionOpType
 from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.naming import source_location
+from pyfuse.ir.target import HOPPER, TargetInfo
 from pyfuse.ir.tensor import TensorView
 from pyfuse.passes.schedule_matmul import is_row_major
 
 # Elements per part of K that keep every part's start 16-byte aligned for bf16/f16 TMA.
 K_ALIGNMENT = 8
+# The shortest K part the heuristic makes: 16 K tiles of 64, enough to fill the pipeline.
+MIN_AUTO_PART = 1024
 SPLIT_DTYPES = (dtypes.bfloat16, dtypes.float16)
 
 
-def split_k(fusion: Fusion, parts: int) -> list[str]:
-    """Rewrite every matmul of ``fusion`` that allows it (module docstring); returns why the
-    others were left alone, one line per matmul."""
-    if parts <= 1:
+def split_k(fusion: Fusion, parts: int | None, target: TargetInfo = HOPPER) -> list[str]:
+    """Rewrite every matmul of ``fusion`` that allows it (module docstring) into ``parts``
+    parts, or with ``parts=None`` into :func:`auto_parts` of each; returns why the matmuls
+    asked for were left alone, one line each (an automatic choice is never reported)."""
+    if parts is not None and parts <= 1:
         return []
     skipped = []
     for expr in fusion.exprs():
         if not isinstance(expr, MatmulOp | LinearOp):
             continue
-        reason = _split(fusion, expr, parts)
+        count = parts if parts is not None else auto_parts(expr, target)
+        if count <= 1:
+            continue
+        reason = _split(fusion, expr, count)
+        if parts is None:
+            continue
         if reason is not None:
             where = f" at {expr.source}" if expr.source else ""
             skipped.append(f"{expr.op_name} T{expr.output.name}{where}: {reason}")
     return skipped
+
+
+def auto_parts(expr: MatmulOp | LinearOp, target: TargetInfo) -> int:
+    """Parts for a matmul left to the heuristic: when its output tiles (at the tile the
+    matmul scheduler picks) fill at most half the SMs, the largest power of two that keeps
+    ``tiles * parts`` within the SMs and every part at least ``MIN_AUTO_PART`` long; else 1."""
+    a, b = (expr.a, expr.b) if isinstance(expr, MatmulOp) else (expr.x, expr.weight)
+    if a.dtype not in SPLIT_DTYPES or len(a.shape) < 2 or len(b.shape) < 2:
+        return 1
+    m, k = a.shape[-2], a.shape[-1]
+    n = b.shape[-1] if isinstance(expr, MatmulOp) else b.shape[-2]
+    batch = expr.output.numel // max(1, m * n)
+    tile_m = 128 if m > 64 else 64
+    tile_n = 256 if n >= 256 else 128
+    tiles = -(-m // tile_m) * -(-n // tile_n) * batch
+    parts = 1
+    while (
+        tiles * parts * 2 <= target.sm_count
+        and k // (parts * 2) >= MIN_AUTO_PART
+        and k % (parts * 2 * K_ALIGNMENT) == 0
+    ):
+        parts *= 2
+    return parts
 
 
 def _split(fusion: Fusion, expr: MatmulOp | LinearOp, parts: int) -> str | None:

@@ -341,3 +341,26 @@ def test_clusters_the_kernel_cannot_split_are_refused(
     fn, specs = PATTERNS["linear"]
     with pytest.raises(Exception, match=message):
         _run(fn, specs, params)
+
+
+@pytest.mark.parametrize(
+    ("shape", "user", "cluster"),
+    [
+        ((8192, 8192, 8192), None, (2, 1)),  # 2048 tiles: pairs share their B tile
+        ((4096, 14336, 4096), None, (2, 1)),
+        ((1000, 1000, 1000), None, (1, 1)),  # 32 tiles: not two waves
+        ((8192, 8192, 8192), pf.MatmulParams(cluster_n=2), (1, 2)),  # the user's cluster
+        ((8192, 8192, 8192), pf.MatmulParams(cluster_m=1), (1, 1)),
+    ],
+)
+def test_default_cluster_for_large_matmuls(
+    shape: tuple[int, int, int], user: pf.MatmulParams | None, cluster: tuple[int, int]
+) -> None:
+    from pyfuse.passes.schedule_matmul import choose_params
+
+    m, n, k = shape
+    fusion = pf.fuse(_linear).trace(pf.spec((m, k), bf16), pf.spec((n, k), bf16))
+    with fusion:
+        pipeline.translate_patterns(fusion)
+    params = choose_params(fusion, user, HOPPER)
+    assert (params.cluster_m, params.cluster_n) == cluster

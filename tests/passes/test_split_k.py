@@ -24,7 +24,7 @@ from pyfuse.ir.exprs import MmaOp
 from pyfuse.ir.interpreter import evaluate
 from pyfuse.ir.target import HOPPER
 from pyfuse.passes import pipeline
-from pyfuse.passes.split_k import split_k
+from pyfuse.passes.split_k import auto_parts, split_k
 from pyfuse.passes.translate_patterns import translate_patterns
 
 bf16 = pf.bfloat16
@@ -127,3 +127,31 @@ def test_splitk_one_changes_nothing() -> None:
     before = str(fusion)
     assert split_k(fusion, 1) == []
     assert str(fusion) == before
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "parts"),
+    [
+        ((512, 32768), (512, 32768), 16),  # 8 tiles: 16 parts fill 128 of 132 SMs
+        ((64, 4096), (14336, 4096), 2),  # 56 tiles of 64x256
+        ((200, 4096), (136, 4096), 4),  # 4 tiles; parts stop at 1024 elements of K
+        ((4096, 4096), (4096, 4096), 1),  # 512 tiles: the SMs are full
+        ((1000, 1000), (1000, 1000), 1),  # 32 tiles, but K is short
+        ((64, 4008), (64, 4008), 1),  # K = 4008: two parts of 2004 are not 8-aligned
+    ],
+)
+def test_the_heuristic_splits_k_only_where_tiles_leave_sms_idle(
+    a: tuple[int, int], b: tuple[int, int], parts: int
+) -> None:
+    fusion = pf.fuse(lambda x, w: pf.linear(x, w)).trace(pf.spec(a, bf16), pf.spec(b, bf16))
+    (linear,) = [e for e in fusion.exprs() if e.op_name == "linear"]
+    assert auto_parts(linear, HOPPER) == parts
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a heuristic choice is never a warning
+        result = pipeline.run(fusion, HOPPER)
+    (loop,) = result.kernels[0].kernel_ir.body
+    assert isinstance(loop, k.MatmulMainLoop) and loop.batch == parts
+    assert len(result.kernels) == (1 if parts == 1 else 2)
+    # splitk=1 turns the heuristic off.
+    unsplit = pipeline.run(fusion, HOPPER, pf.MatmulParams(splitk=1))
+    assert len(unsplit.kernels) == 1

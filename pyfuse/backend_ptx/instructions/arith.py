@@ -40,6 +40,8 @@ def _join(*parts: str) -> str:
 
 
 def _check_dtype(op: str, dtype: str, allowed: Sequence[str]) -> str:
+    if dtype in allowed:  # every allowed name is a PTX type: the common case needs no message
+        return dtype
     type_info(dtype, what=f"{op}: dtype")
     return check_choice(dtype, allowed, f"{op}: dtype")
 
