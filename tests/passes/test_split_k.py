@@ -133,7 +133,8 @@ def test_splitk_one_changes_nothing() -> None:
     ("a", "b", "parts"),
     [
         ((512, 32768), (512, 32768), 16),  # 8 tiles: 16 parts fill 128 of 132 SMs
-        ((64, 4096), (14336, 4096), 2),  # 56 tiles of 64x256
+        ((64, 4096), (14336, 4096), 1),  # 56 tiles of 64x256: more than a quarter of the SMs
+        ((64, 8192), (4096, 8192), 8),  # 16 tiles: 8 parts of 1024 make 128 CTAs
         ((200, 4096), (136, 4096), 4),  # 4 tiles; parts stop at 1024 elements of K
         ((4096, 4096), (4096, 4096), 1),  # 512 tiles: the SMs are full
         ((1000, 1000), (1000, 1000), 1),  # 32 tiles, but K is short
