@@ -76,13 +76,16 @@ def memory_type(dtype: DType) -> str:
     return "u8" if dtype.is_bool else storage_type(dtype)
 
 
-@dataclass(frozen=True)
+# Internal records, never compared: eq=False spares compiling an __eq__ and __hash__ at import.
+@dataclass(frozen=True, eq=False)
 class _Tensor:
+    """A kernel's tensor parameter, as the emitted code reaches it."""
+
     address: Reg  # the global-space address of element 0
     read_only: bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Location:
     """Where an element lives: its state space, its address, whether ld.global.nc may read it."""
 

@@ -128,14 +128,37 @@ def half_bits(value: float, dtype: DType) -> int:
         return int(np.array([value], dtype=np.float32).astype(dtype.numpy()).view(np.uint16)[0])
 
 
+def _relu(value: np.float64) -> np.float64:
+    result: np.float64 = np.maximum(value, 0.0)
+    return result
+
+
+def _reciprocal(value: np.float64) -> np.float64:
+    return 1.0 / value
+
+
+# The correctly rounded float ops, on NumPy float64 scalars (errors give inf/NaN, not raise).
+# Folding computes only the op asked for: indices into register arrays fold for every element.
+_EXACT_UNARY: dict[str, Callable[[np.float64], np.float64]] = {
+    "neg": operator.neg, "abs": np.abs, "relu": _relu, "sqrt": np.sqrt, "reciprocal": _reciprocal,
+}  # fmt: skip
+_EXACT_BINARY: dict[str, Callable[[np.float64, np.float64], np.float64]] = {
+    "add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": operator.truediv,
+    "pow": np.power,
+}  # fmt: skip
+_INT_BINARY: dict[str, Callable[[int, int], int]] = {
+    "add": operator.add, "sub": operator.sub, "mul": operator.mul, "maximum": max, "minimum": min,
+}  # fmt: skip
+
+
 def _exact_unary(op: str, x: float) -> float | None:
     """The correctly rounded float ops; transcendentals of constants run on the GPU, so a
     constant gives the same bits as a tensor holding it."""
-    value = np.float64(x)
+    exact = _EXACT_UNARY.get(op)
+    if exact is None:
+        return None
     with np.errstate(all="ignore"):
-        results = {"neg": -value, "abs": np.abs(value), "relu": np.maximum(value, 0.0),
-                   "sqrt": np.sqrt(value), "reciprocal": 1.0 / value}  # fmt: skip
-    return float(results[op]) if op in results else None
+        return float(exact(np.float64(x)))
 
 
 def fold_unary(op: str, value: Imm, dtype: DType) -> Imm | None:
@@ -179,16 +202,14 @@ def fold_binary(op: str, a: Imm, b: Imm, dtype: DType) -> Imm | None:
             return round_to(x - quotient * y if op == "mod" else quotient, dtype)
         if op == "pow":
             return None if y < 0 else round_to(pow(x, y, 1 << dtype.bits), dtype)
-        ints = {"add": x + y, "sub": x - y, "mul": x * y, "maximum": max(x, y),
-                "minimum": min(x, y)}  # fmt: skip
-        return round_to(ints[op], dtype) if op in ints else None
+        integral = _INT_BINARY.get(op)
+        return None if integral is None else round_to(integral(x, y), dtype)
     if dtype.is_floating:
-        x64, y64 = np.float64(a), np.float64(b)
-        with np.errstate(all="ignore"):
-            floats = {"add": x64 + y64, "sub": x64 - y64, "mul": x64 * y64, "div": x64 / y64,
-                      "pow": np.power(x64, y64)}  # fmt: skip
-        if op in floats:
-            return round_to(float(floats[op]), dtype)
+        exact = _EXACT_BINARY.get(op)
+        if exact is not None:
+            with np.errstate(all="ignore"):
+                result = float(exact(np.float64(a), np.float64(b)))
+            return round_to(result, dtype)
         if op == "maximum":
             return round_to(_nan_max(float(a), float(b), max), dtype)
         if op == "minimum":

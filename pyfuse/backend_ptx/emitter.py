@@ -81,6 +81,8 @@ TENSOR_MAP_ALIGN = 64
 
 @dataclass(frozen=True)
 class Param:
+    """A declared kernel parameter."""
+
     name: str
     kind: ParamKind
 

@@ -32,6 +32,11 @@ class RegClass(enum.Enum):
     F32 = "f32"
     F64 = "f64"
 
+    # Members are singletons, so hashing by identity is exact (and done in C): Enum's own
+    # __hash__ hashes the member name in Python, and the emitter looks registers up by class
+    # (name prefix, width, count) for nearly every operand it writes.
+    __hash__ = object.__hash__
+
 
 # Register name prefixes follow nvcc's (%p, %rs, %r, %rd, %f, %fd) so that dumps
 # read like the PTX people are used to.
@@ -66,8 +71,10 @@ class Kind(enum.Enum):
     PACKED = "packed"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # table entries, one per name: never compared
 class TypeInfo:
+    """A PTX scalar type: its name, width and family."""
+
     name: str
     bits: int
     kind: Kind
@@ -291,7 +298,11 @@ def as_address(addr: AddressLike, what: str) -> Address:
 PtxVersion = tuple[int, int]
 
 
-@dataclass(frozen=True)
+# The lines of a kernel body (Instr, Label, Comment) are plain records, never compared or
+# hashed. Not frozen: a frozen dataclass's __init__ sets each field through object.__setattr__,
+# which made building the Instr of every PTX line a tenth of emission; nothing mutates them
+# (guarded() returns a copy).
+@dataclass(eq=False)
 class Instr:
     """One PTX instruction, without its guard and trailing ``;``.
 
@@ -321,7 +332,7 @@ class Instr:
         return f"@{bang}{self.guard} {self.text};"
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class Label:
     """A branch target; names come from ``KernelBuilder.new_label`` so they are unique."""
 
@@ -331,8 +342,10 @@ class Label:
         return f"{self.name}:"
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class Comment:
+    """A ``//`` comment line."""
+
     text: str
 
     def render(self) -> str:

@@ -21,12 +21,21 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import TypeVar
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeVar
 
 from pyfuse.ir import dtypes
 from pyfuse.ir.dtypes import DType
 from pyfuse.ir.tensor import MemoryType
+
+
+def _fields_repr(node: Any) -> str:
+    """The repr ``@dataclass`` would generate (``Name(field=value, ...)``), shared by every class
+    of this module (they say ``repr=False``): a generated one is compiled per class at import,
+    and this module's two dozen classes are loaded by the first compile."""
+    values = ", ".join(f"{f.name}={getattr(node, f.name)!r}" for f in fields(node) if f.repr)
+    return f"{type(node).__qualname__}({values})"
+
 
 # ---- expressions --------------------------------------------------------------------------
 
@@ -38,6 +47,13 @@ class KExpr:
 
     def __str__(self) -> str:
         raise NotImplementedError
+
+    __repr__ = _fields_repr
+
+    def __getstate__(self) -> dict[str, object]:
+        # Copies and unpickled nodes compute their own hash (see _hash_once): Load's hashes its
+        # buffer's id, and string hashes differ from one process to the next.
+        return {name: value for name, value in self.__dict__.items() if name != "_hash"}
 
 
 _Expression = TypeVar("_Expression", bound=KExpr)
@@ -65,8 +81,10 @@ def _hash_once(cls: type[_Expression]) -> type[_Expression]:
 
 
 @_hash_once
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Const(KExpr):
+    """A literal of ``dtype``."""
+
     value: bool | int | float
     dtype: DType = dtypes.int64
 
@@ -75,7 +93,7 @@ class Const(KExpr):
 
 
 @_hash_once
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Var(KExpr):
     """A scalar variable: a loop index (with its trip count as ``extent``) or a let-bound value.
     ``extent`` bounds a loop index to ``[0, extent)``; it drives index simplification."""
@@ -100,7 +118,7 @@ class SpecialKind(enum.Enum):
 
 
 @_hash_once
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Special(KExpr):
     """A special register (thread or block index); ``extent`` is its launch size."""
 
@@ -113,7 +131,7 @@ class Special(KExpr):
 
 
 @_hash_once
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Param(KExpr):
     """A scalar kernel parameter."""
 
@@ -125,7 +143,7 @@ class Param(KExpr):
 
 
 @_hash_once
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Binary(KExpr):
     """``lhs op rhs``. Index ops: add sub mul floordiv mod min max; compares give bool; tensor
     math uses the pointwise op names of :class:`pyfuse.ir.exprs.BinaryOpType`."""
@@ -161,7 +179,7 @@ _INFIX = {
 
 
 @_hash_once
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Unary(KExpr):
     """``op(operand)`` with the op names of :class:`pyfuse.ir.exprs.UnaryOpType`."""
 
@@ -174,8 +192,10 @@ class Unary(KExpr):
 
 
 @_hash_once
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Select(KExpr):
+    """``condition ? if_true : if_false``."""
+
     condition: KExpr
     if_true: KExpr
     if_false: KExpr
@@ -186,8 +206,10 @@ class Select(KExpr):
 
 
 @_hash_once
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Cast(KExpr):
+    """``operand`` converted to ``dtype``."""
+
     operand: KExpr
     dtype: DType
 
@@ -195,7 +217,7 @@ class Cast(KExpr):
         return f"{self.dtype.short}({self.operand})"
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class Buffer:
     """Storage of one tensor in a kernel: a global tensor (a pointer parameter), a shared
     memory region, or a local register array of ``size`` elements."""
@@ -210,9 +232,11 @@ class Buffer:
     def __str__(self) -> str:
         return self.name
 
+    __repr__ = _fields_repr
+
 
 @_hash_once
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Load(KExpr):
     """``buffer[index]`` (element index)."""
 
@@ -390,8 +414,10 @@ class Stmt:
     def children(self) -> Iterator[list[Stmt]]:
         return iter(())
 
+    __repr__ = _fields_repr
 
-@dataclass(eq=False)
+
+@dataclass(eq=False, repr=False)
 class For(Stmt):
     """``for var in range(extent)``; ``unroll`` loops are expanded by the emitter (their
     variable is a constant in each copy, so register-array indices fold)."""
@@ -405,13 +431,15 @@ class For(Stmt):
         yield self.body
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class Let(Stmt):
+    """Define ``var`` as ``value`` (once per run of the enclosing block)."""
+
     var: Var
     value: KExpr
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class Assign(Stmt):
     """Update a variable defined by :class:`Let` (an accumulator)."""
 
@@ -419,8 +447,10 @@ class Assign(Stmt):
     value: KExpr
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class If(Stmt):
+    """``then`` where ``condition`` holds, else ``orelse``."""
+
     condition: KExpr
     then: list[Stmt] = field(default_factory=list)
     orelse: list[Stmt] = field(default_factory=list)
@@ -430,12 +460,14 @@ class If(Stmt):
         yield self.orelse
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class Alloc(Stmt):
+    """Allocate a local or shared ``buffer``."""
+
     buffer: Buffer
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class Store(Stmt):
     """``buffer[index] = value``."""
 
@@ -444,7 +476,7 @@ class Store(Stmt):
     value: KExpr
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class VectorLoad(Stmt):
     """Load ``width`` consecutive elements of ``source`` from ``source_index`` into the local
     ``target`` at ``target_index`` with one vector instruction (alignment is the caller's
@@ -457,7 +489,7 @@ class VectorLoad(Stmt):
     width: int
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class VectorStore(Stmt):
     """Store ``width`` consecutive local elements of ``source`` to ``target`` with one vector
     instruction."""
@@ -469,12 +501,12 @@ class VectorStore(Stmt):
     width: int
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class Sync(Stmt):
     """``bar.sync 0``: every thread of the block."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class ThreadReduce(Stmt):
     """All-reduce ``var`` with ``op`` (sum, max, min) across the threads of the block that
     differ only in ``threads`` (the x-extent of the reduction's thread axis); every such
@@ -487,8 +519,10 @@ class ThreadReduce(Stmt):
     workspace: Buffer | None = None
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class Comment(Stmt):
+    """A line of text copied into the PTX as a comment."""
+
     text: str
 
 
@@ -501,7 +535,7 @@ class ParamRole(enum.Enum):
     INTERMEDIATE = "intermediate"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class TensorParam:
     """A global tensor argument: its buffer, which fusion tensor it is and where it comes from
     (``index`` counts inputs, outputs or intermediates)."""
@@ -512,9 +546,13 @@ class TensorParam:
     index: int
     shape: tuple[int, ...]
 
+    __repr__ = _fields_repr
 
-@dataclass(eq=False)
+
+@dataclass(eq=False, repr=False)
 class Kernel:
+    """One kernel: its tensor parameters, buffers, statements and launch shape."""
+
     name: str
     params: list[TensorParam]
     buffers: dict[str, Buffer]
@@ -535,11 +573,13 @@ class Kernel:
             for block in reversed(list(stmt.children())):
                 stack.extend(reversed(block))
 
+    __repr__ = _fields_repr
+
 
 # ---- Hopper matmul -------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class TmaOperand:
     """One MMA operand loaded tile by tile with TMA from a global input. Dims are in memory
     order, outermost first; ``roles`` names each dim ("m", "n", "k" or "batch")."""
@@ -573,8 +613,10 @@ class TmaOperand:
         the swizzle span is loaded as several boxes side by side)."""
         return max(1, self.stage_tile_bytes // self.box_bytes)
 
+    __repr__ = _fields_repr
 
-@dataclass(eq=False)
+
+@dataclass(eq=False, repr=False)
 class MatmulMainLoop(Stmt):
     """A warp-specialized Hopper matmul over output tiles: a producer warpgroup loads operand
     tiles with TMA into ``stages`` shared-memory buffers (full/empty mbarriers), consumer

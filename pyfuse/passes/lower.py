@@ -95,7 +95,7 @@ def reduction_init(op: ReductionOpType, dtype: DType) -> bool | int | float:
     return -limit if op == ReductionOpType.MAX else limit - 1
 
 
-@dataclass
+@dataclass(eq=False)  # loops are told apart by identity
 class _Loop:
     """An open loop of the nest being built."""
 

@@ -14,8 +14,12 @@ from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.tensor import TensorView
 
 
-@dataclass
+# eq=False on both: they hold mutable IR and are told apart by identity, and every method
+# dataclass generates is compiled when the first compile imports this module.
+@dataclass(eq=False)
 class KernelPlan:
+    """One kernel: its fusion segment, the scheduler that takes it and that scheduler's choices."""
+
     fusion: Fusion
     scheduler: str
     # The full-rank tensor whose loop domain every other tensor replays; lowering derives
@@ -27,7 +31,7 @@ class KernelPlan:
     declined: dict[str, str] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(eq=False)
 class SegmentedFusion:
     """Kernels in launch order. ``sources`` maps each kernel input to where its data comes from:
     ("input", i) for the fusion's i-th input, ("intermediate", name) for a tensor an earlier

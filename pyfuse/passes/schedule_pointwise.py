@@ -69,6 +69,8 @@ IDLE_FRACTION = 8
 
 @dataclass(frozen=True)
 class PointwiseParams:
+    """The pointwise schedule's choices (Kernel.params shows them)."""
+
     vector_width: int
     threads: int
     unroll: int

@@ -46,6 +46,8 @@ MIN_THREADS = 32
 
 @dataclass(frozen=True)
 class ReductionParams:
+    """The reduction schedule's choices (Kernel.params shows them)."""
+
     kind: str  # "inner" or "outer"
     threads: int
     vector_width: int

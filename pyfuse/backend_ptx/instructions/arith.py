@@ -36,7 +36,7 @@ _HALF_ALLOWS_FTZ_SAT = frozenset({"f16", "f16x2"})
 
 
 def _join(*parts: str) -> str:
-    return ".".join(p for p in parts if p)
+    return ".".join(filter(None, parts))  # the empty parts are modifiers not given
 
 
 def _check_dtype(op: str, dtype: str, allowed: Sequence[str]) -> str:
@@ -183,8 +183,10 @@ def fma(
     _check_dtype("fma", dtype, FLOAT_TYPES + HALF_TYPES)
     rnd, ftz_s, sat_s = _float_mods("fma", dtype, rounding, ftz, sat)
     check_reg(d, dtype, "fma: d")
-    ops = ", ".join(fmt_operand(x, dtype, f"fma: {n}") for x, n in ((a, "a"), (b, "b"), (c, "c")))
-    return Instr(f"{_join('fma', rnd, ftz_s, sat_s, dtype)} {d}, {ops}")
+    src_a = fmt_operand(a, dtype, "fma: a")
+    src_b = fmt_operand(b, dtype, "fma: b")
+    src_c = fmt_operand(c, dtype, "fma: c")
+    return Instr(f"{_join('fma', rnd, ftz_s, sat_s, dtype)} {d}, {src_a}, {src_b}, {src_c}")
 
 
 _DIV_F32_MODES = ("approx", "full", *FLOAT_ROUNDINGS)
