@@ -308,7 +308,7 @@ def _resident_grid(kernel: Any, function: Any) -> tuple[int, int, int]:
     """``kernel.grid``, except that a persistent cluster kernel launches no more clusters
     than the device can hold at once (GPCs may not fit ``SMs / cluster size``): its tile
     loop strides by the launched cluster count, so fewer clusters only take more tiles."""
-    from pyfuse.backend_ptx.driver.launch import max_active_clusters
+    from pyfuse.backend_ptx.driver import max_active_clusters
     from pyfuse.backend_ptx.emit import find_main_loop_or_none
 
     grid = tuple(kernel.grid)

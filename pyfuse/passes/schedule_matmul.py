@@ -41,7 +41,7 @@ from pyfuse.ir.iterdomain import IterDomain, Merge, ParallelType, Split, Swizzle
 from pyfuse.ir.params import MatmulParams
 from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.tensor import MemoryType, TensorView, memory_strides
-from pyfuse.passes.skip_intermediates import is_metadata_op
+from pyfuse.passes.skip_intermediates import is_metadata_op, is_row_major_contiguous
 from pyfuse.passes.transform_replay import replay_like
 
 NAME = "matmul"
@@ -82,23 +82,11 @@ def operand_memory(fusion: Fusion, operand: TensorView) -> TensorView | None:
             return None
         if isinstance(definition, ReshapeOp):
             source = definition.tensor_inputs[0]
-            if not fusion.is_input(source) or not is_row_major(source):
+            if not fusion.is_input(source) or not is_row_major_contiguous(source):
                 return None
             return tv
         tv = definition.tensor_inputs[0]
     return tv
-
-
-def is_row_major(tv: TensorView) -> bool:
-    """``tv``'s memory is row-major and contiguous (size-1 axes aside)."""
-    expected = 1
-    for axis, stride in reversed(memory_strides(tv)):
-        if axis.logical_extent != 1 and stride != expected:
-            return False
-        expected *= axis.logical_extent
-    return [axis for axis, _ in memory_strides(tv)] == [
-        axis for axis in tv.no_reductions if not axis.is_broadcast
-    ]
 
 
 def tma_reason(root: TensorView) -> str | None:
@@ -462,8 +450,6 @@ def schedule(
         raise ValueError(f"matmul scheduler cannot take this fusion: {reason}")
     params = choose_params(fusion, user, target)
     mmas = _mmas(fusion)
-    reference = mmas[0].output
-    roles = mmas[0].roles()
 
     # Shared-memory operand caches (one per distinct operand), loaded by TMA.
     distinct: list[TensorView] = []

@@ -98,7 +98,7 @@ def view_allocation(expr: Expr, producer: TensorView) -> Allocation | None:
     if consumer.dtype != producer.dtype:
         return None
     if isinstance(expr, ReshapeOp):
-        if not _is_row_major_contiguous(producer):
+        if not is_row_major_contiguous(producer):
             return None
         axes = [axis for axis in consumer.no_reductions if not axis.is_broadcast]
         return axes, [True] * len(axes)
@@ -119,7 +119,7 @@ def view_allocation(expr: Expr, producer: TensorView) -> Allocation | None:
     return axes, contiguity
 
 
-def _is_row_major_contiguous(tv: TensorView) -> bool:
+def is_row_major_contiguous(tv: TensorView) -> bool:
     """``tv``'s real axes lie in logical order, each contiguous with the next."""
     allocated = [
         (axis, flag)

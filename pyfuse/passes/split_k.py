@@ -33,7 +33,7 @@ from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.naming import source_location
 from pyfuse.ir.target import HOPPER, TargetInfo
 from pyfuse.ir.tensor import TensorView
-from pyfuse.passes.schedule_matmul import is_row_major
+from pyfuse.passes.skip_intermediates import is_row_major_contiguous
 
 # Elements per part of K that keep every part's start 16-byte aligned for bf16/f16 TMA.
 K_ALIGNMENT = 8
@@ -168,6 +168,6 @@ def _stored(operand: TensorView) -> tuple[TensorView | None, bool]:
             return None, False
         operand = source.tensor_inputs[0]
         transposed = True
-    if operand.definition is not None or not is_row_major(operand):
+    if operand.definition is not None or not is_row_major_contiguous(operand):
         return None, False
     return operand, transposed

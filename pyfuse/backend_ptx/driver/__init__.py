@@ -31,7 +31,11 @@ from pyfuse.backend_ptx.driver.core import (
     driver_version,
     use_driver,
 )
-from pyfuse.backend_ptx.driver.launch import DEFAULT_DYNAMIC_SMEM_LIMIT, Launcher
+from pyfuse.backend_ptx.driver.launch import (
+    DEFAULT_DYNAMIC_SMEM_LIMIT,
+    Launcher,
+    max_active_clusters,
+)
 from pyfuse.backend_ptx.driver.memory import (
     DeviceBuffer,
     mem_alloc,
@@ -76,6 +80,7 @@ __all__ = [
     "get_function",
     "load_kernel",
     "load_module",
+    "max_active_clusters",
     "mem_alloc",
     "mem_free",
     "memcpy_dtoh",
