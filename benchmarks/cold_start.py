@@ -5,22 +5,24 @@
 The fusion is ``gelu(x * y + z)`` on bf16 inputs. Every measurement runs in a fresh Python
 process (this file, re-run with ``--child``), ``--reps`` times; the tables show medians in ms.
 
-- **CPU stages** (no GPU needed): ``import pyfuse``, the import of the compile and runtime
-  modules that the first call loads, the target lookup that ``compile`` makes for specs (it
-  probes for a CUDA driver), trace, the passes, PTX emission, and a second new fusion compiled
-  in the same process. Run twice: with Python's bytecode cache (``.pyc``) as an installed
-  package has it, and with pyfuse's modules compiled from source, as a checkout run under
-  ``PYTHONDONTWRITEBYTECODE=1`` (no ``__pycache__``) compiles them in every process.
+- **CPU stages** (no GPU needed): ``import pyfuse``, the import of the runtime modules that
+  the first call loads and of the compiler's (passes, PTX emitter), the target lookup that
+  ``compile`` makes for specs (it probes for a CUDA driver), trace, the variant cache lookup,
+  the passes, PTX emission, and a second new fusion compiled in the same process. Columns:
+  an empty cache; a warm one (the variant record of an earlier process: no passes, no
+  emission, no compiler import); and pyfuse's modules compiled from source, as a checkout run
+  under ``PYTHONDONTWRITEBYTECODE=1`` (no ``__pycache__``) compiles them in every process.
 - **GPU stages** (skipped without a GPU): the same, plus ``import cuda.bindings.driver``,
-  ``cuInit``, the primary context, device attributes, module load (driver JIT of the PTX with
-  an empty ``PYFUSE_CACHE_DIR``, or the cubin from a pre-filled one), and the first launch with
-  its synchronize. Columns: with torch already holding the GPU (as a torch user has it: torch
-  made the primary context, so pyfuse retains it) or without torch (pyfuse's own
-  ``DeviceArray`` inputs; pyfuse creates the context), each with a cold (empty) and a warm
-  (pre-filled) kernel cache; and torch + warm cache with pyfuse compiled from source. The
-  last rows time the first call end to end, ``fused(*inputs)`` plus a synchronize in a
-  process that has only imported pyfuse (and made its inputs), and a second new fusion in
-  the same process.
+  ``cuInit``, the primary context, device attributes, module load (driver JIT of the PTX, or
+  the cubin from the cache), and the first launch with its synchronize. Columns: with torch
+  already holding the GPU (as a torch user has it: torch made the primary context, so pyfuse
+  retains it) or without torch (pyfuse's own ``DeviceArray`` inputs; pyfuse creates the
+  context), each with a kernel cache that is cold (empty: a fusion never compiled on this
+  machine), cubin (only the cubins of an earlier process: passes and emission run, the JIT
+  does not) or warm (cubins and variant records: a fusion an earlier process compiled); and
+  torch + warm cache with pyfuse compiled from source. The last rows time the first call end
+  to end, ``fused(*inputs)`` plus a synchronize in a process that has only imported pyfuse
+  (and made its inputs), and a second new fusion in the same process.
 
 Children write ``.pyc`` files to a private ``PYTHONPYCACHEPREFIX`` warmed by unmeasured runs
 (the first run with torch compiles torch's modules into it once: allow a minute), and run
@@ -35,6 +37,7 @@ import importlib.machinery
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -52,9 +55,11 @@ TARGET_MS = 100.0  # the issue's goal: cold first call, trace to launched kernel
 # Row order of the tables; a stage a scenario did not measure prints as "-".
 CPU_ROWS = [
     "import pyfuse",
-    "import compile+runtime modules",
+    "import runtime modules",
+    "import compiler modules",
     "target for specs (driver probe)",
     "trace",
+    "variant cache lookup",
     "passes",
     "emit",
     "compile other",
@@ -63,12 +68,14 @@ CPU_ROWS = [
 ]
 GPU_ROWS = [
     "import pyfuse",
-    "import compile+runtime modules",
+    "import runtime modules",
+    "import compiler modules",
     "import cuda.bindings.driver",
     "cuInit",
     "primary context",
     "device attributes",
     "trace",
+    "variant cache lookup",
     "passes",
     "emit",
     "compile other",
@@ -81,7 +88,7 @@ GPU_ROWS = [
 # The GPU stages of one first call after ``import pyfuse``, in order.
 AFTER_IMPORT = GPU_ROWS[1 : GPU_ROWS.index("first launch + sync") + 1]
 # Compiled.timings keys that are not passes.
-_NOT_PASSES = frozenset({"trace", "emit", "load"})
+_NOT_PASSES = frozenset({"trace", "emit", "load", "variant_cache"})
 
 
 # ---- children: one measurement each, in a fresh process --------------------------------------
@@ -131,7 +138,22 @@ def _compile_stages(stages: dict[str, float], compiled: Any, wall_ms: float) -> 
     stages["trace"] = timings.get("trace", 0.0)
     stages["passes"] = sum(ms for name, ms in timings.items() if name not in _NOT_PASSES)
     stages["emit"] = timings.get("emit", 0.0)
-    stages["compile other"] = wall_ms - stages["trace"] - stages["passes"] - stages["emit"]
+    stages["variant cache lookup"] = timings.get("variant_cache", 0.0)
+    named = ("trace", "passes", "emit", "variant cache lookup")
+    stages["compile other"] = wall_ms - sum(stages[name] for name in named)
+
+
+def _import_stages(stages: dict[str, float], config: dict[str, Any]) -> None:
+    """The modules a first call loads: the runtime's always; the compiler's (passes, PTX
+    emitter) unless the variant cache is expected to hold the fusion (a warm cache)."""
+    with _stage(stages, "import runtime modules"):
+        import pyfuse.backend_ptx.driver
+        import pyfuse.frontend.cache
+        import pyfuse.frontend.runtime
+        import pyfuse.frontend.variant_cache
+    if config.get("cache") != "warm":
+        with _stage(stages, "import compiler modules"):
+            import pyfuse.frontend.compile  # noqa: F401
 
 
 def _loaded_summary() -> dict[str, Any]:
@@ -152,10 +174,9 @@ def _child_compile(config: dict[str, Any]) -> dict[str, Any]:
         import pyfuse as pf
     notes["after import pyfuse"] = _loaded_summary()
     start = time.perf_counter()
-    with _stage(stages, "import compile+runtime modules"):
-        import pyfuse.frontend.cache
-        import pyfuse.frontend.compile
-        import pyfuse.frontend.runtime
+    _import_stages(stages, config)
+    import pyfuse.frontend.runtime
+
     with _stage(stages, "target for specs (driver probe)"):
         pyfuse.frontend.runtime.target_for(None)  # what compile() of specs does first
     specs = [pf.spec(tuple(config["shape"]), pf.bfloat16)] * 3
@@ -213,10 +234,7 @@ def _child_call(config: dict[str, Any]) -> dict[str, Any]:
         notes["numpy imported by torch"] = "numpy" in sys.modules
     with _stage(stages, "import pyfuse"):
         import pyfuse as pf
-    with _stage(stages, "import compile+runtime modules"):
-        import pyfuse.frontend.cache
-        import pyfuse.frontend.compile
-        import pyfuse.frontend.runtime
+    _import_stages(stages, config)
     with _stage(stages, "import cuda.bindings.driver"):
         import cuda.bindings.driver  # noqa: F401
     from pyfuse.backend_ptx import driver
@@ -322,6 +340,7 @@ class Runner:
     def __init__(self, root: Path, verbose: bool) -> None:
         self.root = root
         self.verbose = verbose
+        self.warm_cache = root / "warm-kernel-cache"  # filled by the unmeasured runs
         env = dict(os.environ)
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = str(root / "pycache")
@@ -331,13 +350,18 @@ class Runner:
         env["CUDA_CACHE_DISABLE"] = "1"
         self.env = env
 
-    def run(
-        self, kind: str, config: dict[str, Any], cache_dir: Path | None = None
-    ) -> dict[str, Any]:
+    def run(self, kind: str, config: dict[str, Any], cache: str = "cold") -> dict[str, Any]:
+        """One child with a kernel cache in state ``cache`` (see CACHE_STATES)."""
         env = dict(self.env)
-        env["PYFUSE_CACHE_DIR"] = str(cache_dir or Path(tempfile.mkdtemp(dir=self.root)))
+        if cache == "warm":
+            cache_dir = self.warm_cache
+        else:
+            cache_dir = Path(tempfile.mkdtemp(dir=self.root))  # empty, or a copy of the cubins
+            if cache == "cubin":
+                shutil.copytree(self.warm_cache / "cubin", cache_dir / "cubin")
+        env["PYFUSE_CACHE_DIR"] = str(cache_dir)
         command = [sys.executable, str(Path(__file__).resolve()), "--child", kind]
-        command += ["--config", json.dumps(config)]
+        command += ["--config", json.dumps({**config, "cache": cache})]
         done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
         lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
         if done.returncode != 0 or not lines:
@@ -355,16 +379,24 @@ class Runner:
 Scenario = tuple[str, str, dict[str, Any], str]  # name, child kind, config, cache: cold|warm
 
 
+# Kernel cache states: "cold" an empty PYFUSE_CACHE_DIR (a fusion never compiled on this
+# machine: passes, emission, driver JIT); "cubin" only the cubins of an earlier process (the
+# passes and emission run, the JIT does not: what a fusion costs whose variant record is
+# missing); "warm" cubins and variant records (a fusion compiled by an earlier process).
+CACHE_STATES = ("cold", "cubin", "warm")
+
+
 def _scenarios(shape: list[int], gpu: bool, torch_cuda: bool) -> list[Scenario]:
     result: list[Scenario] = [
         ("cpu", "compile", {"shape": shape}, "cold"),
+        ("cpu, warm", "compile", {"shape": shape}, "warm"),
         ("cpu, no .pyc", "compile", {"shape": shape, "source_only": True}, "cold"),
     ]
     if not gpu:
         return result
     for use_torch in ([True] if torch_cuda else []) + [False]:
         label = "torch" if use_torch else "no torch"
-        for cache in ("cold", "warm"):
+        for cache in CACHE_STATES if use_torch else ("cold", "warm"):
             config = {"shape": shape, "torch": use_torch}
             result.append((f"{label}, {cache}", "call", config, cache))
             result.append((f"{label}, {cache}", "end_to_end", config, cache))
@@ -452,22 +484,20 @@ def main(argv: Sequence[str] | None = None) -> None:
         probe = runner.run("probe", {})["notes"]
         gpu = bool(probe["gpu"]) and not args.cpu_only
         torch_cuda = gpu and bool(probe.get("torch_cuda"))
-        warm_cache = root / "warm-kernel-cache"
         scenarios = _scenarios(args.shape, gpu, torch_cuda)
         for _, kind, config, _ in scenarios:
             if not config.get("source_only"):
-                runner.run(kind, config, warm_cache)
+                runner.run(kind, config, "warm")
         runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for _ in range(args.reps):  # repetitions interleaved, so drift spreads over scenarios
             for name, kind, config, cache in scenarios:
-                cache_dir = warm_cache if cache == "warm" else None  # None: a fresh empty one
-                result = runner.run(kind, config, cache_dir)
+                result = runner.run(kind, config, cache)
                 runs.setdefault((name, kind), []).append(result)
 
     columns: dict[str, dict[str, float]] = {}
     for (name, _), results in runs.items():
         columns.setdefault(name, {}).update(_median_table(results))
-    cpu_columns = {name: columns[name] for name in ("cpu", "cpu, no .pyc")}
+    cpu_columns = {name: columns[name] for name in ("cpu", "cpu, warm", "cpu, no .pyc")}
     gpu_columns = {name: medians for name, medians in columns.items() if name not in cpu_columns}
 
     shape = "x".join(str(extent) for extent in args.shape)
@@ -487,7 +517,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     if gpu_columns:
         print()
         print(_format_table("GPU stages", GPU_ROWS, gpu_columns))
-        print("cold: an empty PYFUSE_CACHE_DIR (driver JIT); warm: a pre-filled one (cubin)")
+        print(
+            "cold: an empty PYFUSE_CACHE_DIR (passes, emission, driver JIT); cubin: only cubins "
+            "(passes and emission run); warm: cubins and variant records (neither runs)"
+        )
         sources = {
             name: sorted({s for r in runs[(name, "call")] for s in r["notes"]["module source"]})
             for name in gpu_columns

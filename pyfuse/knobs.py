@@ -66,13 +66,13 @@ KNOBS: dict[str, Knob] = {
     ),
     "cache_dir": Knob(
         "PYFUSE_CACHE_DIR",
-        "directory of the on-disk kernel cache",
+        "directory of the on-disk caches: cubins and compiled variants",
         Path,
         _default_cache_dir,
     ),
     "disable_cache": Knob(
         "PYFUSE_DISABLE_CACHE",
-        "1 turns off the in-memory and on-disk kernel caches",
+        "1 turns off the in-memory and on-disk caches (cubins, compiled variants)",
         _parse_bool,
         lambda: False,
     ),

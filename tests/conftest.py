@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 # Test helpers shared by several test folders (sim_utils) import as top-level modules.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+# Every test session starts from empty kernel and variant caches: a record left by an earlier
+# run (or by the user's own work) must not stand in for the compile a test means to check.
+os.environ["PYFUSE_CACHE_DIR"] = tempfile.mkdtemp(prefix="pyfuse-test-cache-")
 
 
 @functools.cache

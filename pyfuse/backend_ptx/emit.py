@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pyfuse.backend_ptx.abi import ParamKind
 from pyfuse.backend_ptx.emit_math import (
     Value,
     compute_type,
@@ -33,7 +34,7 @@ from pyfuse.backend_ptx.emit_math import (
     storage_type,
 )
 from pyfuse.backend_ptx.emit_scalar import ScalarMath
-from pyfuse.backend_ptx.emitter import Directives, KernelBuilder, ParamKind, PtxModule
+from pyfuse.backend_ptx.emitter import Directives, KernelBuilder, PtxModule
 from pyfuse.backend_ptx.instructions import arith, control, convert, logic, memory, shuffle, special
 from pyfuse.backend_ptx.operands import Address, Reg, RegClass
 from pyfuse.errors import ScheduleError

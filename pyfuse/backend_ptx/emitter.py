@@ -14,11 +14,11 @@ corpus and the on-disk cache key both depend on that).
 
 from __future__ import annotations
 
-import enum
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from pyfuse.backend_ptx.abi import TENSOR_MAP_ALIGN, TENSOR_MAP_BYTES, ParamKind
 from pyfuse.backend_ptx.operands import (
     REG_PREFIX,
     Comment,
@@ -51,18 +51,6 @@ def check_identifier(name: str, what: str) -> str:
     return name
 
 
-class ParamKind(enum.Enum):
-    """How a kernel parameter is declared and how the launcher packs it."""
-
-    PTR = "ptr"  # a global-memory address, declared .u64
-    U32 = "u32"
-    S32 = "s32"
-    U64 = "u64"
-    S64 = "s64"
-    F32 = "f32"
-    TENSOR_MAP = "tensormap"  # a 128-byte CUtensorMap passed by value
-
-
 # PTX type of each scalar param kind, for its declaration and its ld.param.
 PARAM_PTX_TYPE: dict[ParamKind, str] = {
     ParamKind.PTR: "u64",
@@ -72,11 +60,6 @@ PARAM_PTX_TYPE: dict[ParamKind, str] = {
     ParamKind.S64: "s64",
     ParamKind.F32: "f32",
 }
-
-# The driver only needs a CUtensorMap 64-B aligned (cuda.h); both .align 64 and
-# .align 128 ran on the H200.
-TENSOR_MAP_BYTES = 128
-TENSOR_MAP_ALIGN = 64
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from pyfuse.backend_ptx import smem_desc
-from pyfuse.backend_ptx.emitter import Directives, KernelBuilder, Param, ParamKind
+from pyfuse.backend_ptx.abi import ParamKind
+from pyfuse.backend_ptx.emitter import Directives, KernelBuilder, Param
 from pyfuse.backend_ptx.instructions import (
     arith,
     control,

@@ -1,12 +1,13 @@
 """The on-disk cubin cache: a process that finds a kernel here skips the driver's JIT.
 
-The first JIT of even a trivial kernel costs ~40 ms; a cubin loads in well under one. An
-entry is named by the sha256 of everything that decides the cubin: the PTX text, the target
+The first JIT of even a trivial kernel costs ~40 ms; a cubin loads in well under one. A
+cubin entry is named by the sha256 of everything that decides the cubin: the PTX text, the target
 arch, pyfuse's version and the driver's version. Its file holds a header (magic, payload
 length, payload sha256) and the cubin, so a truncated or corrupt file is noticed, ignored and
 rewritten. Entries are written to a temporary file in the cache directory and published
 with ``os.replace`` (atomic within one file system): a concurrent reader sees no entry or a
-whole one, never half of one.
+whole one, never half of one. The variant cache (:mod:`pyfuse.frontend.variant_cache`) stores
+its records with the same framing under its own magic.
 
 ``knobs.cache_enabled()`` False (``PYFUSE_DISABLE_CACHE=1``, or any ``PYFUSE_DUMP``) skips
 the cache: the PTX is loaded and JIT-compiled by the driver directly.
@@ -20,11 +21,14 @@ import struct
 import tempfile
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyfuse
 from pyfuse import knobs
-from pyfuse.backend_ptx import driver
 from pyfuse.errors import LaunchError
+
+if TYPE_CHECKING:
+    from pyfuse.backend_ptx.driver import Module
 
 MAGIC = b"PYFUSE-CUBIN-1\n"
 _HEADER = struct.Struct("<Q32s")  # payload length, payload sha256
@@ -49,45 +53,47 @@ def entry_path(key: str) -> Path:
     return knobs.cache_dir() / "cubin" / f"{key}.cubin"
 
 
-def encode_entry(cubin: bytes) -> bytes:
-    return MAGIC + _HEADER.pack(len(cubin), hashlib.sha256(cubin).digest()) + cubin
+def encode_entry(payload: bytes, magic: bytes = MAGIC) -> bytes:
+    return magic + _HEADER.pack(len(payload), hashlib.sha256(payload).digest()) + payload
 
 
-def read_entry(path: Path) -> bytes | None:
-    """The cubin stored at ``path``; None when absent, truncated, corrupt or foreign."""
+def read_entry(path: Path, magic: bytes = MAGIC) -> bytes | None:
+    """The payload stored at ``path``; None when absent, truncated, corrupt or foreign."""
     try:
         data = path.read_bytes()
     except OSError:
         return None
-    start = len(MAGIC) + _HEADER.size
-    if len(data) < start or not data.startswith(MAGIC):
+    start = len(magic) + _HEADER.size
+    if len(data) < start or not data.startswith(magic):
         return None
-    length, digest = _HEADER.unpack_from(data, len(MAGIC))
-    cubin = data[start:]
-    if len(cubin) != length or hashlib.sha256(cubin).digest() != digest:
+    length, digest = _HEADER.unpack_from(data, len(magic))
+    payload = data[start:]
+    if len(payload) != length or hashlib.sha256(payload).digest() != digest:
         return None
-    return cubin
+    return payload
 
 
-def write_entry(path: Path, cubin: bytes) -> None:
-    """Publish ``cubin`` at ``path`` atomically (temporary file, then ``os.replace``)."""
+def write_entry(path: Path, payload: bytes, magic: bytes = MAGIC) -> None:
+    """Publish ``payload`` at ``path`` atomically (temporary file, then ``os.replace``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(
         dir=path.parent, prefix=f".{path.stem[:16]}.", suffix=".tmp"
     )
     try:
         with os.fdopen(handle, "wb") as file:
-            file.write(encode_entry(cubin))
+            file.write(encode_entry(payload, magic))
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
 
 
-def load_module(ptx: str, name: str, *, device: int, arch: str) -> tuple[driver.Module, str]:
+def load_module(ptx: str, name: str, *, device: int, arch: str) -> tuple[Module, str]:
     """Load the module of ``ptx`` on ``device``: from the cache, else JIT it to a cubin, store
     that and load it. Returns the module and where it came from (FROM_CACHE, FROM_JIT, FROM_PTX).
     """
+    from pyfuse.backend_ptx import driver
+
     if not knobs.cache_enabled():
         return driver.load_module(ptx, name, device=device), FROM_PTX
     path = entry_path(entry_key(ptx, arch, driver.driver_version()))

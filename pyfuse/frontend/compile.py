@@ -1,4 +1,4 @@
-"""Compilation results: :class:`Compiled` and :class:`Kernel`, and the function that makes them.
+"""The function that makes :class:`~pyfuse.frontend.compiled.Compiled` results.
 
 ``compile_fusion`` runs the pass pipeline and the PTX emitter; it needs no GPU. Each
 stage's artifact is kept (math IR, scheduled IR, kernel IR, PTX) and drives both
@@ -9,70 +9,16 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, field
-from typing import Any
 
 from pyfuse import knobs
 from pyfuse.backend_ptx.emit import emit_ptx
+from pyfuse.frontend.compiled import Compiled, Kernel
 from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.kernel_ir import Kernel as KernelIR
 from pyfuse.ir.kernel_ir import ParamRole
 from pyfuse.ir.params import MatmulParams
 from pyfuse.ir.target import TargetInfo
 from pyfuse.passes import pipeline
-from pyfuse.passes.plan import SegmentedFusion
-
-
-@dataclass
-class Kernel:
-    """One compiled kernel: its PTX, its scheduled IR and its launch shape."""
-
-    name: str
-    scheduler: str
-    ptx: str
-    ir: str
-    grid: tuple[int, int, int]
-    block: tuple[int, int, int]
-    smem_bytes: int
-    params: dict[str, object]
-    kernel_ir: KernelIR = field(repr=False)
-    # Where each kernel argument comes from: ("input", i), ("output", i) or
-    # ("intermediate", name), in the order of the kernel's parameters.
-    arguments: list[tuple[str, int | str]] = field(default_factory=list, repr=False)
-
-    def __repr__(self) -> str:
-        return (
-            f"<pyfuse.Kernel {self.name} scheduler={self.scheduler} grid={self.grid} "
-            f"block={self.block} smem={self.smem_bytes}>"
-        )
-
-
-@dataclass
-class Compiled:
-    """All kernels of a fused function for one input signature."""
-
-    name: str
-    kernels: list[Kernel]
-    global_intermediates: list[str]
-    timings: dict[str, float]
-    math_ir: str
-    fusion: Fusion = field(repr=False)
-    segmented: SegmentedFusion = field(repr=False)
-    # Set by the runtime the first time the function is called on a GPU.
-    runtime: Any = field(default=None, repr=False)
-
-    @property
-    def ptx(self) -> str:
-        return "\n".join(kernel.ptx for kernel in self.kernels)
-
-    def __call__(self, *arrays: object) -> Any:
-        from pyfuse.frontend.runtime import run_compiled
-
-        return run_compiled(self, arrays)
-
-    def __repr__(self) -> str:
-        names = ", ".join(k.name for k in self.kernels)
-        return f"<pyfuse.Compiled {self.name}: {len(self.kernels)} kernel(s) [{names}]>"
 
 
 def _arguments(
@@ -129,8 +75,8 @@ def compile_fusion(
                 block=kernel_ir.block,
                 smem_bytes=kernel_ir.smem_bytes,
                 params=dict(stages.plan.params),
-                kernel_ir=kernel_ir,
                 arguments=_arguments(kernel_ir, sources, sinks),
+                built_ir=kernel_ir,
             )
         )
     timings["emit"] = emit_seconds
@@ -141,5 +87,9 @@ def compile_fusion(
         timings=timings,
         math_ir=result.math_ir,
         fusion=fusion,
-        segmented=result.segmented,
+        intermediate_bytes={
+            name: tv.numel * tv.dtype.itemsize
+            for name, tv in sorted(result.segmented.intermediates.items())
+        },
+        built_segmented=result.segmented,
     )

@@ -130,9 +130,8 @@ def _signature_item(argument: Spec | Number) -> tuple[Any, ...]:
 
 
 def _compile(fused: Any, arguments: Sequence[Spec | Number], target: TargetInfo) -> Any:
-    """A compiled variant for normalized specs and numbers, from the cache when allowed."""
-    from pyfuse.frontend.compile import compile_fusion  # the passes load on first compile
-
+    """A compiled variant for normalized specs and numbers: from the in-memory cache, else
+    traced and then read from the variant cache on disk or compiled (and stored there)."""
     state = _state_of(fused)
     signature = Signature(tuple(_signature_item(a) for a in arguments), fused.matmul, target)
     use_cache = knobs.cache_enabled()
@@ -144,8 +143,29 @@ def _compile(fused: Any, arguments: Sequence[Spec | Number], target: TargetInfo)
         start = time.perf_counter()
         fusion = fused.trace(*arguments)
         traced = time.perf_counter() - start
-        compiled = compile_fusion(fusion, target, fused.matmul)
-        compiled.timings = {"trace": traced, **compiled.timings}
+        matmul = fused.matmul
+
+        def full_compile() -> Any:
+            from pyfuse.frontend.compile import compile_fusion  # the passes load on first use
+
+            return compile_fusion(fusion, target, matmul)
+
+        compiled = None
+        key = None
+        if use_cache:
+            from pyfuse.frontend import variant_cache
+
+            start = time.perf_counter()
+            key = variant_cache.variant_key(fusion, target, matmul)
+            if key is not None:
+                compiled = variant_cache.load(key, fusion, full_compile)
+            if compiled is not None:
+                compiled.timings = {"trace": traced, "variant_cache": time.perf_counter() - start}
+        if compiled is None:
+            compiled = full_compile()
+            compiled.timings = {"trace": traced, **compiled.timings}
+            if key is not None:
+                variant_cache.store(key, compiled)
         compiled.runtime = CompiledRuntime(compiled, signature)
         if use_cache:
             state.compiled[signature] = compiled
@@ -226,6 +246,8 @@ def _bind_new(
 # ---- loading and launching -----------------------------------------------------------------
 
 _WORKSPACE_ALIGNMENT = 256  # bytes between intermediates in one workspace allocation
+# Kernels of this scheduler are the only ones with a TMA main loop (and cluster launches).
+MATMUL_SCHEDULER = "matmul"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -257,10 +279,9 @@ class Plan:
             slot_of[("output", index)] = inputs + index
         offsets = []
         size = 0
-        for number, (name, tv) in enumerate(sorted(compiled.segmented.intermediates.items())):
+        for number, (name, nbytes) in enumerate(sorted(compiled.intermediate_bytes.items())):
             slot_of[("intermediate", name)] = inputs + len(outputs) + number
             offsets.append(size)
-            nbytes = tv.numel * tv.dtype.itemsize
             size += -(-nbytes // _WORKSPACE_ALIGNMENT) * _WORKSPACE_ALIGNMENT
         kernel_slots = []
         for kernel in compiled.kernels:
@@ -289,6 +310,8 @@ class Plan:
 def _tensor_map_encoder(kernel: Any) -> tuple[Any, int] | None:
     """For a TMA (matmul) kernel: a function from its pointer arguments to its tensor maps
     (encoded once per set of addresses), and how many maps it takes; else None."""
+    if kernel.scheduler != MATMUL_SCHEDULER:
+        return None  # only matmul kernels load with TMA; others need no kernel IR here
     from pyfuse.backend_ptx.emit import find_main_loop_or_none
 
     loop = find_main_loop_or_none(kernel.kernel_ir)
@@ -308,6 +331,8 @@ def _resident_grid(kernel: Any, function: Any) -> tuple[int, int, int]:
     """``kernel.grid``, except that a persistent cluster kernel launches no more clusters
     than the device can hold at once (GPCs may not fit ``SMs / cluster size``): its tile
     loop strides by the launched cluster count, so fewer clusters only take more tiles."""
+    if kernel.scheduler != MATMUL_SCHEDULER:
+        return tuple(kernel.grid)  # type: ignore[return-value]
     from pyfuse.backend_ptx.driver import max_active_clusters
     from pyfuse.backend_ptx.emit import find_main_loop_or_none
 
@@ -335,7 +360,7 @@ class Loaded:
     def __init__(self, compiled: Any, plan: Plan, device: int, arch: str) -> None:
         global _several_devices
         from pyfuse.backend_ptx import driver
-        from pyfuse.backend_ptx.emitter import ParamKind
+        from pyfuse.backend_ptx.abi import ParamKind
         from pyfuse.frontend import cache
 
         start = time.perf_counter()

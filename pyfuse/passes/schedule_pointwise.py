@@ -61,6 +61,12 @@ NAME = "pointwise"
 THREADS = 128
 # Rows one thread walks in the 2-D schedule, most first.
 ROWS_PER_THREAD = (4, 2)
+# The flat schedule unrolls to at most this many elements per thread (and at most 4 vectors).
+# More loads in flight bought nothing on the H200 (bf16 gelu(x*y+z), 4096x4096 and
+# 16384x4096: 8, 16 and 32 elements within 4% of each other), while the PTX, and with it the
+# driver's JIT of a new kernel, grows with the unrolled body: 22, 40 and 123 ms there.
+FLAT_ELEMENTS_PER_THREAD = 16
+FLAT_MAX_UNROLL = 4
 # Fewer blocks than this per SM leave SMs idle; more rows per thread are not worth that.
 MIN_BLOCKS_PER_SM = 4
 # At most 1/IDLE_FRACTION of a block's column threads (or of the rows) may be padding.
@@ -210,7 +216,9 @@ def choose_params(fusion: Fusion, reference: TensorView, target: TargetInfo) -> 
         return PointwiseParams(vector, threads, rows, point.position)
     vectors = max(1, reference.numel // vector)
     # Unroll when there is work for several waves of blocks: more loads in flight per thread.
-    unroll = 4 if vectors >= threads * 4 * target.sm_count * 8 else 1
+    unroll = max(1, min(FLAT_MAX_UNROLL, FLAT_ELEMENTS_PER_THREAD // vector))
+    if vectors < threads * unroll * target.sm_count * 8:
+        unroll = 1
     return PointwiseParams(vector, threads, unroll)
 
 

@@ -13,7 +13,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyfuse.backend_ptx.emitter import TENSOR_MAP_BYTES, ParamKind
+from pyfuse.backend_ptx.abi import TENSOR_MAP_BYTES, ParamKind
 
 
 class CUresult(enum.IntEnum):

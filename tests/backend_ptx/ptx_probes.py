@@ -7,7 +7,8 @@ re-assembles them at each instruction's declared minimum PTX version.
 
 from __future__ import annotations
 
-from pyfuse.backend_ptx.emitter import Directives, KernelBuilder, ParamKind
+from pyfuse.backend_ptx.abi import ParamKind
+from pyfuse.backend_ptx.emitter import Directives, KernelBuilder
 from pyfuse.backend_ptx.instructions import (
     arith,
     control,

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pyfuse.backend_ptx import smem_desc
-from pyfuse.backend_ptx.emitter import Directives, KernelBuilder, Param, ParamKind, PtxModule
+from pyfuse.backend_ptx.abi import ParamKind
+from pyfuse.backend_ptx.emitter import Directives, KernelBuilder, Param, PtxModule
 from pyfuse.backend_ptx.instructions import (
     arith,
     control,

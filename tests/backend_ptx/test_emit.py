@@ -668,7 +668,7 @@ def _host_inputs(kernel: kir.Kernel, rng: np.random.Generator, low: int) -> list
 
 def _run_on_gpu(kernel: kir.Kernel, inputs: list[Array]) -> list[Array]:
     from pyfuse.backend_ptx import driver
-    from pyfuse.backend_ptx.emitter import ParamKind
+    from pyfuse.backend_ptx.abi import ParamKind
 
     outputs = {p.index: np.zeros(p.shape, p.dtype.numpy()) for p in kernel.params
                if p.role == kir.ParamRole.OUTPUT}  # fmt: skip

@@ -12,7 +12,8 @@ import pytest
 
 from pyfuse.backend_ptx import driver, smem_desc
 from pyfuse.backend_ptx import tma as tma_host
-from pyfuse.backend_ptx.emitter import Directives, ParamKind, PtxModule
+from pyfuse.backend_ptx.abi import ParamKind
+from pyfuse.backend_ptx.emitter import Directives, PtxModule
 from pyfuse.backend_ptx.instructions import arith, control, memory, special
 from pyfuse.backend_ptx.operands import Address, RegClass
 from pyfuse.errors import LaunchError

@@ -8,7 +8,8 @@ from typing import Any
 import ptx_probes
 import pytest
 
-from pyfuse.backend_ptx.emitter import KernelBuilder, ParamKind
+from pyfuse.backend_ptx.abi import ParamKind
+from pyfuse.backend_ptx.emitter import KernelBuilder
 from pyfuse.backend_ptx.instructions import memory
 from pyfuse.backend_ptx.operands import Address, Instr, Reg, RegClass, Symbol
 

@@ -178,13 +178,17 @@ def test_a_new_function_with_the_same_kernel_loads_from_disk(
     fake.cuMemAlloc = lambda nbytes: (0, 0x10000)  # type: ignore[attr-defined]
     fake.cuMemFree = lambda pointer: (0,)  # type: ignore[attr-defined]
 
-    def run_fresh() -> list[str]:
+    def run_fresh() -> tuple[list[str], set[str]]:
         f = pf.fuse(name="same")(lambda x: x + 1)
         x = DeviceArray((4,), pf.float32)
         f(x)
         (compiled,) = f.__dict__["_pyfuse_runtime"].compiled.values()
         assert compiled.timings["load"] > 0
-        return list(compiled.runtime.loaded[0].sources)
+        return list(compiled.runtime.loaded[0].sources), set(compiled.timings)
 
-    assert run_fresh() == [cache.FROM_JIT]
-    assert run_fresh() == [cache.FROM_CACHE]
+    sources, timings = run_fresh()
+    assert sources == [cache.FROM_JIT] and "emit" in timings
+    # The second function traces the same fusion: the variant cache gives its kernels (no
+    # passes, no emission) and the cubin cache their modules (no JIT).
+    sources, timings = run_fresh()
+    assert sources == [cache.FROM_CACHE] and timings == {"trace", "variant_cache", "load"}

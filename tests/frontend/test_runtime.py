@@ -26,7 +26,7 @@ from ptx_fake_driver import CUresult, FakeDriver
 import pyfuse as pf
 from pyfuse import knobs
 from pyfuse.backend_ptx import driver
-from pyfuse.backend_ptx.emitter import ParamKind
+from pyfuse.backend_ptx.abi import ParamKind
 from pyfuse.frontend import compile as compile_module
 from pyfuse.frontend import runtime
 from pyfuse.frontend.arrays import DeviceArray

@@ -6,9 +6,9 @@ import ctypes
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from pyfuse.backend_ptx.abi import TENSOR_MAP_BYTES, ParamKind
 from pyfuse.backend_ptx.driver.core import call, context, driver_module, fail
 from pyfuse.backend_ptx.driver.modules import Function, set_max_dynamic_smem
-from pyfuse.backend_ptx.emitter import TENSOR_MAP_BYTES, ParamKind
 from pyfuse.errors import LaunchError
 
 DEFAULT_DYNAMIC_SMEM_LIMIT = 48 * 1024  # above this a kernel must opt in per function

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pyfuse.backend_ptx.emitter import Param, ParamKind
+from pyfuse.backend_ptx.abi import ParamKind
+from pyfuse.backend_ptx.emitter import Param
 from pyfuse.backend_ptx.operands import (
     Address,
     AddressLike,

@@ -1,0 +1,251 @@
+"""The on-disk variant cache: what the key separates, records round-tripping into a usable
+Compiled, what is never stored, damaged records, and a fresh process that skips the compiler."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import pyfuse as pf
+from pyfuse import knobs
+from pyfuse.frontend import cache, variant_cache
+from pyfuse.ir.kernel_printer import kernel_to_str
+from pyfuse.ir.target import HOPPER
+
+f32, bf16 = pf.float32, pf.bfloat16
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def cache_dir(tmp_path: Path) -> Iterator[Path]:
+    with knobs.overrides(cache_dir=tmp_path, disable_cache=False, dump=frozenset()):
+        yield tmp_path
+
+
+def _key(fn: Callable[..., Any], *specs: Any) -> str | None:
+    return variant_cache.variant_key(pf.fuse(fn, name="f").trace(*specs), HOPPER, None)
+
+
+def _scaled(c: object) -> Callable[..., Any]:
+    return lambda x, y: pf.gelu(x * c + y)  # one source line for every constant
+
+
+def _binary(op: Callable[..., Any]) -> Callable[..., Any]:
+    return lambda x, y: op(x, y)
+
+
+def _records(cache_dir: Path) -> list[Path]:
+    folder = cache_dir / "variant"
+    return sorted(folder.iterdir()) if folder.exists() else []
+
+
+# ---- the key ---------------------------------------------------------------------------------
+
+
+def test_key_is_stable_for_the_same_trace() -> None:
+    spec = pf.spec((64, 96), bf16)
+    assert _key(_scaled(0.5), spec, spec) == _key(_scaled(0.5), spec, spec)
+    assert _key(_scaled(0.5), spec, spec) is not None
+
+
+def test_key_separates_everything_that_changes_the_kernels() -> None:
+    spec = pf.spec((64, 96), bf16)
+    base = _key(_scaled(0.5), spec, spec)
+    variants = [
+        _key(_scaled(0.5000000000000001), spec, spec),  # the next float: exact, not decimal
+        _key(_scaled(2), spec, spec),  # an int constant
+        _key(_scaled(True), spec, spec),  # a bool is not the int 1
+        _key(_scaled(0.5), pf.spec((64, 96), f32), spec),  # a dtype
+        _key(_scaled(0.5), pf.spec((64, 97), bf16), pf.spec((64, 97), bf16)),  # a shape
+        _key(_scaled(0.5), pf.spec((64, 96), bf16, (1, 64)), spec),  # a layout
+        _key(_binary(pf.add), spec, spec),
+    ]
+    assert base not in variants and len(set(variants)) == len(variants)
+    assert _key(_binary(pf.add), spec, spec) != _key(_binary(pf.sub), spec, spec)
+    # The same text on another line is another op source (errors and warnings name it).
+    first = lambda x, y: x + y  # noqa: E731
+    second = lambda x, y: x + y  # noqa: E731
+    assert _key(first, spec, spec) != _key(second, spec, spec)
+
+
+def test_key_covers_the_target_and_refuses_matmul_params_and_verification() -> None:
+    fusion = pf.fuse(_scaled(0.5), name="f").trace(*[pf.spec((64, 96), bf16)] * 2)
+    base = variant_cache.variant_key(fusion, HOPPER, None)
+    unvectorized = variant_cache.variant_key(
+        fusion, dataclasses.replace(HOPPER, vector_bytes=1), None
+    )
+    assert base is not None and unvectorized is not None and base != unvectorized
+    assert variant_cache.variant_key(fusion, HOPPER, pf.MatmulParams()) is None
+    with knobs.overrides(verify=1):
+        assert variant_cache.variant_key(fusion, HOPPER, None) is None
+
+
+def test_an_unknown_object_in_the_fusion_makes_it_uncacheable() -> None:
+    fusion = pf.fuse(_scaled(0.5), name="f").trace(*[pf.spec((64, 96), bf16)] * 2)
+    assert variant_cache.fingerprint(fusion) is not None
+    fusion.exprs()[0].note = object()  # type: ignore[attr-defined]
+    assert variant_cache.fingerprint(fusion) is None
+    assert variant_cache.variant_key(fusion, HOPPER, None) is None
+
+
+def test_source_stamp_follows_size_and_modification_time(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    module = tmp_path / "sub" / "m.py"
+    module.write_text("x = 1\n")
+    (tmp_path / "notes.txt").write_text("not a module")
+    base = variant_cache.stamp_of(tmp_path)
+    assert base == variant_cache.stamp_of(tmp_path)
+    (tmp_path / "notes.txt").write_text("still not a module, and longer")
+    assert variant_cache.stamp_of(tmp_path) == base
+    module.write_text("x = 22\n")
+    sized = variant_cache.stamp_of(tmp_path)
+    assert sized != base
+    stat = module.stat()
+    os.utime(module, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))
+    assert variant_cache.stamp_of(tmp_path) != sized
+
+
+# ---- records ---------------------------------------------------------------------------------
+
+
+def _long_sum(x: Any) -> Any:
+    return x.sum()  # 7x32769: a grid reduction, two kernels and an intermediate
+
+
+@pytest.mark.parametrize(
+    ("fn", "specs"),
+    [
+        (_scaled(0.25), [pf.spec((64, 96), bf16), pf.spec((64, 96), bf16)]),
+        (_long_sum, [pf.spec((7, 32769), f32)]),
+        (lambda x: pf.softmax(x, -1), [pf.spec((4, 1 << 18), f32)]),
+    ],
+)
+def test_a_second_function_reads_the_record_of_the_first(
+    cache_dir: Path, fn: Callable[..., Any], specs: list[Any]
+) -> None:
+    first = pf.fuse(fn, name="cached").compile(*specs)
+    assert len(_records(cache_dir)) == 1
+    assert "emit" in first.timings
+
+    second = pf.fuse(fn, name="cached").compile(*specs)  # a new function: no in-memory hit
+    assert second is not first
+    assert set(second.timings) == {"trace", "variant_cache"}
+    assert second.ptx == first.ptx and second.math_ir == first.math_ir
+    assert second.global_intermediates == first.global_intermediates
+    assert second.intermediate_bytes == first.intermediate_bytes
+    for got, want in zip(second.kernels, first.kernels, strict=True):
+        assert (got.name, got.scheduler, got.ir, got.params) == (
+            want.name,
+            want.scheduler,
+            want.ir,
+            want.params,
+        )
+        assert (got.grid, got.block, got.smem_bytes) == (want.grid, want.block, want.smem_bytes)
+        assert got.arguments == want.arguments
+        assert got.built_ir is None  # not rebuilt until asked for
+    assert second.runtime.plan == first.runtime.plan
+
+    # The kernel IR and the segmentation come back by compiling again, on first access.
+    assert kernel_to_str(second.kernels[0].kernel_ir) == kernel_to_str(first.kernels[0].kernel_ir)
+    assert len(second.segmented.kernels) == len(first.segmented.kernels)
+    assert all(kernel.built_ir is not None for kernel in second.kernels)
+
+
+def test_matmul_variants_are_not_stored(cache_dir: Path) -> None:
+    specs = [pf.spec((256, 128), bf16), pf.spec((128, 192), bf16)]
+    compiled = pf.fuse(lambda a, b: a @ b, name="mm").compile(*specs)
+    assert any(kernel.scheduler == "matmul" for kernel in compiled.kernels)
+    assert _records(cache_dir) == []
+    pf.fuse(lambda a, b: a @ b, name="mm", matmul=pf.MatmulParams()).compile(*specs)
+    assert _records(cache_dir) == []
+
+
+def test_disabled_cache_and_dumps_write_no_record(
+    cache_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = pf.spec((64, 96), bf16)
+    with knobs.overrides(disable_cache=True):
+        pf.fuse(_scaled(3.0), name="off").compile(spec, spec)
+    with knobs.overrides(dump=frozenset({"ptx"})):
+        pf.fuse(_scaled(3.0), name="off").compile(spec, spec)
+    assert _records(cache_dir) == []
+    assert "pyfuse ptx" in capsys.readouterr().err
+
+
+def test_a_damaged_record_is_a_miss_and_is_rewritten(cache_dir: Path) -> None:
+    spec = pf.spec((64, 96), bf16)
+    pf.fuse(_scaled(4.0), name="damaged").compile(spec, spec)
+    (path,) = _records(cache_dir)
+    whole = path.read_bytes()
+    path.write_bytes(whole[:-10])
+    again = pf.fuse(_scaled(4.0), name="damaged").compile(spec, spec)
+    assert "emit" in again.timings
+    assert path.read_bytes() == whole
+
+    # A record that frames correctly but lacks a field reads as a miss too.
+    record = json.loads(cache.read_entry(path, variant_cache.MAGIC) or b"")
+    del record["kernels"][0]["grid"]
+    cache.write_entry(path, json.dumps(record).encode(), variant_cache.MAGIC)
+    assert "emit" in pf.fuse(_scaled(4.0), name="damaged").compile(spec, spec).timings
+
+
+def test_a_record_whose_ptx_this_pyfuse_does_not_make_is_reported(cache_dir: Path) -> None:
+    spec = pf.spec((64, 96), bf16)
+    pf.fuse(_scaled(5.0), name="foreign").compile(spec, spec)
+    (path,) = _records(cache_dir)
+    record = json.loads(cache.read_entry(path, variant_cache.MAGIC) or b"")
+    record["kernels"][0]["ptx"] += "// changed\n"
+    cache.write_entry(path, json.dumps(record).encode(), variant_cache.MAGIC)
+    compiled = pf.fuse(_scaled(5.0), name="foreign").compile(spec, spec)
+    assert compiled.ptx.endswith("// changed\n")
+    with pytest.raises(pf.PyfuseError, match="variant cache gave PTX"):
+        compiled.kernels[0].kernel_ir  # noqa: B018
+
+
+# ---- a fresh process -------------------------------------------------------------------------
+
+_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import pyfuse as pf
+
+    fused = pf.fuse(lambda x, y, z: pf.gelu(x * y + z), name="fresh")
+    compiled = fused.compile(*[pf.spec((512, 256), pf.bfloat16)] * 3)
+    loaded = sorted(name for name in sys.modules if name.startswith("pyfuse."))
+    print(json.dumps({"timings": sorted(compiled.timings), "ptx": compiled.ptx,
+                      "modules": loaded}))
+    """
+)
+
+
+def test_a_fresh_process_skips_the_passes_and_the_emitter(tmp_path: Path) -> None:
+    script = tmp_path / "fresh.py"
+    script.write_text(_SCRIPT)
+    env = {**os.environ, "PYFUSE_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(REPO)}
+    env.pop("PYFUSE_DISABLE_CACHE", None)
+    env.pop("PYFUSE_DUMP", None)
+
+    def run() -> dict[str, Any]:
+        done = subprocess.run(
+            [sys.executable, str(script)], env=env, capture_output=True, text=True, check=True
+        )
+        return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+    first, second = run(), run()
+    assert "emit" in first["timings"] and "pyfuse.passes.pipeline" in first["modules"]
+    assert second["timings"] == ["trace", "variant_cache"]
+    assert second["ptx"] == first["ptx"]
+    compiler = [
+        m for m in second["modules"] if m.startswith(("pyfuse.passes", "pyfuse.backend_ptx.emit"))
+    ]
+    assert compiler == []
+    assert "pyfuse.ir.kernel_ir" not in second["modules"]

@@ -1,0 +1,87 @@
+"""A variant restored from the on-disk variant cache runs and gives the right answer: two fresh
+processes share one cache directory; the second launches the first's kernels (cubins) without
+running the passes or the emitter, on new random inputs, against a float64 reference."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import torch
+    import pyfuse as pf
+
+    torch.manual_seed(int(sys.argv[1]))
+    cases = [
+        ("gelu", pf.fuse(lambda x, y, z: pf.gelu(x * y + z), name="vc_gelu"),
+         lambda x, y, z: torch.nn.functional.gelu(x * y + z), [(7, 1000)] * 3, 2e-2),
+        ("bias", pf.fuse(lambda x, b: pf.silu(x + b), name="vc_bias"),
+         lambda x, b: torch.nn.functional.silu(x + b), [(1000, 1000), (1000,)], 2e-2),
+        ("long_sum", pf.fuse(lambda x: x.sum(-1), name="vc_sum"),
+         lambda x: x.sum(-1), [(7, 32769)], 2e-2),
+        ("softmax", pf.fuse(lambda x: pf.softmax(x, -1), name="vc_softmax"),
+         lambda x: torch.softmax(x, -1), [(3, 4099)], 1e-2),
+    ]
+    report = {}
+    for name, fused, reference, shapes, tolerance in cases:
+        dtype = torch.float32 if name == "long_sum" else torch.bfloat16
+        inputs = [torch.randn(shape, device="cuda", dtype=dtype) for shape in shapes]
+        errors = []
+        for _ in range(2):  # twice: a moving error is a race
+            out = fused(*inputs)
+            torch.cuda.synchronize()
+            want = reference(*[x.double() for x in inputs])
+            scale = max(1.0, want.abs().max().item())
+            errors.append((out.double() - want).abs().max().item() / scale)
+        (compiled,) = fused.__dict__["_pyfuse_runtime"].compiled.values()
+        report[name] = {
+            "errors": errors,
+            "tolerance": tolerance,
+            "timings": sorted(compiled.timings),
+            "sources": list(compiled.runtime.loaded[0].sources),
+        }
+    report["compiler_loaded"] = "pyfuse.passes.pipeline" in sys.modules
+    print(json.dumps(report))
+    """
+)
+
+
+@pytest.mark.gpu
+def test_a_restored_variant_runs_correctly_in_a_fresh_process(tmp_path: Path) -> None:
+    script = tmp_path / "variant.py"
+    script.write_text(_SCRIPT)
+    env = {**os.environ, "PYFUSE_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(REPO)}
+    env.pop("PYFUSE_DISABLE_CACHE", None)
+    env.pop("PYFUSE_DUMP", None)
+
+    def run(seed: int) -> dict[str, Any]:
+        done = subprocess.run(
+            [sys.executable, str(script), str(seed)],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-4000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+    first, second = run(1), run(2)
+    assert first["compiler_loaded"] and not second["compiler_loaded"]
+    for name in ("gelu", "bias", "long_sum", "softmax"):
+        assert "emit" in first[name]["timings"], name
+        assert second[name]["timings"] == ["load", "trace", "variant_cache"], name
+        assert set(first[name]["sources"]) == {"jit"}, name
+        assert set(second[name]["sources"]) == {"cache"}, name
+        for report in (first[name], second[name]):
+            assert max(report["errors"]) <= report["tolerance"], (name, report["errors"])
