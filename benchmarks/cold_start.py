@@ -258,7 +258,9 @@ def _child_call(config: dict[str, Any]) -> dict[str, Any]:
     wall_ms = (time.perf_counter() - start) * 1e3
     stages["module load"] = compiled.timings.get("load", 0.0) * 1e3
     stages["first launch + sync"] = wall_ms - stages["module load"]
-    stages["first call, sum of stages after import"] = sum(stages[name] for name in AFTER_IMPORT)
+    stages["first call, sum of stages after import"] = sum(
+        stages.get(name, 0.0) for name in AFTER_IMPORT
+    )
     notes["module source"] = [
         source for loaded in compiled.runtime.loaded.values() for source in loaded.sources
     ]

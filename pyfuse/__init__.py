@@ -5,6 +5,7 @@ Importing pyfuse is cheap: no GPU, no driver, no torch.
 """
 
 from pyfuse.errors import FusionError, InputError, LaunchError, PyfuseError, ScheduleError
+from pyfuse.frontend.compiled import Compiled, Kernel
 from pyfuse.frontend.fuse import FusedFunction, fuse
 from pyfuse.frontend.ops import (
     abs,
@@ -65,11 +66,13 @@ from pyfuse.ir.params import MatmulParams
 __version__ = "0.1.0"
 
 __all__ = [
+    "Compiled",
     "DType",
     "Fusion",
     "FusedFunction",
     "FusionError",
     "InputError",
+    "Kernel",
     "LaunchError",
     "MatmulParams",
     "PyfuseError",

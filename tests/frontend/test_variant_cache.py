@@ -138,6 +138,7 @@ def test_a_second_function_reads_the_record_of_the_first(
 
     second = pf.fuse(fn, name="cached").compile(*specs)  # a new function: no in-memory hit
     assert second is not first
+    assert isinstance(second, pf.Compiled) and isinstance(second.kernels[0], pf.Kernel)
     assert set(second.timings) == {"trace", "variant_cache"}
     assert second.ptx == first.ptx and second.math_ir == first.math_ir
     assert second.global_intermediates == first.global_intermediates
