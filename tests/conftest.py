@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -15,7 +17,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # Every test session starts from empty kernel and variant caches: a record left by an earlier
 # run (or by the user's own work) must not stand in for the compile a test means to check.
-os.environ["PYFUSE_CACHE_DIR"] = tempfile.mkdtemp(prefix="pyfuse-test-cache-")
+_SESSION_CACHE = tempfile.mkdtemp(prefix="pyfuse-test-cache-")
+os.environ["PYFUSE_CACHE_DIR"] = _SESSION_CACHE
+atexit.register(shutil.rmtree, _SESSION_CACHE, ignore_errors=True)
 
 
 @functools.cache

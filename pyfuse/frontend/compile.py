@@ -12,6 +12,7 @@ import time
 
 from pyfuse import knobs
 from pyfuse.backend_ptx.emit import emit_ptx
+from pyfuse.frontend import variant_cache
 from pyfuse.frontend.compiled import Compiled, Kernel
 from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.kernel_ir import Kernel as KernelIR
@@ -19,6 +20,10 @@ from pyfuse.ir.kernel_ir import ParamRole
 from pyfuse.ir.params import MatmulParams
 from pyfuse.ir.target import TargetInfo
 from pyfuse.passes import pipeline
+
+# The sources the compiler was loaded from: the variant cache stores its results only while
+# they are unchanged.
+variant_cache.remember_compiler_sources()
 
 
 def _arguments(

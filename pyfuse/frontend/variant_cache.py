@@ -5,19 +5,29 @@ of both.
 A *variant* is what one ``compile`` makes: the kernels' PTX, scheduled IR text, launch shapes
 and argument mapping, and the workspace plan. Its record is keyed by the sha256 of
 
-- a format number and pyfuse's *source stamp*: the path, size and modification time of every
-  module of the installed package, so an edited pyfuse never reads another's records;
+- a format number and pyfuse's *source stamp*: the install folder, the version, and the
+  contents of every module of the package (contents, not modification times, which
+  installers and build systems set equal on different files), so no other pyfuse reads
+  these records (read once per process, and again only if a stat of the files changes);
 - the traced fusion, serialized structurally (:func:`fingerprint`): every object reachable
   from the fusion's inputs, outputs and exprs, attribute by attribute, with shared objects
-  written once and referenced by number. Shapes, dtypes, strides, constants (floats in hex),
-  op attributes and each op's source line are all in it; an object of a type the serializer
-  does not know makes the variant uncacheable rather than risk two fusions sharing a key;
-- the target (device limits, vector width) and the ``MatmulParams``.
+  written once and referenced by number, and the fusion's next value numbers (the passes
+  continue them). Shapes, dtypes, strides, constants (floats in hex), op attributes and each
+  op's source line are all in it; an object of a type the serializer does not know makes the
+  variant uncacheable rather than risk two fusions sharing a key;
+- every field of the target (device limits, vector width), and NumPy's version (the emitter
+  folds constants with it).
+
+A record is stored only while the package's files stat as they did when the key was made
+and when the compiler was imported (:func:`remember_compiler_sources`): a process that keeps
+running old code after its sources were edited never files its kernels under the new stamp.
+Sources that cannot be scanned (a zipped install) make nothing cacheable.
 
 Records are JSON, framed and published like cubins (:mod:`pyfuse.frontend.cache`): a
-concurrent reader sees no record or a whole one, and a corrupt one reads as a miss. The
-restored :class:`~pyfuse.frontend.compiled.Compiled` rebuilds its kernel IR by compiling
-again only if something asks for it. Stored are variants whose kernels all launch without
+concurrent reader sees no record or a whole one, and a damaged one (bad framing, or content
+that does not add up: no kernels, a bad launch shape, an argument from nowhere) reads as a
+miss. The restored :class:`~pyfuse.frontend.compiled.Compiled` rebuilds its kernel IR by
+compiling again only if something asks for it. Stored are variants whose kernels all launch without
 kernel IR (no matmul kernel: a matmul launch encodes its tensor maps from the kernel IR).
 Functions with ``MatmulParams`` are not keyed at all: the params only shape matmuls, and the
 passes' only warnings (about matmul params and matmul schedules) must repeat in every process.
@@ -26,14 +36,17 @@ passes' only warnings (about matmul params and matmul schedules) must repeat in 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
-import functools
 import hashlib
 import json
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 import pyfuse
 from pyfuse import knobs
@@ -41,6 +54,7 @@ from pyfuse.frontend import cache
 from pyfuse.frontend.compiled import Compiled, Kernel
 from pyfuse.ir.dtypes import DType
 from pyfuse.ir.fusion import Fusion
+from pyfuse.ir.target import TargetInfo
 
 FORMAT = 1
 MAGIC = b"PYFUSE-VARIANT-1\n"
@@ -93,6 +107,8 @@ def fingerprint(fusion: Fusion) -> bytes | None:
             "inputs=" + value(list(fusion.inputs)),
             "outputs=" + value(list(fusion.outputs)),
             "exprs=" + value(list(fusion.exprs())),
+            # The passes go on numbering from here: the names in the IR and the PTX depend on it.
+            "namer=" + repr(sorted(fusion.namer.counters())),
         ]
         done = 0
         while done < len(queue):
@@ -108,49 +124,103 @@ def fingerprint(fusion: Fusion) -> bytes | None:
     return "\n".join(lines).encode()
 
 
-@functools.cache
-def source_stamp() -> str:
-    """The stamp of the installed pyfuse package (computed once per process)."""
-    return stamp_of(Path(pyfuse.__file__).resolve().parent)
+# The package's files as (relative path, size, mtime_ns, inode), as seen by a scan.
+Scan = tuple[tuple[str, int, int, int], ...]
+
+_ROOT = Path(pyfuse.__file__).resolve().parent
+_stamps: dict[Scan, str] = {}  # content stamp per scan: files are read again only on a change
+_compiler_scan: Scan | None = None
 
 
-def stamp_of(root: Path) -> str:
-    """A digest of the ``.py`` files under ``root``: relative path, size, modification time
-    (as Python's own bytecode cache checks sources; reading every file would cost more)."""
-    digest = hashlib.sha256(pyfuse.__version__.encode())
+def scan_sources(root: Path = _ROOT) -> Scan | None:
+    """Stat every ``.py`` file under ``root``; None where that fails (a zipped install, an
+    unreadable folder, an editor's lock file that vanished between listing and stat)."""
+    entries = []
     pending = [str(root)]
     prefix = len(str(root))
-    entries = []
-    while pending:
-        with os.scandir(pending.pop()) as scan:
-            for entry in scan:
-                if entry.is_dir() and entry.name != "__pycache__":
-                    pending.append(entry.path)
-                elif entry.name.endswith(".py"):
-                    stat = entry.stat()
-                    entries.append(f"{entry.path[prefix:]}:{stat.st_size}:{stat.st_mtime_ns}")
-    for line in sorted(entries):
-        digest.update(line.encode() + b"\n")
+    try:
+        while pending:
+            with os.scandir(pending.pop()) as listing:
+                for entry in listing:
+                    if entry.is_dir(follow_symlinks=False):
+                        if entry.name != "__pycache__":
+                            pending.append(entry.path)
+                    elif entry.name.endswith(".py") and not entry.name.startswith("."):
+                        info = entry.stat()
+                        entries.append(
+                            (entry.path[prefix:], info.st_size, info.st_mtime_ns, info.st_ino)
+                        )
+    except OSError:
+        return None
+    return tuple(sorted(entries))
+
+
+def stamp_of(root: Path, scan: Scan) -> str | None:
+    """The sha256 of the scanned files' contents and names under ``root``, with pyfuse's
+    install folder and version (contents, not modification times: installers and build
+    systems set equal times on different files)."""
+    digest = hashlib.sha256(f"{pyfuse.__version__}\0{root}\0".encode())
+    try:
+        for relative, _, _, _ in scan:
+            data = Path(str(root) + relative).read_bytes()
+            digest.update(f"{relative}\0{len(data)}\0".encode())
+            digest.update(data)
+    except OSError:
+        return None
     return digest.hexdigest()
 
 
-def variant_key(fusion: Fusion, target: object, matmul: object) -> str | None:
+def remember_compiler_sources() -> None:
+    """Called when the compiler (passes, emitter) is imported: the sources it was loaded from.
+    A record is stored only while the package still scans the same, so a process whose files
+    were edited after it loaded them never files old kernels under the new sources' stamp."""
+    global _compiler_scan
+    _compiler_scan = scan_sources()
+
+
+def _current_stamp() -> tuple[Scan, str] | None:
+    scan = scan_sources()
+    if scan is None:
+        return None
+    stamp = _stamps.get(scan)
+    if stamp is None:
+        stamp = stamp_of(_ROOT, scan)
+        if stamp is None:
+            return None
+        _stamps[scan] = stamp
+    return scan, stamp
+
+
+@dataclass(frozen=True)
+class VariantKey:
+    """A record name, and the scan of pyfuse's sources it was computed under."""
+
+    name: str
+    scan: Scan
+
+
+def variant_key(fusion: Fusion, target: TargetInfo, matmul: object) -> VariantKey | None:
     """The record name for this traced fusion on ``target``; None when not cacheable (matmul
-    params given, or ``PYFUSE_VERIFY`` asking for the passes to be checked as they run)."""
+    params given, ``PYFUSE_VERIFY`` asking for the passes to be checked as they run, or
+    sources that cannot be read)."""
     if matmul is not None or knobs.verify_level() > 0:
         return None
     structure = fingerprint(fusion)
-    if structure is None:
+    stamp = _current_stamp()
+    if structure is None or stamp is None:
         return None
+    scan, source = stamp
     digest = hashlib.sha256()
-    for part in (str(FORMAT), source_stamp(), repr(target)):
+    # Every field of the target, whatever its repr shows; NumPy folds the emitter's constants.
+    parts = (str(FORMAT), source, repr(dataclasses.astuple(target)), np.__version__)
+    for part in parts:
         digest.update(part.encode() + b"\0")
     digest.update(structure)
-    return digest.hexdigest()
+    return VariantKey(digest.hexdigest(), scan)
 
 
-def record_path(key: str) -> Path:
-    return knobs.cache_dir() / "variant" / f"{key}.json"
+def record_path(key: VariantKey) -> Path:
+    return knobs.cache_dir() / "variant" / f"{key.name}.json"
 
 
 def _record(compiled: Compiled) -> dict[str, Any] | None:
@@ -187,27 +257,50 @@ def _record(compiled: Compiled) -> dict[str, Any] | None:
     return record
 
 
-def store(key: str, compiled: Compiled) -> None:
-    """Publish the record of ``compiled`` under ``key`` (nothing when it is not storable);
-    a cache directory that cannot be written is the cubin cache's to report."""
+def store(key: VariantKey, compiled: Compiled) -> None:
+    """Publish the record of ``compiled`` under ``key`` (nothing when it is not storable, or
+    when pyfuse's sources changed since the key was made or the compiler was loaded); a cache
+    directory that cannot be written is the cubin cache's to report."""
     record = _record(compiled)
-    if record is None:
+    if record is None or not key.scan or key.scan != _compiler_scan:
+        return
+    if scan_sources() != key.scan:
         return
     with contextlib.suppress(OSError):
         cache.write_entry(record_path(key), json.dumps(record).encode(), MAGIC)
 
 
-def load(key: str, fusion: Fusion, recompile: Callable[[], Compiled]) -> Compiled | None:
-    """The variant stored under ``key`` as a Compiled for ``fusion``; None on a miss or a
-    record that does not read back whole."""
+def load(key: VariantKey, fusion: Fusion, recompile: Callable[[], Compiled]) -> Compiled | None:
+    """The variant stored under ``key`` as a Compiled for ``fusion``; None on a miss or on a
+    record that does not read back whole and consistent (anything else it may hold)."""
     payload = cache.read_entry(record_path(key), MAGIC)
     if payload is None:
         return None
     try:
-        record = json.loads(payload)
-        if record["format"] != FORMAT:
-            return None
-        kernels = [
+        return _compiled_from(json.loads(payload), fusion, recompile)
+    except Exception:  # a record is only a cache: whatever is wrong with it, compile instead
+        return None
+
+
+def _compiled_from(
+    record: dict[str, Any], fusion: Fusion, recompile: Callable[[], Compiled]
+) -> Compiled | None:
+    if record["format"] != FORMAT or not record["kernels"]:
+        return None
+    intermediate_bytes = {
+        str(name): _count(size) for name, size in record["intermediate_bytes"].items()
+    }
+    kernels = []
+    for item in record["kernels"]:
+        arguments: list[tuple[str, int | str]] = []
+        for kind, where in item["arguments"]:
+            limit = {"input": len(fusion.inputs), "output": len(fusion.outputs)}.get(kind)
+            if limit is not None and not (type(where) is int and 0 <= where < limit):
+                return None
+            if limit is None and not (kind == "intermediate" and where in intermediate_bytes):
+                return None
+            arguments.append((kind, where))
+        kernels.append(
             Kernel(
                 name=str(item["name"]),
                 scheduler=str(item["scheduler"]),
@@ -215,28 +308,31 @@ def load(key: str, fusion: Fusion, recompile: Callable[[], Compiled]) -> Compile
                 ir=str(item["ir"]),
                 grid=_triple(item["grid"]),
                 block=_triple(item["block"]),
-                smem_bytes=int(item["smem_bytes"]),
+                smem_bytes=_count(item["smem_bytes"]),
                 params=dict(item["params"]),
-                arguments=[(str(kind), where) for kind, where in item["arguments"]],
+                arguments=arguments,
             )
-            for item in record["kernels"]
-        ]
-        return Compiled(
-            name=str(record["name"]),
-            kernels=kernels,
-            global_intermediates=[str(name) for name in record["global_intermediates"]],
-            timings={},
-            math_ir=str(record["math_ir"]),
-            fusion=fusion,
-            intermediate_bytes={
-                str(name): int(size) for name, size in record["intermediate_bytes"].items()
-            },
-            recompile=recompile,
         )
-    except (KeyError, TypeError, ValueError, AttributeError):
-        return None
+    return Compiled(
+        name=str(record["name"]),
+        kernels=kernels,
+        global_intermediates=[str(name) for name in record["global_intermediates"]],
+        timings={},
+        math_ir=str(record["math_ir"]),
+        fusion=fusion,
+        intermediate_bytes=intermediate_bytes,
+        recompile=recompile,
+    )
+
+
+def _count(value: object) -> int:
+    if type(value) is not int or value < 0:
+        raise ValueError(f"not a count: {value!r}")
+    return value
 
 
 def _triple(values: list[int]) -> tuple[int, int, int]:
-    x, y, z = (int(v) for v in values)
+    x, y, z = (_count(v) for v in values)
+    if min(x, y, z) < 1:
+        raise ValueError(f"not a launch shape: {values!r}")
     return (x, y, z)

@@ -24,6 +24,13 @@ class Namer:
         counter = self._counters.setdefault(kind, itertools.count())
         return next(counter)
 
+    def counters(self) -> list[tuple[str, int]]:
+        """The next number of each kind, without taking it (an ``itertools.count`` shows its
+        next value only in its repr, ``count(7)``; it is kept for its thread-safe ``next``)."""
+        return [
+            (kind, int(repr(count)[len("count(") : -1])) for kind, count in self._counters.items()
+        ]
+
 
 _GLOBAL_NAMER = Namer()
 _current: contextvars.ContextVar[Namer | None] = contextvars.ContextVar(

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -37,17 +38,20 @@ NEVER_FOR_POINTWISE = [
 
 
 def _run_fresh(code: str) -> dict[str, object]:
-    """Run ``code`` in a fresh interpreter; it prints one JSON object as its last line."""
+    """Run ``code`` in a fresh interpreter; it prints one JSON object as its last line. Its
+    caches start empty (a variant record would stand in for the compile these tests watch)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYFUSE_")}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=REPO,
-        env=env,
-    )
+    with tempfile.TemporaryDirectory(prefix="pyfuse-cold-start-test-") as cache_dir:
+        env["PYFUSE_CACHE_DIR"] = cache_dir
+        result = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(code)],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=REPO,
+            env=env,
+        )
     loaded: dict[str, object] = json.loads(result.stdout.strip().splitlines()[-1])
     return loaded
 

@@ -97,21 +97,54 @@ def test_an_unknown_object_in_the_fusion_makes_it_uncacheable() -> None:
     assert variant_cache.variant_key(fusion, HOPPER, None) is None
 
 
-def test_source_stamp_follows_size_and_modification_time(tmp_path: Path) -> None:
-    (tmp_path / "sub").mkdir()
-    module = tmp_path / "sub" / "m.py"
-    module.write_text("x = 1\n")
-    (tmp_path / "notes.txt").write_text("not a module")
-    base = variant_cache.stamp_of(tmp_path)
-    assert base == variant_cache.stamp_of(tmp_path)
-    (tmp_path / "notes.txt").write_text("still not a module, and longer")
-    assert variant_cache.stamp_of(tmp_path) == base
-    module.write_text("x = 22\n")
-    sized = variant_cache.stamp_of(tmp_path)
-    assert sized != base
+def _stamp(root: Path) -> str | None:
+    scan = variant_cache.scan_sources(root)
+    return None if scan is None else variant_cache.stamp_of(root, scan)
+
+
+def test_source_stamp_follows_contents_not_times(tmp_path: Path) -> None:
+    root = tmp_path / "pkg"
+    (root / "sub").mkdir(parents=True)
+    module = root / "sub" / "m.py"
+    module.write_text("x = 16\n")
+    (root / "notes.txt").write_text("not a module")
+    base = _stamp(root)
+    assert base is not None and base == _stamp(root)
+    (root / "notes.txt").write_text("still not a module, and longer")
+    assert _stamp(root) == base
+    # A same-size edit with the modification time put back (as installers that normalize
+    # times leave it) still changes the stamp.
     stat = module.stat()
-    os.utime(module, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))
-    assert variant_cache.stamp_of(tmp_path) != sized
+    module.write_text("x = 32\n")
+    os.utime(module, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert _stamp(root) != base
+    module.write_text("x = 16\n")
+    assert _stamp(root) == base
+    # The same files in another folder are another install.
+    other = tmp_path / "other"
+    (other / "sub").mkdir(parents=True)
+    (other / "sub" / "m.py").write_text("x = 16\n")
+    assert _stamp(other) not in (None, base)
+
+
+def test_sources_that_cannot_be_scanned_make_nothing_cacheable(tmp_path: Path) -> None:
+    root = tmp_path / "pkg"
+    root.mkdir()
+    (root / "m.py").write_text("x = 1\n")
+    # An editor's lock file: a dangling symlink named like a module.
+    (root / ".#m.py").symlink_to(tmp_path / "gone")
+    assert variant_cache.scan_sources(root) is not None
+    zipped = tmp_path / "pyfuse.zip"
+    zipped.write_bytes(b"PK")
+    assert variant_cache.scan_sources(zipped) is None
+    assert variant_cache.scan_sources(tmp_path / "missing") is None
+
+
+def test_the_namers_position_is_part_of_the_fingerprint() -> None:
+    fusion = pf.fuse(_scaled(0.5), name="f").trace(*[pf.spec((64, 96), bf16)] * 2)
+    before = variant_cache.fingerprint(fusion)
+    fusion.namer.next("tv")
+    assert variant_cache.fingerprint(fusion) != before
 
 
 # ---- records ---------------------------------------------------------------------------------
@@ -197,6 +230,50 @@ def test_a_damaged_record_is_a_miss_and_is_rewritten(cache_dir: Path) -> None:
     del record["kernels"][0]["grid"]
     cache.write_entry(path, json.dumps(record).encode(), variant_cache.MAGIC)
     assert "emit" in pf.fuse(_scaled(4.0), name="damaged").compile(spec, spec).timings
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda r: r.update(kernels=[]),
+        lambda r: r["kernels"][0].update(smem_bytes=float("inf")),
+        lambda r: r["kernels"][0].update(grid=[0, 1, 1]),
+        lambda r: r["kernels"][0].update(arguments=[["input", [0]]]),
+        lambda r: r["kernels"][0].update(arguments=[["input", 7]]),
+        lambda r: r["kernels"][0].update(arguments=[["elsewhere", 0]]),
+        lambda r: r["kernels"][0].update(params=[1, 2]),
+        lambda r: r.update(format=99),
+    ],
+)
+def test_a_record_that_does_not_add_up_is_a_miss(
+    cache_dir: Path, damage: Callable[[dict[str, Any]], None]
+) -> None:
+    spec = pf.spec((64, 96), bf16)
+    pf.fuse(_scaled(6.0), name="odd").compile(spec, spec)
+    (path,) = _records(cache_dir)
+    record = json.loads(cache.read_entry(path, variant_cache.MAGIC) or b"")
+    damage(record)
+    cache.write_entry(path, json.dumps(record).encode(), variant_cache.MAGIC)
+    assert "emit" in pf.fuse(_scaled(6.0), name="odd").compile(spec, spec).timings
+    # Deeply nested JSON: the parser's recursion error is a miss too.
+    cache.write_entry(path, b"[" * 100000 + b"]" * 100000, variant_cache.MAGIC)
+    assert "emit" in pf.fuse(_scaled(6.0), name="odd").compile(spec, spec).timings
+
+
+def test_nothing_is_stored_once_the_sources_changed_under_the_compiler(
+    cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = pf.spec((64, 96), bf16)
+    pf.fuse(_scaled(7.0), name="edited").compile(spec, spec)  # the compiler is loaded
+    (record,) = _records(cache_dir)
+    record.unlink()
+    # The files scan differently from when the compiler was loaded: an edit since.
+    monkeypatch.setattr(variant_cache, "_compiler_scan", (("/edited.py", 1, 2, 3),))
+    pf.fuse(_scaled(7.0), name="edited").compile(spec, spec)
+    assert _records(cache_dir) == []
+    monkeypatch.undo()
+    pf.fuse(_scaled(7.0), name="edited").compile(spec, spec)
+    assert len(_records(cache_dir)) == 1
 
 
 def test_a_record_whose_ptx_this_pyfuse_does_not_make_is_reported(cache_dir: Path) -> None:
