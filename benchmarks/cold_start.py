@@ -48,7 +48,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+from common import REPO, commit
+
 RESULT_PREFIX = "COLD_START_RESULT "
 TARGET_MS = 100.0  # the goal: cold first call, trace to launched kernel
 
@@ -433,27 +434,6 @@ def _format_table(title: str, rows: list[str], columns: dict[str, dict[str, floa
     return "\n".join(lines)
 
 
-def _commit() -> str:
-    if os.environ.get("PYFUSE_BENCH_COMMIT"):  # .git may not travel to the GPU machine
-        return os.environ["PYFUSE_BENCH_COMMIT"]
-    try:
-        head = subprocess.run(
-            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return head + ("+dirty" if dirty else "")
-
-
 def _cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -505,7 +485,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     shape = "x".join(str(extent) for extent in args.shape)
     print(
         f"pyfuse cold start: gelu(x*y+z), bf16 [{shape}]; medians of {args.reps} fresh "
-        f"processes, ms\ncommit {_commit()}, Python {platform.python_version()}, "
+        f"processes, ms\ncommit {commit()}, Python {platform.python_version()}, "
         f"CPU {_cpu_name()}, GPU {probe.get('gpu_name', 'none')}, torch {probe.get('torch')}"
     )
     if os.environ.get("PYTHONDONTWRITEBYTECODE"):
@@ -549,7 +529,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.json:
         report = {
             "date": datetime.datetime.now().isoformat(timespec="seconds"),
-            "commit": _commit(),
+            "commit": commit(),
             "python": platform.python_version(),
             "cpu": _cpu_name(),
             "probe": probe,

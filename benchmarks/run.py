@@ -25,6 +25,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from common import commit
+
 import pyfuse as pf
 
 
@@ -393,18 +395,6 @@ def _line(result: Result) -> str:
     return line
 
 
-def _commit() -> str:
-    # The repository's .git may not travel to the GPU machine: let the caller name the commit.
-    if os.environ.get("PYFUSE_BENCH_COMMIT"):
-        return os.environ["PYFUSE_BENCH_COMMIT"]
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", choices=sorted(CASES), default=None)
@@ -414,7 +404,7 @@ def main() -> None:
     import torch
 
     gpu = torch.cuda.get_device_name()
-    header = f"pyfuse {pf.__version__} commit {_commit()} on {gpu}, {datetime.date.today()}"
+    header = f"pyfuse {pf.__version__} commit {commit()} on {gpu}, {datetime.date.today()}"
     print(header)
     results = []
     for name in args.only or list(CASES):

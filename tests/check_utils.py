@@ -69,3 +69,39 @@ def assert_close(got: np.ndarray, want: np.ndarray, *, atol: float, rtol: float,
         f"{what}: {int(bad.sum())} of {bad.size} elements differ; first at {index}: got "
         f"{got[index]!r}, want {want[index]!r}{detail}"
     )
+
+
+def run_twice(torch: Any, fused: Any, inputs: list[Any]) -> list[tuple[Any, ...]]:
+    """Two calls of ``fused`` (a result that moves between them is a race), synchronized, each
+    call's outputs as a tuple."""
+    runs = []
+    for _ in range(2):
+        out = fused(*inputs)
+        torch.cuda.synchronize()
+        runs.append(out if isinstance(out, tuple) else (out,))
+    return runs
+
+
+def assert_runs_close(
+    torch: Any,
+    runs: list[tuple[Any, ...]],
+    want: Any,
+    gather: Any,
+    *,
+    atol: float,
+    rtol: float,
+    what: str,
+    seed: int,
+) -> None:
+    """Every output of every run against the reference ``want`` (one array or a tuple); with
+    ``gather`` (GPU row indices) only those rows of each output are compared."""
+    want = want if isinstance(want, tuple) else (want,)
+    for number, outputs in enumerate(runs):
+        for position, (got, expected) in enumerate(zip(outputs, want, strict=True)):
+            if gather is not None:
+                got = got.index_select(0, gather)
+            try:
+                label = f"{what} run {number} output {position}"
+                assert_close(to_host(torch, got), expected, atol=atol, rtol=rtol, what=label)
+            except AssertionError as error:
+                raise AssertionError(f"{error} (seed {seed})") from None

@@ -55,7 +55,8 @@ _MAX_VECTOR_BYTES = 16
 def emit_ptx(kernel: kir.Kernel, target: TargetInfo) -> str:
     """A PTX module with one ``.entry`` for ``kernel`` that assembles for ``target.arch``."""
     module = PtxModule(target=target.arch)
-    if find_main_loop_or_none(kernel) is not None:
+    main_loop = kernel.main_loop()
+    if main_loop is not None:
         # The matmul template loads with the first matmul kernel. A matmul kernel caps
         # registers at entry so its warpgroups can trade them (setmaxnreg).
         from pyfuse.backend_ptx.matmul_template import matmul_directives
@@ -64,12 +65,8 @@ def emit_ptx(kernel: kir.Kernel, target: TargetInfo) -> str:
     else:
         directives = Directives(maxntid=kernel.block)
     builder = module.kernel(kernel.name, directives)
-    _KernelEmitter(kernel, builder).emit()
+    _KernelEmitter(kernel, builder, main_loop).emit()
     return module.render()
-
-
-def find_main_loop_or_none(kernel: kir.Kernel) -> kir.MatmulMainLoop | None:
-    return next((s for s in kernel.body if isinstance(s, kir.MatmulMainLoop)), None)
 
 
 def memory_type(dtype: DType) -> str:
@@ -105,8 +102,11 @@ def _assigned(kernel: kir.Kernel) -> frozenset[str]:
 
 
 class _KernelEmitter:
-    def __init__(self, kernel: kir.Kernel, kb: KernelBuilder) -> None:
+    def __init__(
+        self, kernel: kir.Kernel, kb: KernelBuilder, main_loop: kir.MatmulMainLoop | None
+    ) -> None:
         self.kernel = kernel
+        self.main_loop = main_loop
         self.kb = kb
         self.math = ScalarMath(kb)
         self.env: dict[str, Value] = {}
@@ -137,7 +137,7 @@ class _KernelEmitter:
             self.tensors[tensor.buffer_name] = _Tensor(address, read_only)
         # TMA operands: by-value tensor maps after the pointers (the runtime's order too).
         self.tensor_maps = []
-        if find_main_loop_or_none(kernel) is not None:
+        if self.main_loop is not None:
             from pyfuse.backend_ptx.matmul_template import tensor_map_params_for
 
             self.tensor_maps = [kb.param(p.name, p.kind) for p in tensor_map_params_for(kernel)]
@@ -185,7 +185,7 @@ class _KernelEmitter:
 
         accumulators = allocate_accumulators(self.kb, stmt)
         for buffer, registers in accumulators.items():
-            self.arrays[id(buffer)] = tuple(registers)
+            self.arrays[id(buffer)] = registers
 
         def epilogue(bindings: dict[kir.Var, Reg], element: int) -> None:
             for var, register in bindings.items():

@@ -44,7 +44,6 @@ from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 
-from pyfuse.backend_ptx.instructions import logic
 from pyfuse.backend_ptx.operands import Reg, RegClass
 from pyfuse.ir import dtypes
 from pyfuse.ir.dtypes import DType
@@ -76,11 +75,9 @@ _HALF = (dtypes.bfloat16, dtypes.float16)
 _HALF_PTX = frozenset(dtype.ptx for dtype in _HALF)
 # IR op names that mean the same compute op.
 _ALIASES = {"max": "maximum", "min": "minimum", "sum": "add"}
-# On bools, + and max are "or", * and min are "and" (NumPy's bool arithmetic).
-_BOOL_COMBINE = {
-    "logical_and": logic.and_, "mul": logic.and_, "minimum": logic.and_,
-    "logical_or": logic.or_, "add": logic.or_, "maximum": logic.or_,
-}  # fmt: skip
+# On bools, * and min are "and", + and max are "or" (NumPy's bool arithmetic).
+BOOL_AND_OPS = frozenset({"logical_and", "mul", "minimum"})
+BOOL_OR_OPS = frozenset({"logical_or", "add", "maximum"})
 
 
 def storage_class(dtype: DType) -> RegClass:
@@ -189,9 +186,9 @@ def fold_binary(op: str, a: Imm, b: Imm, dtype: DType) -> Imm | None:
     op = _ALIASES.get(op, op)
     if op in _COMPARE:
         return bool(_COMPARE[op](a, b))
-    if op == "logical_and" or (dtype.is_bool and op in ("mul", "minimum")):
+    if op == "logical_and" or (dtype.is_bool and op in BOOL_AND_OPS):
         return bool(a) and bool(b)
-    if op == "logical_or" or (dtype.is_bool and op in ("add", "maximum")):
+    if op == "logical_or" or (dtype.is_bool and op in BOOL_OR_OPS):
         return bool(a) or bool(b)
     if dtype.is_integer:
         x, y = int(a), int(b)
@@ -236,9 +233,9 @@ def _identity(op: str, a: Value, b: Value, dtype: DType) -> Value | None:
     for constant, other in ((b, a), (a, b)):
         if isinstance(constant, Reg):
             continue
-        if dtype.is_bool and op in ("logical_and", "mul", "minimum"):
+        if dtype.is_bool and op in BOOL_AND_OPS:
             return other if constant else False
-        if dtype.is_bool and op in ("logical_or", "add", "maximum"):
+        if dtype.is_bool and op in BOOL_OR_OPS:
             return True if constant else other
         if (op == "add" and constant == 0) or (op == "mul" and constant == 1):
             return other

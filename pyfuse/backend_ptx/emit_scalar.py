@@ -10,8 +10,9 @@ import numpy as np
 
 from pyfuse.backend_ptx.emit_math import (
     _ALIASES,
-    _BOOL_COMBINE,
     _CLASS,
+    BOOL_AND_OPS,
+    BOOL_OR_OPS,
     FloatOps,
     Value,
     _identity,
@@ -41,6 +42,9 @@ from pyfuse.backend_ptx.instructions import arith, control, convert, logic
 from pyfuse.backend_ptx.operands import Instr, Operand, Reg, RegClass
 from pyfuse.errors import ScheduleError
 from pyfuse.ir.dtypes import DType
+
+# The instruction of each bool combining op (see emit_math.BOOL_AND_OPS / BOOL_OR_OPS).
+_BOOL_COMBINE = {op: logic.and_ for op in BOOL_AND_OPS} | {op: logic.or_ for op in BOOL_OR_OPS}
 
 # Cheaper forms for ops whose result is rounded to bf16/f16: the f32 expansions' last bits of
 # accuracy cost about half their instructions and vanish in that rounding.
@@ -183,10 +187,7 @@ class ScalarMath:
         return reg
 
     def move(self, dst: Reg, value: Value, dtype: DType) -> None:
-        if dtype.is_bool and not isinstance(value, Reg):
-            self.kb.emit(arith.mov("pred", dst, int(bool(value))))
-        else:
-            self.kb.emit(arith.mov(storage_type(dtype), dst, self.encoded(value, dtype)))
+        self.kb.emit(arith.mov(storage_type(dtype), dst, self.encoded(value, dtype)))
 
     def to_compute(self, value: Value, dtype: DType) -> Value:
         if is_half(dtype) and isinstance(value, Reg):
@@ -215,7 +216,7 @@ class ScalarMath:
         x = self.to_compute(value, dtype)
         if op == "logical_not" and ctype == "pred":
             return self._out("pred", lambda d: logic.not_("pred", d, x))
-        if ctype == "f32" and dtype.itemsize == 2 and op in _F16_EXPANSIONS:
+        if is_half(dtype) and op in _F16_EXPANSIONS:
             return self.from_compute(_F16_EXPANSIONS[op](self.f32, x), dtype)
         if ctype == "f32" and op in _F32_EXPANSIONS:
             return self.from_compute(_F32_EXPANSIONS[op](self.f32, x), dtype)

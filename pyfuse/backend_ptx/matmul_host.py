@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import weakref
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -286,10 +286,10 @@ def _slice_loads(
 
 
 def find_main_loop(kernel: Kernel) -> MatmulMainLoop:
-    for stmt in kernel.walk():
-        if isinstance(stmt, MatmulMainLoop):
-            return stmt
-    raise ValueError(f"kernel {kernel.name} has no MatmulMainLoop")
+    stmt = kernel.main_loop()
+    if stmt is None:
+        raise ValueError(f"kernel {kernel.name} has no MatmulMainLoop")
+    return stmt
 
 
 # ---- registers ------------------------------------------------------------------------------
@@ -339,9 +339,30 @@ class _KernelMaps:
     plans: tuple[tma_host.TensorMapPlan, ...]
     encoded: OrderedDict[tuple[int, ...], list[Any]]  # by operand addresses, oldest first
 
+    def maps_for(self, addresses: tuple[int, ...]) -> list[Any]:
+        """The maps for these operand addresses: cached, else encoded and cached (the least
+        recently used entry goes beyond TENSOR_MAP_CACHE_SIZE)."""
+        maps = self.encoded.get(addresses)
+        if maps is None:
+            maps = [tma_host.encode(p, a) for p, a in zip(self.plans, addresses, strict=True)]
+            self.encoded[addresses] = maps
+            if len(self.encoded) > TENSOR_MAP_CACHE_SIZE:
+                self.encoded.popitem(last=False)
+        else:
+            self.encoded.move_to_end(addresses)
+        return maps
+
 
 # Per kernel (dropped with it): its plans and the maps encoded for each address tuple.
 _CACHE: weakref.WeakKeyDictionary[Kernel, _KernelMaps] = weakref.WeakKeyDictionary()
+
+
+def _maps_of(kernel: Kernel) -> _KernelMaps:
+    cached = _CACHE.get(kernel)
+    if cached is None:
+        cached = _KernelMaps(tuple(tensor_map_plans(kernel)), OrderedDict())
+        _CACHE[kernel] = cached
+    return cached
 
 
 def encode_tensor_maps(kernel: Kernel, pointers: Mapping[str, int] | Sequence[int]) -> list[Any]:
@@ -364,17 +385,24 @@ def encode_tensor_maps(kernel: Kernel, pointers: Mapping[str, int] | Sequence[in
     missing = [o.buffer_name for o in stmt.operands if o.buffer_name not in by_name]
     if missing:
         raise ValueError(f"kernel {kernel.name}: no device pointer for operands {missing}")
-    cached = _CACHE.get(kernel)
-    if cached is None:
-        cached = _KernelMaps(tuple(tensor_map_plans(kernel)), OrderedDict())
-        _CACHE[kernel] = cached
     addresses = tuple(int(by_name[o.buffer_name]) for o in stmt.operands)
-    maps = cached.encoded.get(addresses)
-    if maps is None:
-        maps = [tma_host.encode(p, a) for p, a in zip(cached.plans, addresses, strict=True)]
-        cached.encoded[addresses] = maps
-        if len(cached.encoded) > TENSOR_MAP_CACHE_SIZE:
-            cached.encoded.popitem(last=False)
-    else:
-        cached.encoded.move_to_end(addresses)
-    return maps
+    return _maps_of(kernel).maps_for(addresses)
+
+
+def tensor_map_encoder(
+    kernel: Kernel, stmt: MatmulMainLoop
+) -> Callable[[Sequence[int]], list[Any]]:
+    """For launches: a function from the kernel's pointer arguments (one per
+    ``kernel.params`` entry, in order) to :func:`encode_tensor_maps`' maps. The operands'
+    argument positions and the kernel's map cache are looked up here, once, not per launch."""
+    position = {param.buffer_name: index for index, param in enumerate(kernel.params)}
+    missing = [o.buffer_name for o in stmt.operands if o.buffer_name not in position]
+    if missing:
+        raise ValueError(f"kernel {kernel.name}: no device pointer for operands {missing}")
+    positions = [position[o.buffer_name] for o in stmt.operands]
+    maps = _maps_of(kernel)
+
+    def encode(pointers: Sequence[int]) -> list[Any]:
+        return maps.maps_for(tuple([int(pointers[index]) for index in positions]))
+
+    return encode

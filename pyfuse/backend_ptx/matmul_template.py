@@ -265,8 +265,7 @@ class _MainLoop:
         if size == 1:
             kb.emit(mbarrier.arrive(self.empty_barrier(stage)).guarded(guard))
             return
-        local = self.u32()
-        kb.emit(arith.mad("u32", local, stage, BARRIER_BYTES, self.smem))
+        local = self.full_barrier(stage)
         kb.emit(arith.add("u32", local, local, BARRIER_BYTES * self.stmt.stages))
         for rank in range(size):
             remote = self.u32()
@@ -558,8 +557,9 @@ class _MainLoop:
         batch_coords = self.batch_coordinates(layout, batch)
         base = stage_smem
         mask = None
+        slice_coord: Reg | None = None
         if slice_ is not None:
-            offset, _coord, mask = slice_
+            offset, slice_coord, mask = slice_
             base = self.u32()
             kb.emit(arith.add("u32", base, stage_smem, offset))
         for byte_offset, coord_offsets in layout.loads:
@@ -569,9 +569,9 @@ class _MainLoop:
                     coords.append(batch_coords[dim])
                     continue
                 start: Reg = starts[role]
-                if slice_ is not None and layout.slice_coords[dim]:
+                if slice_coord is not None and layout.slice_coords[dim]:
                     shifted = self.u32()
-                    kb.emit(arith.add("u32", shifted, start, slice_[1]))
+                    kb.emit(arith.add("u32", shifted, start, slice_coord))
                     start = shifted
                 if coord_offsets[dim]:
                     shifted = self.u32()

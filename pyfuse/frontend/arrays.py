@@ -13,6 +13,7 @@ argument of that kind arrives.
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from pyfuse.frontend.spec import (
+    TORCH_DTYPE_NAMES,
     ArrayFormatError,
     ArrayInfo,
     contiguous_strides,
@@ -67,7 +69,7 @@ class DeviceArray:
         self.dtype = dtype.numpy()
         self.device = device
         self.stream = stream
-        self.size = int(np.prod(self.shape, dtype=np.int64))
+        self.size = math.prod(self.shape)
         self.nbytes = self.size * dtype.itemsize
         self.strides = tuple(s * dtype.itemsize for s in contiguous_strides(self.shape))
         self.pointer = driver.mem_alloc(self.nbytes, device=device)
@@ -201,14 +203,10 @@ class TorchBound:
     def __init__(self, loaded: LoadedKernels, plan: LaunchPlan) -> None:
         import torch
 
+        # The torch dtype of each pyfuse dtype: the inverse of spec's table of torch names.
         table = {
-            dtypes.float32: torch.float32,
-            dtypes.float16: torch.float16,
-            dtypes.bfloat16: torch.bfloat16,
-            dtypes.float64: torch.float64,
-            dtypes.int32: torch.int32,
-            dtypes.int64: torch.int64,
-            dtypes.bool_: torch.bool,
+            dtype: getattr(torch, name[len("torch.") :])
+            for name, dtype in TORCH_DTYPE_NAMES.items()
         }
         self._loaded = loaded
         self._empty = torch.empty

@@ -191,7 +191,12 @@ def compile_for(fused: Any, args: Sequence[object]) -> Any:
             if device is None:
                 device = info.device
         try:
-            arguments.append(_normalized(spec_of(argument)))
+            # A GPU array's description is the spec (as the call path makes it); anything
+            # else (a spec, a host array) is described by spec_of.
+            described = (
+                spec_of(argument) if info is None else spec(info.shape, info.dtype, info.strides)
+            )
+            arguments.append(_normalized(described))
         except FusionError as error:
             raise FusionError(
                 f"argument {index}: {error.bare_message}", op=fused.name, where=user_location()
@@ -307,40 +312,24 @@ class Plan:
         return cls(inputs, outputs, size, tuple(offsets), tuple(kernel_slots), like)
 
 
-def _tensor_map_encoder(kernel: Any) -> tuple[Any, int] | None:
-    """For a TMA (matmul) kernel: a function from its pointer arguments to its tensor maps
-    (encoded once per set of addresses), and how many maps it takes; else None."""
+def _main_loop(kernel: Any) -> Any:
+    """The TMA main loop of a matmul kernel; None for every other kernel (whose launch then
+    needs no kernel IR)."""
     if kernel.scheduler != MATMUL_SCHEDULER:
-        return None  # only matmul kernels load with TMA; others need no kernel IR here
-    from pyfuse.backend_ptx.emit import find_main_loop_or_none
-
-    loop = find_main_loop_or_none(kernel.kernel_ir)
-    if loop is None:
         return None
-    from pyfuse.backend_ptx import matmul_host  # loads with the first matmul kernel
-
-    kernel_ir = kernel.kernel_ir
-
-    def encode(pointers: list[Any]) -> list[Any]:
-        return list(matmul_host.encode_tensor_maps(kernel_ir, pointers))
-
-    return encode, len(loop.operands)
+    return kernel.kernel_ir.main_loop()
 
 
-def _resident_grid(kernel: Any, function: Any) -> tuple[int, int, int]:
+def _resident_grid(kernel: Any, loop: Any, function: Any) -> tuple[int, int, int]:
     """``kernel.grid``, except that a persistent cluster kernel launches no more clusters
     than the device can hold at once (GPCs may not fit ``SMs / cluster size``): its tile
     loop strides by the launched cluster count, so fewer clusters only take more tiles."""
-    if kernel.scheduler != MATMUL_SCHEDULER:
-        return tuple(kernel.grid)  # type: ignore[return-value]
-    from pyfuse.backend_ptx.driver import max_active_clusters
-    from pyfuse.backend_ptx.emit import find_main_loop_or_none
-
     grid = tuple(kernel.grid)
-    loop = find_main_loop_or_none(kernel.kernel_ir)
-    size = kernel.kernel_ir.cluster[0]
-    if loop is None or not loop.persistent or size == 1:
+    if loop is None or not loop.persistent or kernel.kernel_ir.cluster[0] == 1:
         return grid  # type: ignore[return-value]
+    from pyfuse.backend_ptx.driver import max_active_clusters
+
+    size = kernel.kernel_ir.cluster[0]
     resident = max_active_clusters(function, kernel.block, kernel.smem_bytes, (size, 1, 1), grid[0])
     if resident is None or resident <= 0 or resident * size >= grid[0]:
         return grid  # type: ignore[return-value]
@@ -374,12 +363,16 @@ class Loaded:
             if kernel.smem_bytes > driver.DEFAULT_DYNAMIC_SMEM_LIMIT:
                 driver.set_max_dynamic_smem(function, kernel.smem_bytes)
             kinds = [ParamKind.PTR] * len(slots)
-            maps = _tensor_map_encoder(kernel)
-            if maps is not None:
+            loop = _main_loop(kernel)
+            maps = None
+            if loop is not None:
+                from pyfuse.backend_ptx import matmul_host  # loads with the first matmul kernel
+
                 # A TMA kernel takes its tensor maps by value after the pointers.
-                kinds += [ParamKind.TENSOR_MAP] * maps[1]
+                maps = matmul_host.tensor_map_encoder(kernel.kernel_ir, loop)
+                kinds += [ParamKind.TENSOR_MAP] * len(loop.operands)
             launcher = driver.Launcher(function, kinds)
-            grid = _resident_grid(kernel, function)
+            grid = _resident_grid(kernel, loop, function)
             launches.append((launcher, grid, kernel.block, kernel.smem_bytes, slots, maps))
         self._launches = tuple(launches)
         # The common case, one kernel whose parameters are the buffers in order, launches
@@ -412,7 +405,7 @@ class Loaded:
             for launcher, grid, block, smem, slots, maps in self._launches:
                 arguments: list[Any] = [buffers[slot] for slot in slots]
                 if maps is not None:
-                    arguments += maps[0](arguments)
+                    arguments += maps(arguments)
                 launcher.launch(grid, block, smem, stream, arguments)
         finally:
             lock.release()

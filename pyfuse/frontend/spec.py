@@ -301,7 +301,7 @@ def describe_dlpack(obj: Any, stream: int = 1) -> ArrayInfo:
     return describe_dlpack_capsule(capsule)
 
 
-_TORCH_DTYPE_NAMES = {
+TORCH_DTYPE_NAMES = {
     "torch.float32": dtypes.float32,
     "torch.float16": dtypes.float16,
     "torch.bfloat16": dtypes.bfloat16,
@@ -314,7 +314,7 @@ _TORCH_DTYPE_NAMES = {
 
 def torch_dtype(dtype: Any) -> DType:
     """The pyfuse dtype of a torch dtype (read by name: torch is not imported here)."""
-    found = _TORCH_DTYPE_NAMES.get(str(dtype))
+    found = TORCH_DTYPE_NAMES.get(str(dtype))
     if found is None:
         name = str(dtype).removeprefix("torch.")
         raise ArrayFormatError(f"dtype {name} is not supported (supported: {SUPPORTED_DTYPES})")

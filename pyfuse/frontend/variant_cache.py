@@ -206,8 +206,10 @@ def variant_key(fusion: Fusion, target: TargetInfo, matmul: object) -> VariantKe
     if matmul is not None or knobs.verify_level() > 0:
         return None
     structure = fingerprint(fusion)
+    if structure is None:
+        return None
     stamp = _current_stamp()
-    if structure is None or stamp is None:
+    if stamp is None:
         return None
     scan, source = stamp
     digest = hashlib.sha256()
@@ -223,9 +225,9 @@ def record_path(key: VariantKey) -> Path:
     return knobs.cache_dir() / "variant" / f"{key.name}.json"
 
 
-def _record(compiled: Compiled) -> dict[str, Any] | None:
-    """The JSON record of ``compiled``; None when a kernel needs its IR at launch or a value
-    would not come back from JSON as it went in."""
+def _record(compiled: Compiled) -> bytes | None:
+    """The encoded JSON record of ``compiled``; None when a kernel needs its IR at launch or a
+    value would not come back from JSON as it went in."""
     if any(kernel.scheduler in _NEEDS_KERNEL_IR for kernel in compiled.kernels):
         return None
     record = {
@@ -250,11 +252,12 @@ def _record(compiled: Compiled) -> dict[str, Any] | None:
         ],
     }
     try:
-        if json.loads(json.dumps(record)) != record:
+        text = json.dumps(record)
+        if json.loads(text) != record:
             return None  # e.g. a tuple among the params, which JSON returns as a list
     except (TypeError, ValueError):
         return None
-    return record
+    return text.encode()
 
 
 def store(key: VariantKey, compiled: Compiled) -> None:
@@ -267,7 +270,7 @@ def store(key: VariantKey, compiled: Compiled) -> None:
     if scan_sources() != key.scan:
         return
     with contextlib.suppress(OSError):
-        cache.write_entry(record_path(key), json.dumps(record).encode(), MAGIC)
+        cache.write_entry(record_path(key), record, MAGIC)
 
 
 def load(key: VariantKey, fusion: Fusion, recompile: Callable[[], Compiled]) -> Compiled | None:

@@ -564,6 +564,11 @@ class Kernel:
     # CTAs per cluster along x (a 1-D cluster): launched with ``.reqnctapercluster``.
     cluster: tuple[int, int, int] = (1, 1, 1)
 
+    def main_loop(self) -> MatmulMainLoop | None:
+        """The Hopper matmul main loop (lowering puts it in the body, at the top level); None
+        for every kernel without one."""
+        return next((s for s in self.body if isinstance(s, MatmulMainLoop)), None)
+
     def walk(self) -> Iterator[Stmt]:
         """Every statement, depth first."""
         stack = list(reversed(self.body))

@@ -54,12 +54,7 @@ def stmt_to_lines(stmt: Stmt, indent: str = "") -> list[str]:
         ]
     if isinstance(stmt, Store):
         return [f"{indent}{stmt.buffer.name}[{stmt.index}] = {stmt.value}"]
-    if isinstance(stmt, VectorLoad):
-        return [
-            f"{indent}{stmt.target.name}[{stmt.target_index}:+{stmt.width}] = "
-            f"{stmt.source.name}[{stmt.source_index}:+{stmt.width}]  # vector"
-        ]
-    if isinstance(stmt, VectorStore):
+    if isinstance(stmt, VectorLoad | VectorStore):
         return [
             f"{indent}{stmt.target.name}[{stmt.target_index}:+{stmt.width}] = "
             f"{stmt.source.name}[{stmt.source_index}:+{stmt.width}]  # vector"

@@ -56,16 +56,10 @@ def decompose_matmuls(fusion: Fusion) -> int:
                 if x.ndim == 1:
                     result = ir_ops.squeeze(result, 0)
             result = ir_ops.cast(result, out.dtype)
-            if result is out or fusion.is_input(result):
-                result = ir_ops.set_copy(result)
-        _replace(fusion, out, result)
+        fusion.replace_uses(out, result)  # output slots too: an output keeps its place
         expr.unlink()
         count += 1
     return count
-
-
-def _replace(fusion: Fusion, old: TensorView, new: TensorView) -> None:
-    fusion.replace_uses(old, new)  # output slots too: an output keeps its place
 
 
 def decompose_unschedulable_mmas(fusion: Fusion, target: TargetInfo) -> int:
@@ -78,28 +72,21 @@ def decompose_unschedulable_mmas(fusion: Fusion, target: TargetInfo) -> int:
     from pyfuse.passes import schedule_matmul
 
     count = 0
+    id_model: IdModel | None = None  # of the fusion as it is: built again after a rewrite
     for expr in fusion.exprs():
         if not isinstance(expr, MmaOp):
             continue
-        id_model = IdModel(fusion)
-        reasons = []
-        for operand in (expr.a, expr.b):
+        unloadable = target.vector_bytes < schedule_matmul.TMA_ALIGNMENT  # unaligned inputs
+        for name, operand in (("A", expr.a), ("B", expr.b)):
             root = schedule_matmul.operand_root(fusion, operand)
-            if root is None:
+            if unloadable or root is None:
                 continue  # a computed operand: segmentation gives it a kernel of its own
-            memory = schedule_matmul.operand_memory(fusion, operand)
-            if memory is None:
-                reasons.append(f"T{root.name} is reshaped but not row-major memory")
-                continue
-            reason = schedule_matmul.tma_reason(memory) or schedule_matmul.layout_reason(
-                expr, memory, id_model
-            )
-            if reason is not None:
-                reasons.append(reason)
-        if target.vector_bytes < schedule_matmul.TMA_ALIGNMENT:
-            reasons.append("an input address is not 16-byte aligned")
-        if not reasons:
+            id_model = id_model or IdModel(fusion)
+            reason = schedule_matmul.operand_load_reason(fusion, expr, name, root, id_model)
+            unloadable = reason is not None
+        if not unloadable:
             continue
+        id_model = None
         out = expr.output
         with fusion, source_location(expr.source):
             a = ir_ops.cast(expr.a, dtypes.float32)
@@ -107,7 +94,7 @@ def decompose_unschedulable_mmas(fusion: Fusion, target: TargetInfo) -> int:
             product = ir_ops.binary(BinaryOpType.MUL, a, b)
             axes = [i for i, axis in enumerate(out.logical) if axis.is_reduction]
             result = ir_ops.reduce(ReductionOpType.SUM, product, axes)
-        _replace(fusion, out, result)
+        fusion.replace_uses(out, result)  # output slots too: an output keeps its place
         expr.unlink()
         count += 1
     return count

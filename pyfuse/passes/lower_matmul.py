@@ -25,14 +25,13 @@ Guarantees: the kernel body is one :class:`MatmulMainLoop`:
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from pyfuse.errors import ScheduleError
 from pyfuse.ir import dtypes
 from pyfuse.ir import kernel_ir as k
 from pyfuse.ir.exprs import Expr, LoadStoreKind, LoadStoreOp, MmaOp
-from pyfuse.ir.id_model import IdMappingMode
-from pyfuse.ir.iterdomain import IterDomain
 from pyfuse.ir.params import MatmulParams
 from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.tensor import MemoryType, TensorView, Val
@@ -61,7 +60,6 @@ class _MatmulLowering(_Lowering):
         fields = MatmulParams.__dataclass_fields__
         values: dict[str, Any] = {key: plan.params[key] for key in fields}
         self.matmul = MatmulParams(**values)
-        self._allocated: set[int] = set()
         self.mmas = [e for e in self.fusion.exprs() if isinstance(e, MmaOp)]
         self.accumulators: dict[int, k.Buffer] = {}
         first = self.mmas[0]
@@ -76,13 +74,13 @@ class _MatmulLowering(_Lowering):
         self.suffix_current = ""
         self.results_current: dict[int, k.Buffer] = {}
         self.locals_: dict[tuple[int, str], k.Buffer] = {}
-        n_extent = 1
+        # The problem's extent per role (m, n, k, batch).
+        self.sizes = {"m": 1, "n": 1, "k": 1, "batch": 1}
         for axis, role in zip(self.reference.logical, self.roles, strict=True):
-            if role == "n":
-                n_extent *= axis.logical_extent
+            self.sizes[role] *= axis.logical_extent
         # Adjacent accumulator columns pair up when N is even: then a pair is in bounds
         # together and 4-byte aligned, and each output takes one 2-element store.
-        self.paired = n_extent % 2 == 0
+        self.paired = self.sizes["n"] % 2 == 0
 
     # -- the accumulator's logical indices come from the fragment coordinates ------------------
     def _reference_indices(self, by_position: dict[int, k.KExpr]) -> dict[int, k.KExpr]:
@@ -156,13 +154,6 @@ class _MatmulLowering(_Lowering):
             stage_tile_bytes=stage_bytes,
         )
 
-    def _role(self, axis: IterDomain) -> str:
-        for out_axis, role in zip(self.reference.logical, self.roles, strict=True):
-            for mode in (IdMappingMode.EXACT, IdMappingMode.BROADCAST):
-                if self.id_model.mapped(axis, out_axis, mode):
-                    return role
-        raise ScheduleError(f"kernel {self.name}: operand axis {axis} has no MMA role")
-
     # -- the kernel ----------------------------------------------------------------------------
     def lower(self) -> k.Kernel:
         params = self.matmul
@@ -181,7 +172,7 @@ class _MatmulLowering(_Lowering):
             operands.append(operand)
             offset += operand.stage_bytes
         stage_total = offset - _align(BARRIER_BYTES, SMEM_ALIGN)
-        operands = [k.TmaOperand(**{**o.__dict__, "stage_bytes": stage_total}) for o in operands]
+        operands = [dataclasses.replace(o, stage_bytes=stage_total) for o in operands]
         smem_bytes = _align(BARRIER_BYTES, SMEM_ALIGN) + stage_total * params.stages
         if smem_bytes > self.target.max_smem_per_block:
             raise ScheduleError(
@@ -195,15 +186,15 @@ class _MatmulLowering(_Lowering):
         mmas: list[tuple[int, int, k.Buffer]] = []
         for mma in self.mmas:
             out = mma.output
-            registers = params.tile_n // 2 * (params.tile_m // WGMMA_M // warpgroups)
+            # Each consumer warpgroup holds 64 rows of the tile: N/2 fp32 registers a thread
+            # (MatmulMainLoop.accumulator_registers).
+            registers = params.tile_n // 2
             accumulator = k.Buffer(f"T{out.name}", dtypes.float32, MemoryType.LOCAL, registers)
             self.accumulators[id(out)] = accumulator
             self.buffers[id(out)] = accumulator
             mmas.append((operand_index[id(mma.a)], operand_index[id(mma.b)], accumulator))
 
-        sizes = {"m": 1, "n": 1, "k": 1, "batch": 1}
-        for axis, role in zip(self.reference.logical, self.roles, strict=True):
-            sizes[role] *= axis.logical_extent
+        sizes = self.sizes
         epilogue = self._epilogue(sizes)
         loop = k.MatmulMainLoop(
             operands=operands,

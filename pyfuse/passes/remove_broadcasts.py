@@ -7,10 +7,9 @@ has usually aliased that chain already; this pass aliases any link still materia
 tensor in global memory that is not an alias) and checks the result.
 
 Guarantees: for every MMA operand cache, the tensor it loads from is an alias (or the input
-itself) whose allocation domain describes the input's memory; :func:`operand_views`
-returns, per cache, that view and the input, which is what TMA descriptors, indexing and
-synchronization follow. A chain that cannot be aliased (it moves data) raises
-:class:`ScheduleError` naming the tensors, never a silent copy.
+itself) whose allocation domain describes the input's memory, which is what ``lower_matmul``
+builds TMA descriptors, indexing and synchronization from. A chain that cannot be aliased
+(it moves data) raises :class:`ScheduleError` naming the tensors, never a silent copy.
 """
 
 from __future__ import annotations
@@ -51,9 +50,8 @@ def _alias_chain(fusion: Fusion, view: TensorView) -> TensorView:
     return root
 
 
-def remove_broadcasts(fusion: Fusion) -> dict[int, tuple[TensorView, TensorView]]:
-    """Alias the operand chains of every MMA; returns ``id(cache) -> (view, input)``."""
-    views: dict[int, tuple[TensorView, TensorView]] = {}
+def remove_broadcasts(fusion: Fusion) -> None:
+    """Alias the operand chains of every MMA."""
     for expr in fusion.exprs():
         if not isinstance(expr, MmaOp):
             continue
@@ -68,6 +66,4 @@ def remove_broadcasts(fusion: Fusion) -> dict[int, tuple[TensorView, TensorView]
                     f"MMA operand T{cache.name} is not a shared-memory TMA cache",
                     op="remove_broadcasts",
                 )
-            view = definition.tensor_inputs[0]
-            views[id(cache)] = (view, _alias_chain(fusion, view))
-    return views
+            _alias_chain(fusion, definition.tensor_inputs[0])

@@ -37,11 +37,23 @@ from pyfuse.ir.caching import cache_after, cache_before
 from pyfuse.ir.exprs import Expr, LoadStoreKind, MmaOp, ReductionOp, ReshapeOp
 from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.id_model import IdMappingMode, IdModel
-from pyfuse.ir.iterdomain import IterDomain, Merge, ParallelType, Split, Swizzle, SwizzleKind
+from pyfuse.ir.iterdomain import (
+    IterDomain,
+    Merge,
+    ParallelType,
+    Split,
+    Swizzle,
+    SwizzleKind,
+    ceil_div,
+)
 from pyfuse.ir.params import MatmulParams
 from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.tensor import MemoryType, TensorView, memory_strides
-from pyfuse.passes.skip_intermediates import is_metadata_op, is_row_major_contiguous
+from pyfuse.passes.skip_intermediates import (
+    is_metadata_op,
+    is_row_major_contiguous,
+    metadata_source,
+)
 from pyfuse.passes.transform_replay import replay_like
 
 NAME = "matmul"
@@ -61,13 +73,8 @@ def _mmas(fusion: Fusion) -> list[MmaOp]:
 
 def operand_root(fusion: Fusion, operand: TensorView) -> TensorView | None:
     """The fusion input an MMA operand views through metadata ops, or None if computed."""
-    tv = operand
-    while not fusion.is_input(tv):
-        definition = tv.definition
-        if definition is None or not is_metadata_op(definition):
-            return None
-        tv = definition.tensor_inputs[0]
-    return tv
+    source = metadata_source(operand)
+    return source if fusion.is_input(source) else None
 
 
 def operand_memory(fusion: Fusion, operand: TensorView) -> TensorView | None:
@@ -167,6 +174,18 @@ def _downstream(fusion: Fusion, roots: list[TensorView]) -> list[Expr]:
     return found
 
 
+def operand_load_reason(
+    fusion: Fusion, mma: MmaOp, name: str, root: TensorView, id_model: IdModel
+) -> str | None:
+    """Why TMA cannot load MMA operand ``name`` (``mma.a`` for "A", else ``mma.b``), which
+    views input ``root``; None when it can."""
+    operand = mma.a if name == "A" else mma.b
+    memory = operand_memory(fusion, operand)
+    if memory is None:
+        return f"operand {name} reshapes T{root.name}, which is not row-major memory"
+    return tma_reason(memory) or layout_reason(mma, memory, id_model)
+
+
 def decline_reason(fusion: Fusion, target: TargetInfo) -> str | None:
     mmas = _mmas(fusion)
     if not mmas:
@@ -181,9 +200,7 @@ def decline_reason(fusion: Fusion, target: TargetInfo) -> str | None:
                 return f"operand {name} is {operand.dtype.name}; wgmma takes bf16 or f16"
             root = operand_root(fusion, operand)
             if root is None:
-                computed = operand
-                while computed.definition is not None and is_metadata_op(computed.definition):
-                    computed = computed.definition.tensor_inputs[0]
+                computed = metadata_source(operand)
                 producer = computed.definition
                 op = producer.op_name if producer is not None else "?"
                 return (
@@ -191,10 +208,7 @@ def decline_reason(fusion: Fusion, target: TargetInfo) -> str | None:
                     "operands are loaded by TMA from global memory, so a prologue runs in its "
                     "own kernel"
                 )
-            memory = operand_memory(fusion, operand)
-            if memory is None:
-                return f"operand {name} reshapes T{root.name}, which is not row-major memory"
-            reason = tma_reason(memory) or layout_reason(mma, memory, id_model)
+            reason = operand_load_reason(fusion, mma, name, root, id_model)
             if reason is not None:
                 return reason
     epilogue = _downstream(fusion, [m.output for m in mmas])
@@ -209,15 +223,21 @@ def decline_reason(fusion: Fusion, target: TargetInfo) -> str | None:
     return None
 
 
+def default_tiles(m: int, n: int, *, single_mma: bool) -> tuple[int, int]:
+    """The heuristic's (tile_m, tile_n) for an M x N output."""
+    tile_m = 128 if m > 64 else 64
+    wide = single_mma and n >= 256
+    # wgmma takes N in multiples of 8 up to 256: no wider than N needs.
+    tile_n = min(256 if wide else 128, max(8, ceil_div(n, 8) * 8))
+    return tile_m, tile_n
+
+
 def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo) -> MatmulParams:
     """The user's fields as given; every ``None`` chosen from the shape and the device."""
     mmas = _mmas(fusion)
     shape = _extents(mmas[0])
     operands = {id(m.a) for m in mmas} | {id(m.b) for m in mmas}
-    tile_m = 128 if shape["m"] > 64 else 64
-    wide = len(mmas) == 1 and shape["n"] >= 256
-    # wgmma takes N in multiples of 8 up to 256: no wider than N needs.
-    tile_n = min(256 if wide else 128, max(8, -(-shape["n"] // 8) * 8))
+    tile_m, tile_n = default_tiles(shape["m"], shape["n"], single_mma=len(mmas) == 1)
     tile_k = SWIZZLE_BYTES // mmas[0].a.dtype.itemsize
     itemsize = mmas[0].a.dtype.itemsize
     given = user or MatmulParams()
@@ -228,14 +248,14 @@ def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo)
     b_count = len(operands) - a_count
     stage_bytes = (tile_m * a_count + tile_n * b_count) * tile_k * itemsize
     stages = max(1, min(8, (target.max_smem_per_block - BARRIER_BYTES) // stage_bytes))
-    m_tiles = -(-shape["m"] // tile_m)
-    tiles = m_tiles * -(-shape["n"] // tile_n) * shape["batch"]
+    m_tiles = ceil_div(shape["m"], tile_m)
+    tiles = m_tiles * ceil_div(shape["n"], tile_n) * shape["batch"]
     defaults = MatmulParams(
         tile_m=tile_m,
         tile_n=tile_n,
         tile_k=tile_k,
         stages=stages,
-        grid_swizzle=_grid_swizzle(-(-shape["m"] // tile_m), tile_m, tile_n, target),
+        grid_swizzle=_grid_swizzle(m_tiles, tile_m, tile_n, target),
         persistent=tiles > target.sm_count,
         splitk=1,
         cluster_m=_cluster_m(m_tiles, tiles, tile_n, tile_k, given, target),

@@ -40,6 +40,7 @@ rows, 124 us with 8 and 155 us with the flat schedule).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from pyfuse.ir.exprs import LinearOp, MatmulOp, MmaOp, ReductionOp
@@ -127,13 +128,6 @@ def reference_output(fusion: Fusion) -> TensorView:
     return max(fusion.outputs, key=lambda tv: tv.numel)
 
 
-def _product(extents: list[int]) -> int:
-    count = 1
-    for extent in extents:
-        count *= extent
-    return count
-
-
 def break_points(fusion: Fusion, reference: TensorView) -> list[BreakPoint]:
     """Every break point of ``reference``'s axes with the broadcast inputs it separates."""
     axes = reference.loop
@@ -158,8 +152,8 @@ def break_points(fusion: Fusion, reference: TensorView) -> list[BreakPoint]:
                     outer += 1
                 elif all(flags[i] for i in left) and not any(flags[i] for i in right):
                     inner += 1
-        rows = _product([axis.extent for axis in axes[:position]])
-        cols = _product([axis.extent for axis in axes[position:]])
+        rows = math.prod(axis.extent for axis in axes[:position])
+        cols = math.prod(axis.extent for axis in axes[position:])
         result.append(BreakPoint(position, rows, cols, outer, inner))
     return result
 

@@ -26,7 +26,7 @@ from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.tensor import TensorView
 from pyfuse.passes import schedule_matmul, schedule_pointwise, schedule_reduction
 from pyfuse.passes.plan import KernelPlan, SegmentedFusion
-from pyfuse.passes.skip_intermediates import is_metadata_op
+from pyfuse.passes.skip_intermediates import is_metadata_op, metadata_source
 
 # A decline check: None when the scheduler accepts the fusion, else its reason.
 DeclineCheck = Callable[[Fusion, TargetInfo], "str | None"]
@@ -110,7 +110,8 @@ def segment(fusion: Fusion, target: TargetInfo) -> SegmentedFusion:
         rest = [e for e in exprs if all(e is not p for p in prologue)]
         groups = _greedy(fusion, prologue, target) + _greedy(fusion, rest, target)
         return _plans(fusion, groups, target)
-    return _plans(fusion, _greedy(fusion, exprs, target), target)
+    # The whole fusion was just declined: no need to try it again as one group.
+    return _plans(fusion, _greedy(fusion, exprs, target, try_whole=False), target)
 
 
 def _matmul_prologue(exprs: list[Expr]) -> list[Expr]:
@@ -120,9 +121,7 @@ def _matmul_prologue(exprs: list[Expr]) -> list[Expr]:
         if not isinstance(expr, MmaOp):
             continue
         for operand in (expr.a, expr.b):
-            tv = operand
-            while tv.definition is not None and is_metadata_op(tv.definition):
-                tv = tv.definition.tensor_inputs[0]
+            tv = metadata_source(operand)
             if tv.definition is not None:
                 cuts.append(tv)
     needed: set[int] = set()
@@ -136,10 +135,12 @@ def _matmul_prologue(exprs: list[Expr]) -> list[Expr]:
     return [e for e in exprs if id(e) in needed]
 
 
-def _greedy(fusion: Fusion, exprs: list[Expr], target: TargetInfo) -> list[list[Expr]]:
+def _greedy(
+    fusion: Fusion, exprs: list[Expr], target: TargetInfo, try_whole: bool = True
+) -> list[list[Expr]]:
     """Groups grown in order while some scheduler accepts them (the whole list, when one
     scheduler takes it: a lone metadata op must not become a copy kernel of its own)."""
-    if exprs:
+    if exprs and try_whole:
         members = {id(e) for e in exprs}
         later = [e for e in fusion.exprs() if id(e) not in members]
         whole, _, _ = sub_fusion(fusion, exprs, _group_outputs(fusion, exprs, later), "trial")

@@ -91,6 +91,14 @@ def is_metadata_op(expr: Expr) -> bool:
     return isinstance(expr, PermuteOp | SqueezeOp | BroadcastOp | ExpandOp | ReshapeOp)
 
 
+def metadata_source(tv: TensorView) -> TensorView:
+    """The tensor ``tv`` views through a chain of metadata ops: the first one back that an
+    input is, or that another kind of op computes."""
+    while tv.definition is not None and is_metadata_op(tv.definition):
+        tv = tv.definition.tensor_inputs[0]
+    return tv
+
+
 def view_allocation(expr: Expr, producer: TensorView) -> Allocation | None:
     """The allocation domain and contiguity under which ``expr``'s output reads ``producer``'s
     memory in place, or None when ``expr`` moves data."""

@@ -65,7 +65,7 @@ from pyfuse.ir.exprs import (
 from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.iterdomain import IterDomain
 from pyfuse.ir.naming import source_location
-from pyfuse.ir.tensor import MemoryType, TensorView, new_axes_like
+from pyfuse.ir.tensor import TensorView, new_axes_like
 from pyfuse.passes.matmul_patterns import (
     PatternKind,
     TranslationResult,
@@ -319,23 +319,15 @@ def _finalize(
         for use in fusion.uses_in_fusion(original):
             if isinstance(use, CastOp) and use.output.dtype == value.dtype:
                 # A round trip (bf16 -> f32) of the result: read the fp32 value directly.
-                _replace(fusion, use.output, value)
+                fusion.replace_uses(use.output, value)
                 result.replacements[use.output] = value
                 use.unlink()
         if fusion.is_output(original) or fusion.uses_in_fusion(original):
             replacement = ops.cast(value, original.dtype)
-    _replace(fusion, original, replacement)
+    fusion.replace_uses(original, replacement)  # an output slot stays in global memory
     result.replacements[original] = replacement
     original_expr.unlink()
     _unlink_dead(fusion, original_expr.tensor_inputs)
-
-
-def _replace(fusion: Fusion, old: TensorView, new: TensorView) -> None:
-    """``fusion.replace_uses`` that keeps a tensor that becomes a fusion output in global memory."""
-    was_output = fusion.is_output(old)
-    fusion.replace_uses(old, new)
-    if was_output:
-        new.memory_type = MemoryType.GLOBAL
 
 
 def _unlink_dead(fusion: Fusion, tensors: Sequence[TensorView]) -> None:

@@ -145,10 +145,6 @@ HUGE = Case(
 # ---- checking ---------------------------------------------------------------------------------
 
 
-def assert_close(got: np.ndarray, want: np.ndarray, case: Case, what: str) -> None:
-    check_utils.assert_close(got, want, atol=case.atol, rtol=case.rtol, what=f"{case.name} {what}")
-
-
 def run_case(torch: Any, case: Case) -> None:
     seed = int.from_bytes(os.urandom(4), "little")
     generator = torch.Generator(device="cuda").manual_seed(seed)
@@ -158,11 +154,7 @@ def run_case(torch: Any, case: Case) -> None:
         compiled = fused.compile(*inputs)  # the variant the call below uses
         (kernel,) = compiled.kernels
         assert kernel.params["break_point"] > 0, (case.name, kernel.params)
-    runs = []
-    for _ in range(2):
-        out = fused(*inputs)
-        torch.cuda.synchronize()
-        runs.append(out if isinstance(out, tuple) else (out,))
+    runs = check_utils.run_twice(torch, fused, inputs)
     index: Any = None
     if case.sample_rows:
         rows = case.args[0].shape[0]
@@ -175,16 +167,16 @@ def run_case(torch: Any, case: Case) -> None:
         ]
     else:
         host_args = [to_host(torch, value) for value in inputs]
-    want = fused.reference(*host_args)
-    want = want if isinstance(want, tuple) else (want,)
-    for number, outputs in enumerate(runs):
-        for position, (got, expected) in enumerate(zip(outputs, want, strict=True)):
-            if index is not None:
-                got = got.index_select(0, index)
-            try:
-                assert_close(to_host(torch, got), expected, case, f"run {number} output {position}")
-            except AssertionError as error:
-                raise AssertionError(f"{error} (seed {seed})") from None
+    check_utils.assert_runs_close(
+        torch,
+        runs,
+        fused.reference(*host_args),
+        index,
+        atol=case.atol,
+        rtol=case.rtol,
+        what=case.name,
+        seed=seed,
+    )
 
 
 @pytest.mark.gpu

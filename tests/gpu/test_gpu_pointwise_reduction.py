@@ -421,10 +421,6 @@ CASES = _pointwise_cases() + _reduction_cases() + _composite_cases()
 # ---- checking ---------------------------------------------------------------------------------
 
 
-def assert_close(got: np.ndarray, want: np.ndarray, case: Case, what: str) -> None:
-    check_utils.assert_close(got, want, atol=case.atol, rtol=case.rtol, what=f"{case.name} {what}")
-
-
 def _sample_elements(count: int, rng: np.random.Generator) -> np.ndarray:
     boundary = 2**31
     parts = [
@@ -444,13 +440,9 @@ def run_case(torch: Any, case: Case) -> None:
         if isinstance(arg, Arg):
             assert tuple(value.stride()) == arg.strides() or math.prod(arg.shape) == 1, arg
     fused = pf.fuse(name=case.name.replace("-", "_"))(case.fn)
-    runs = []
-    for _ in range(2):
-        out = fused(*inputs)
-        torch.cuda.synchronize()
-        runs.append(out if isinstance(out, tuple) else (out,))
+    runs = check_utils.run_twice(torch, fused, inputs)
     rng = np.random.default_rng(seed)
-    index: np.ndarray | None = None
+    gather: Any = None
     host_args: list[Any] = []
     if case.sample is None:
         host_args = [
@@ -460,8 +452,7 @@ def run_case(torch: Any, case: Case) -> None:
     else:
         first = next(v for v in inputs if not isinstance(v, int | float))
         sampler = check_utils.sample_rows if case.sample == "rows" else _sample_elements
-        index = sampler(first.shape[0], rng)
-        gather = torch.from_numpy(index).to("cuda")
+        gather = torch.from_numpy(sampler(first.shape[0], rng)).to("cuda")
         for arg, value in zip(case.args, inputs, strict=True):
             if not isinstance(arg, Arg):
                 host_args.append(value)
@@ -469,16 +460,16 @@ def run_case(torch: Any, case: Case) -> None:
                 host_args.append(to_host(torch, value.index_select(0, gather)))
             else:
                 host_args.append(to_host(torch, value))  # a weight shared by every row
-    want = fused.reference(*host_args)
-    want = want if isinstance(want, tuple) else (want,)
-    for number, outputs in enumerate(runs):
-        for position, (got, expected) in enumerate(zip(outputs, want, strict=True)):
-            if index is not None:
-                got = got.index_select(0, torch.from_numpy(index).to("cuda"))
-            try:
-                assert_close(to_host(torch, got), expected, case, f"run {number} output {position}")
-            except AssertionError as error:
-                raise AssertionError(f"{error} (seed {seed})") from None
+    check_utils.assert_runs_close(
+        torch,
+        runs,
+        fused.reference(*host_args),
+        gather,
+        atol=case.atol,
+        rtol=case.rtol,
+        what=case.name,
+        seed=seed,
+    )
 
 
 @pytest.mark.gpu

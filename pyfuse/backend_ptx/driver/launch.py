@@ -128,15 +128,7 @@ class Launcher:
             # Portable clusters stop at 8 CTAs; H100/H200 allow 16 with this opt-in.
             attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
             call(cu, cu.cuFuncSetAttribute(self._handle, attr, 1), "cuFuncSetAttribute", self.name)
-        attribute = cu.CUlaunchAttribute()
-        attribute.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-        attribute.value.clusterDim.x, attribute.value.clusterDim.y, attribute.value.clusterDim.z = (
-            cluster
-        )
-        config = cu.CUlaunchConfig()
-        config.attrs = [attribute]
-        config.numAttrs = 1
-        return config
+        return _cluster_launch_config(cu, cluster)
 
     def _bad_argument(self, args: Sequence[Any], exc: Exception) -> LaunchError:
         for index, (kind, value) in enumerate(zip(self.params, args, strict=True)):
@@ -245,6 +237,20 @@ class Launcher:
                 )
 
 
+def _cluster_launch_config(cu: Any, cluster: tuple[int, int, int]) -> Any:
+    """A ``CUlaunchConfig`` carrying the cluster dimension attribute (grid, block and shared
+    memory are the caller's to fill in)."""
+    attribute = cu.CUlaunchAttribute()
+    attribute.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    attribute.value.clusterDim.x, attribute.value.clusterDim.y, attribute.value.clusterDim.z = (
+        cluster
+    )
+    config = cu.CUlaunchConfig()
+    config.attrs = [attribute]
+    config.numAttrs = 1
+    return config
+
+
 def max_active_clusters(
     function: Function, block: Dims, smem: int, cluster: Dims, grid_x: int
 ) -> int | None:
@@ -256,16 +262,10 @@ def max_active_clusters(
         return None
     if smem > DEFAULT_DYNAMIC_SMEM_LIMIT:
         set_max_dynamic_smem(function, smem)
-    attribute = cu.CUlaunchAttribute()
-    attribute.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-    dims = _dims3(cluster, "cluster dims")
-    attribute.value.clusterDim.x, attribute.value.clusterDim.y, attribute.value.clusterDim.z = dims
-    config = cu.CUlaunchConfig()
+    config = _cluster_launch_config(cu, _dims3(cluster, "cluster dims"))
     config.gridDimX, config.gridDimY, config.gridDimZ = grid_x, 1, 1
     config.blockDimX, config.blockDimY, config.blockDimZ = _dims3(block, "block")
     config.sharedMemBytes = smem
-    config.attrs = [attribute]
-    config.numAttrs = 1
     result = query(function.handle, config)
     if result[0] != cu.CUresult.CUDA_SUCCESS:
         return None
