@@ -16,9 +16,10 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from pyfuse.ir.records import record
 
 DUMP_STAGES = frozenset({"ir", "scheduled", "kernel", "ptx"})
 
@@ -49,7 +50,7 @@ def _default_cache_dir() -> Path:
     return Path(base) / "pyfuse"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Knob:
     env: str
     doc: str

@@ -23,8 +23,6 @@ same text. A construct the emitter cannot express raises :class:`~pyfuse.errors.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from pyfuse.backend_ptx.abi import ParamKind
 from pyfuse.backend_ptx.emit_math import (
     Value,
@@ -41,6 +39,7 @@ from pyfuse.errors import ScheduleError
 from pyfuse.ir import dtypes
 from pyfuse.ir import kernel_ir as kir
 from pyfuse.ir.dtypes import DType
+from pyfuse.ir.records import record
 from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.tensor import MemoryType
 
@@ -75,7 +74,7 @@ def memory_type(dtype: DType) -> str:
 
 
 # Internal records, never compared: eq=False spares compiling an __eq__ and __hash__ at import.
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class _Tensor:
     """A kernel's tensor parameter, as the emitted code reaches it."""
 
@@ -83,7 +82,7 @@ class _Tensor:
     read_only: bool
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class _Location:
     """Where an element lives: its state space, its address, whether ld.global.nc may read it."""
 

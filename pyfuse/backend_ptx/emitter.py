@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from pyfuse.backend_ptx.abi import TENSOR_MAP_ALIGN, TENSOR_MAP_BYTES, ParamKind
 from pyfuse.backend_ptx.operands import (
@@ -30,6 +29,7 @@ from pyfuse.backend_ptx.operands import (
     RegClass,
     Symbol,
 )
+from pyfuse.ir.records import record
 
 # The highest PTX ISA version that CUDA 13.0's ptxas and the R580 (13.0) driver JIT
 # accept (9.1 fails with "Unsupported .version 9.1"). Every feature pyfuse emits
@@ -62,7 +62,7 @@ PARAM_PTX_TYPE: dict[ParamKind, str] = {
 }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Param:
     """A declared kernel parameter."""
 
@@ -99,7 +99,7 @@ def _check_dims(dims: tuple[int, ...] | None, what: str, limit: int) -> None:
             raise ValueError(f"{what} extents must be integers in [1, {limit}], got {dims!r}")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Directives:
     """Performance-tuning and cluster directives placed between params and body.
 

@@ -42,7 +42,6 @@ from __future__ import annotations
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from pyfuse.backend_ptx import smem_desc
@@ -50,6 +49,7 @@ from pyfuse.backend_ptx import tma as tma_host
 from pyfuse.backend_ptx.emitter import Directives
 from pyfuse.ir import dtypes
 from pyfuse.ir.kernel_ir import Kernel, MatmulMainLoop, TmaOperand
+from pyfuse.ir.records import record
 from pyfuse.ir.target import HOPPER, TargetInfo
 
 SWIZZLE = smem_desc.Swizzle.B128
@@ -67,7 +67,7 @@ MAX_CONSUMER_REGISTERS = 240
 # ---- tile order -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TileOrder:
     """The order in which output tiles are visited (see the module docstring)."""
 
@@ -122,7 +122,7 @@ class TileOrder:
 # ---- operand layouts in shared memory -------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class OperandLayout:
     """How one TMA operand sits in a stage and how wgmma reads it."""
 
@@ -334,7 +334,7 @@ def tensor_map_plans(kernel: Kernel) -> list[tma_host.TensorMapPlan]:
     return plans
 
 
-@dataclass
+@record
 class _KernelMaps:
     plans: tuple[tma_host.TensorMapPlan, ...]
     encoded: OrderedDict[tuple[int, ...], list[Any]]  # by operand addresses, oldest first

@@ -19,7 +19,9 @@ from __future__ import annotations
 import enum
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
+
+from pyfuse.ir.records import record
 
 
 class RegClass(enum.Enum):
@@ -71,7 +73,7 @@ class Kind(enum.Enum):
     PACKED = "packed"
 
 
-@dataclass(frozen=True, eq=False)  # table entries, one per name: never compared
+@record(frozen=True, eq=False)  # table entries, one per name: never compared
 class TypeInfo:
     """A PTX scalar type: its name, width and family."""
 
@@ -123,7 +125,7 @@ def check_choice(value: str, allowed: Sequence[str], what: str) -> str:
     return value
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Reg:
     """A virtual register, e.g. ``%r7``; made only by ``KernelBuilder.reg``."""
 
@@ -138,7 +140,7 @@ class Reg:
         return REG_BITS[self.cls]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Symbol:
     """A module- or kernel-scope name used as an operand: a param, ``smem``, a label."""
 
@@ -259,7 +261,7 @@ def fmt_vector(regs: Sequence[Reg]) -> str:
     return "{" + ", ".join(str(r) for r in regs) + "}"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Address:
     """A memory operand ``[base+offset]``; base is a register or a symbol name."""
 
@@ -302,7 +304,7 @@ PtxVersion = tuple[int, int]
 # hashed. Not frozen: a frozen dataclass's __init__ sets each field through object.__setattr__,
 # which made building the Instr of every PTX line a tenth of emission; nothing mutates them
 # (guarded() returns a copy).
-@dataclass(eq=False)
+@record(eq=False)
 class Instr:
     """One PTX instruction, without its guard and trailing ``;``.
 
@@ -332,7 +334,7 @@ class Instr:
         return f"@{bang}{self.guard} {self.text};"
 
 
-@dataclass(eq=False)
+@record(eq=False)
 class Label:
     """A branch target; names come from ``KernelBuilder.new_label`` so they are unique."""
 
@@ -342,7 +344,7 @@ class Label:
         return f"{self.name}:"
 
 
-@dataclass(eq=False)
+@record(eq=False)
 class Comment:
     """A ``//`` comment line."""
 

@@ -17,10 +17,11 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 from pyfuse import knobs
+from pyfuse.ir.records import record
 
 DEFAULT_ARCH = "sm_90a"
 _TIMEOUT_S = 300
@@ -42,7 +43,7 @@ class PtxasError(RuntimeError):
     """ptxas rejected the PTX (or could not be run); the message carries its log."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class KernelResources:
     """What ptxas reports for one ``.entry``."""
 
@@ -72,7 +73,7 @@ class KernelResources:
         return out
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PtxasResult:
     kernels: dict[str, KernelResources]
     # Advisories ptxas printed without naming a function (it prints C7508 that way).

@@ -23,14 +23,14 @@ between groups of 8 K-rows (verified on H200: swapping them gives wrong results)
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 
 from pyfuse.backend_ptx.emitter import KernelBuilder
 from pyfuse.backend_ptx.instructions import arith, convert, logic
 from pyfuse.backend_ptx.operands import Reg, RegClass, check_reg
+from pyfuse.ir.records import record
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SwizzleInfo:
     span_bytes: int  # bytes in one swizzled row segment (the "atom" width)
     pattern_bytes: int  # the pattern repeats every 8 rows of span_bytes
@@ -113,7 +113,7 @@ def encode(
     )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Descriptor:
     """The fields of a decoded descriptor, in bytes (for tests and dumps)."""
 

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from pyfuse.backend_ptx.smem_desc import Swizzle
+from pyfuse.ir.records import record
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TmaDType:
     name: str
     code: int  # CUtensorMapDataType
@@ -83,7 +83,7 @@ def _check_ints(values: Sequence[int], what: str, low: int, high: int) -> tuple[
     return out
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TensorMapPlan:
     """A tiled tensor map minus its base address; all lists are innermost-first."""
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -33,6 +32,7 @@ from pyfuse.frontend.spec import (
 )
 from pyfuse.ir import dtypes
 from pyfuse.ir.dtypes import DType
+from pyfuse.ir.records import record
 
 # ---- DeviceArray -------------------------------------------------------------------------------
 
@@ -481,7 +481,7 @@ def call_key(arrays: Sequence[object]) -> tuple[tuple[Any, ...], list[int], int 
     return tuple(items), pointers, stream
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Described:
     """The cold path's look at the arguments, checked: ``kind`` (of the first array) decides
     the outputs; ``device`` is the arrays' common device (None: none of them says)."""

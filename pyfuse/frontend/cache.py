@@ -11,14 +11,23 @@ its records with the same framing under its own magic.
 
 ``knobs.cache_enabled()`` False (``PYFUSE_DISABLE_CACHE=1``, or any ``PYFUSE_DUMP``) skips
 the cache: the PTX is loaded and JIT-compiled by the driver directly.
+
+JIT ahead: a first call that compiles a fusion hands each kernel's PTX to
+:func:`jit_ahead` as soon as it is emitted. A background thread runs the driver's JIT, which
+releases the GIL, while the caller goes on (emitting the next kernel, storing the variant
+record, building the launch plan); :func:`load_module` then takes that cubin instead of
+compiling again. A JIT that failed in the background is done again by the caller, so its
+error is raised where the call was made.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import struct
 import tempfile
+import threading
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -88,24 +97,92 @@ def write_entry(path: Path, payload: bytes, magic: bytes = MAGIC) -> None:
         raise
 
 
+class _CubinAhead:
+    """A cubin the driver is compiling on a background thread."""
+
+    def __init__(self) -> None:
+        self.finished = threading.Event()
+        self.cubin: bytes | None = None  # None once finished: the JIT failed
+
+
+# Keyed by (cache entry path, device): started and not yet taken by load_module.
+_ahead: dict[tuple[Path, int], _CubinAhead] = {}
+_ahead_lock = threading.Lock()
+
+
+def jit_ahead(ptx: str, name: str, *, device: int, arch: str) -> None:
+    """Start the driver's JIT of ``ptx`` for ``device`` on a background thread, unless the
+    cache already holds its cubin or the same JIT is under way."""
+    from pyfuse.backend_ptx import driver
+
+    path = entry_path(entry_key(ptx, arch, driver.driver_version()))
+    if knobs.cache_enabled() and path.exists():
+        return
+    with _ahead_lock:
+        if (path, device) in _ahead:
+            return
+        job = _ahead[(path, device)] = _CubinAhead()
+    # Not a daemon: the interpreter waits for a JIT in flight at exit rather than tearing the
+    # driver down under it.
+    threading.Thread(
+        target=_compile_ahead, args=(job, ptx, name, device, path), name=f"pyfuse-jit-{name}"
+    ).start()
+
+
+def _compile_ahead(job: _CubinAhead, ptx: str, name: str, device: int, path: Path) -> None:
+    from pyfuse.backend_ptx import driver
+
+    try:
+        job.cubin = driver.cubin_from_ptx(ptx, name, device=device)
+        if knobs.cache_enabled():
+            # Stored here, so a compile() that is never launched still fills the cache;
+            # load_module stores it again (and warns) if this fails.
+            with contextlib.suppress(OSError):
+                write_entry(path, job.cubin)
+    except Exception:
+        pass  # load_module compiles again and raises the error at the caller
+    finally:
+        job.finished.set()
+
+
+def _take_ahead(path: Path, device: int) -> bytes | None:
+    """The cubin a background JIT made for this entry, waiting for it; None if none was
+    started or it failed."""
+    with _ahead_lock:
+        job = _ahead.pop((path, device), None)
+    if job is None:
+        return None
+    job.finished.wait()
+    return job.cubin
+
+
 def load_module(ptx: str, name: str, *, device: int, arch: str) -> tuple[Module, str]:
-    """Load the module of ``ptx`` on ``device``: from the cache, else JIT it to a cubin, store
-    that and load it. Returns the module and where it came from (FROM_CACHE, FROM_JIT, FROM_PTX).
+    """Load the module of ``ptx`` on ``device``: from the cache, else JIT it to a cubin (or
+    take the one :func:`jit_ahead` made), store that and load it. Returns the module and where
+    it came from (FROM_CACHE, FROM_JIT, FROM_PTX).
     """
     from pyfuse.backend_ptx import driver
 
-    if not knobs.cache_enabled():
-        return driver.load_module(ptx, name, device=device), FROM_PTX
     path = entry_path(entry_key(ptx, arch, driver.driver_version()))
-    cubin = read_entry(path)
-    if cubin is not None:
-        try:
-            return driver.load_module(cubin, name, device=device), FROM_CACHE
-        except LaunchError:
-            pass  # an entry the driver refuses (a bad write that kept its checksum): rebuild it
-    cubin = driver.cubin_from_ptx(ptx, name, device=device)
+    cubin = _take_ahead(path, device)
+    if not knobs.cache_enabled():
+        if cubin is not None:
+            return driver.load_module(cubin, name, device=device), FROM_JIT
+        return driver.load_module(ptx, name, device=device), FROM_PTX
+    stored = False
+    if cubin is None:
+        cached = read_entry(path)
+        if cached is not None:
+            try:
+                return driver.load_module(cached, name, device=device), FROM_CACHE
+            except LaunchError:
+                pass  # an entry the driver refuses (a bad write that kept its checksum): rebuild
+        cubin = driver.cubin_from_ptx(ptx, name, device=device)
+    else:
+        stored = path.exists()  # the JIT ahead stored it (it starts only without an entry)
     try:
-        write_entry(path, cubin)
+        if not stored:
+            write_entry(path, cubin)
     except OSError as error:
         warnings.warn(
             f"pyfuse: cannot write the kernel cache entry {path}: {error}; "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 
 from pyfuse import knobs
 from pyfuse.backend_ptx.emit import emit_ptx
@@ -44,9 +45,13 @@ def _dump(stage: str, text: str) -> None:
 
 
 def compile_fusion(
-    fusion: Fusion, target: TargetInfo, matmul: MatmulParams | None = None
+    fusion: Fusion,
+    target: TargetInfo,
+    matmul: MatmulParams | None = None,
+    on_ptx: Callable[[str, str], None] | None = None,
 ) -> Compiled:
-    """Passes and PTX emission for a traced fusion; no GPU needed."""
+    """Passes and PTX emission for a traced fusion; no GPU needed. ``on_ptx(name, ptx)`` is
+    called with each kernel's PTX as soon as it is emitted (the runtime starts its JIT)."""
     # Stages are rendered as text only when PYFUSE_DUMP asks for them.
     dump = knobs.dump()
     if "ir" in dump:
@@ -68,6 +73,8 @@ def compile_fusion(
         start = time.perf_counter()
         ptx = emit_ptx(kernel_ir, target)
         emit_seconds += time.perf_counter() - start
+        if on_ptx is not None:
+            on_ptx(kernel_ir.name, ptx)
         if "ptx" in dump:
             _dump("ptx", ptx)
         kernels.append(

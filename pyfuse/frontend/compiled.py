@@ -10,17 +10,18 @@ read, are then rebuilt on first access by running the compile once more.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 from pyfuse.ir.fusion import Fusion
+from pyfuse.ir.records import record
 
 if TYPE_CHECKING:
     from pyfuse.ir.kernel_ir import Kernel as KernelIR
     from pyfuse.passes.plan import SegmentedFusion
 
 
-@dataclass(eq=False)
+@record(eq=False)
 class Kernel:
     """One compiled kernel: its PTX, its scheduled IR and its launch shape."""
 
@@ -55,7 +56,7 @@ class Kernel:
         )
 
 
-@dataclass(eq=False)
+@record(eq=False)
 class Compiled:
     """All kernels of a fused function for one input signature."""
 

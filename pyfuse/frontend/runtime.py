@@ -45,13 +45,14 @@ from pyfuse.frontend.location import user_location
 from pyfuse.frontend.spec import ArrayInfo, Spec, spec, spec_of
 from pyfuse.ir.dtypes import DType
 from pyfuse.ir.params import MatmulParams
+from pyfuse.ir.records import record
 from pyfuse.ir.target import HOPPER, TargetInfo
 
 Number = bool | int | float
 _STATE = "_pyfuse_runtime"  # attribute of a FusedFunction holding its _FunctionState
 
 
-@dataclasses.dataclass(frozen=True)
+@record(frozen=True)
 class Signature:
     """What a compiled variant is specialized to; the key of the in-memory compile cache.
 
@@ -129,9 +130,12 @@ def _signature_item(argument: Spec | Number) -> tuple[Any, ...]:
     return (type(argument), argument)
 
 
-def _compile(fused: Any, arguments: Sequence[Spec | Number], target: TargetInfo) -> Any:
+def _compile(
+    fused: Any, arguments: Sequence[Spec | Number], target: TargetInfo, device: int | None = None
+) -> Any:
     """A compiled variant for normalized specs and numbers: from the in-memory cache, else
-    traced and then read from the variant cache on disk or compiled (and stored there)."""
+    traced and then read from the variant cache on disk or compiled (and stored there).
+    With a ``device`` (GPU arrays), each new kernel's JIT starts as soon as its PTX exists."""
     state = _state_of(fused)
     signature = Signature(tuple(_signature_item(a) for a in arguments), fused.matmul, target)
     use_cache = knobs.cache_enabled()
@@ -148,7 +152,14 @@ def _compile(fused: Any, arguments: Sequence[Spec | Number], target: TargetInfo)
         def full_compile() -> Any:
             from pyfuse.frontend.compile import compile_fusion  # the passes load on first use
 
-            return compile_fusion(fusion, target, matmul)
+            on_ptx = None
+            if device is not None:
+                from pyfuse.frontend import cache
+
+                def on_ptx(name: str, ptx: str) -> None:
+                    cache.jit_ahead(ptx, name, device=device, arch=target.arch)
+
+            return compile_fusion(fusion, target, matmul, on_ptx)
 
         compiled = None
         key = None
@@ -201,7 +212,7 @@ def compile_for(fused: Any, args: Sequence[object]) -> Any:
             raise FusionError(
                 f"argument {index}: {error.bare_message}", op=fused.name, where=user_location()
             ) from None
-    return _compile(fused, arguments, target_for(device, aligned))
+    return _compile(fused, arguments, target_for(device, aligned), device)
 
 
 # ---- calling -----------------------------------------------------------------------------------
@@ -240,7 +251,7 @@ def _bind_new(
                 for item in described.arguments
             ]
             target = target_for(described.device, described.aligned)
-            compiled = _compile(fused, arguments, target)
+            compiled = _compile(fused, arguments, target, described.device)
             bound = runtime_of(compiled).bound_for(described.device, described.kind)
         except ArgumentError as error:
             raise _input_error(fused.name, error) from None
@@ -255,7 +266,7 @@ _WORKSPACE_ALIGNMENT = 256  # bytes between intermediates in one workspace alloc
 MATMUL_SCHEDULER = "matmul"
 
 
-@dataclasses.dataclass(frozen=True)
+@record(frozen=True)
 class Plan:
     """Device-independent launch facts of a compiled variant, computed once.
 

@@ -20,12 +20,12 @@ from __future__ import annotations
 import ctypes
 import functools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from pyfuse.errors import FusionError
 from pyfuse.ir import dtypes
 from pyfuse.ir.dtypes import DType
+from pyfuse.ir.records import record
 
 SUPPORTED_DTYPES = "float32, float16, bfloat16, float64, int32, int64, bool"
 
@@ -34,7 +34,7 @@ class ArrayFormatError(ValueError):
     """An array pyfuse cannot describe; the message says what and why, without an arg index."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ArrayInfo:
     """What pyfuse needs of a GPU array: ``device`` is a CUDA ordinal, -1 for host memory, or
     None when the producer does not say (the caller's current device); ``stream`` is the
@@ -66,7 +66,7 @@ def _element_strides(byte_strides: Sequence[int], itemsize: int) -> tuple[int, .
     return tuple(stride // itemsize for stride in byte_strides)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Spec:
     """A symbolic input: shape, dtype and element strides (row-major when not given)."""
 

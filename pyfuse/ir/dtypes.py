@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from pyfuse.ir.records import record
 
 if TYPE_CHECKING:
     import numpy as np
@@ -24,7 +25,7 @@ class Category(enum.IntEnum):
     FLOATING = 2
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DType:
     """A tensor element type. ``short`` is the printer's name, ``ptx`` the PTX type suffix."""
 

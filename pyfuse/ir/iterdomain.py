@@ -15,9 +15,9 @@ blockIdx.x. An expanded broadcast prints ``bS5{1 ex 8}``.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 
 from pyfuse.ir.naming import next_name
+from pyfuse.ir.records import record
 
 
 class IterType(enum.Enum):
@@ -271,7 +271,7 @@ class Swizzle(IdTransform):
         return f"Swizzle({self.kind.value}): {x}, {y} -> {x_out}, {y_out}"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Reorder:
     """A permutation of a loop domain; no new IterDomains. Kept for the transform history."""
 

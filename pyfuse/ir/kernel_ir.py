@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 from typing import Any, TypeVar
 
 from pyfuse.ir import dtypes
 from pyfuse.ir.dtypes import DType
+from pyfuse.ir.records import record
 from pyfuse.ir.tensor import MemoryType
 
 
@@ -81,7 +82,7 @@ def _hash_once(cls: type[_Expression]) -> type[_Expression]:
 
 
 @_hash_once
-@dataclass(frozen=True, repr=False)
+@record(frozen=True, repr=False)
 class Const(KExpr):
     """A literal of ``dtype``."""
 
@@ -93,7 +94,7 @@ class Const(KExpr):
 
 
 @_hash_once
-@dataclass(frozen=True, repr=False)
+@record(frozen=True, repr=False)
 class Var(KExpr):
     """A scalar variable: a loop index (with its trip count as ``extent``) or a let-bound value.
     ``extent`` bounds a loop index to ``[0, extent)``; it drives index simplification."""
@@ -118,7 +119,7 @@ class SpecialKind(enum.Enum):
 
 
 @_hash_once
-@dataclass(frozen=True, repr=False)
+@record(frozen=True, repr=False)
 class Special(KExpr):
     """A special register (thread or block index); ``extent`` is its launch size."""
 
@@ -131,7 +132,7 @@ class Special(KExpr):
 
 
 @_hash_once
-@dataclass(frozen=True, repr=False)
+@record(frozen=True, repr=False)
 class Param(KExpr):
     """A scalar kernel parameter."""
 
@@ -143,7 +144,7 @@ class Param(KExpr):
 
 
 @_hash_once
-@dataclass(frozen=True, repr=False)
+@record(frozen=True, repr=False)
 class Binary(KExpr):
     """``lhs op rhs``. Index ops: add sub mul floordiv mod min max; compares give bool; tensor
     math uses the pointwise op names of :class:`pyfuse.ir.exprs.BinaryOpType`."""
@@ -179,7 +180,7 @@ _INFIX = {
 
 
 @_hash_once
-@dataclass(frozen=True, repr=False)
+@record(frozen=True, repr=False)
 class Unary(KExpr):
     """``op(operand)`` with the op names of :class:`pyfuse.ir.exprs.UnaryOpType`."""
 
@@ -192,7 +193,7 @@ class Unary(KExpr):
 
 
 @_hash_once
-@dataclass(frozen=True, repr=False)
+@record(frozen=True, repr=False)
 class Select(KExpr):
     """``condition ? if_true : if_false``."""
 
@@ -206,7 +207,7 @@ class Select(KExpr):
 
 
 @_hash_once
-@dataclass(frozen=True, repr=False)
+@record(frozen=True, repr=False)
 class Cast(KExpr):
     """``operand`` converted to ``dtype``."""
 
@@ -217,7 +218,7 @@ class Cast(KExpr):
         return f"{self.dtype.short}({self.operand})"
 
 
-@dataclass(eq=False, repr=False)
+@record(eq=False, repr=False)
 class Buffer:
     """Storage of one tensor in a kernel: a global tensor (a pointer parameter), a shared
     memory region, or a local register array of ``size`` elements."""
@@ -236,7 +237,7 @@ class Buffer:
 
 
 @_hash_once
-@dataclass(frozen=True, repr=False)
+@record(frozen=True, repr=False)
 class Load(KExpr):
     """``buffer[index]`` (element index)."""
 
@@ -417,7 +418,7 @@ class Stmt:
     __repr__ = _fields_repr
 
 
-@dataclass(eq=False, repr=False)
+@record(eq=False, repr=False)
 class For(Stmt):
     """``for var in range(extent)``; ``unroll`` loops are expanded by the emitter (their
     variable is a constant in each copy, so register-array indices fold)."""
@@ -431,7 +432,7 @@ class For(Stmt):
         yield self.body
 
 
-@dataclass(eq=False, repr=False)
+@record(eq=False, repr=False)
 class Let(Stmt):
     """Define ``var`` as ``value`` (once per run of the enclosing block)."""
 
@@ -439,7 +440,7 @@ class Let(Stmt):
     value: KExpr
 
 
-@dataclass(eq=False, repr=False)
+@record(eq=False, repr=False)
 class Assign(Stmt):
     """Update a variable defined by :class:`Let` (an accumulator)."""
 
@@ -447,7 +448,7 @@ class Assign(Stmt):
     value: KExpr
 
 
-@dataclass(eq=False, repr=False)
+@record(eq=False, repr=False)
 class If(Stmt):
     """``then`` where ``condition`` holds, else ``orelse``."""
 
@@ -460,14 +461,14 @@ class If(Stmt):
         yield self.orelse
 
 
-@dataclass(eq=False, repr=False)
+@record(eq=False, repr=False)
 class Alloc(Stmt):
     """Allocate a local or shared ``buffer``."""
 
     buffer: Buffer
 
 
-@dataclass(eq=False, repr=False)
+@record(eq=False, repr=False)
 class Store(Stmt):
     """``buffer[index] = value``."""
 
@@ -476,7 +477,7 @@ class Store(Stmt):
     value: KExpr
 
 
-@dataclass(eq=False, repr=False)
+@record(eq=False, repr=False)
 class VectorLoad(Stmt):
     """Load ``width`` consecutive elements of ``source`` from ``source_index`` into the local
     ``target`` at ``target_index`` with one vector instruction (alignment is the caller's
@@ -489,7 +490,7 @@ class VectorLoad(Stmt):
     width: int
 
 
-@dataclass(eq=False, repr=False)
+@record(eq=False, repr=False)
 class VectorStore(Stmt):
     """Store ``width`` consecutive local elements of ``source`` to ``target`` with one vector
     instruction."""
@@ -501,12 +502,12 @@ class VectorStore(Stmt):
     width: int
 
 
-@dataclass(eq=False, repr=False)
+@record(eq=False, repr=False)
 class Sync(Stmt):
     """``bar.sync 0``: every thread of the block."""
 
 
-@dataclass(eq=False, repr=False)
+@record(eq=False, repr=False)
 class ThreadReduce(Stmt):
     """All-reduce ``var`` with ``op`` (sum, max, min) across the threads of the block that
     differ only in ``threads`` (the x-extent of the reduction's thread axis); every such
@@ -519,7 +520,7 @@ class ThreadReduce(Stmt):
     workspace: Buffer | None = None
 
 
-@dataclass(eq=False, repr=False)
+@record(eq=False, repr=False)
 class Comment(Stmt):
     """A line of text copied into the PTX as a comment."""
 
@@ -535,7 +536,7 @@ class ParamRole(enum.Enum):
     INTERMEDIATE = "intermediate"
 
 
-@dataclass(frozen=True, repr=False)
+@record(frozen=True, repr=False)
 class TensorParam:
     """A global tensor argument: its buffer, which fusion tensor it is and where it comes from
     (``index`` counts inputs, outputs or intermediates)."""
@@ -549,7 +550,7 @@ class TensorParam:
     __repr__ = _fields_repr
 
 
-@dataclass(eq=False, repr=False)
+@record(eq=False, repr=False)
 class Kernel:
     """One kernel: its tensor parameters, buffers, statements and launch shape."""
 
@@ -584,7 +585,7 @@ class Kernel:
 # ---- Hopper matmul -------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, repr=False)
+@record(frozen=True, repr=False)
 class TmaOperand:
     """One MMA operand loaded tile by tile with TMA from a global input. Dims are in memory
     order, outermost first; ``roles`` names each dim ("m", "n", "k" or "batch")."""
@@ -621,7 +622,7 @@ class TmaOperand:
     __repr__ = _fields_repr
 
 
-@dataclass(eq=False, repr=False)
+@record(eq=False, repr=False)
 class MatmulMainLoop(Stmt):
     """A warp-specialized Hopper matmul over output tiles: a producer warpgroup loads operand
     tiles with TMA into ``stages`` shared-memory buffers (full/empty mbarriers), consumer

@@ -6,10 +6,12 @@ chosen by the matmul scheduler's heuristic from the shape and the device.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import fields
+
+from pyfuse.ir.records import record
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class MatmulParams:
     """Hopper matmul schedule. Tiles are in elements; ``grid_swizzle`` is the number of M tiles
     walked together (1 = none); ``persistent`` makes each CTA loop over tiles; ``splitk``

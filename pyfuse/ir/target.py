@@ -7,10 +7,10 @@ driver reports for the device at hand, so a cache key includes the target it use
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from pyfuse.ir.records import record
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TargetInfo:
     arch: str = "sm_90a"
     sm_count: int = 132

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from pyfuse.errors import ScheduleError
 from pyfuse.ir import dtypes
@@ -54,6 +54,7 @@ from pyfuse.ir.exprs import (
 )
 from pyfuse.ir.id_model import IdMappingMode, IdModel
 from pyfuse.ir.iterdomain import IterDomain, ParallelType
+from pyfuse.ir.records import record
 from pyfuse.ir.tensor import MemoryType, Scalar, TensorView, Val
 from pyfuse.passes.lower_indexing import IndexDerivation, indexes_registers
 from pyfuse.passes.plan import KernelPlan
@@ -95,7 +96,7 @@ def reduction_init(op: ReductionOpType, dtype: DType) -> bool | int | float:
     return -limit if op == ReductionOpType.MAX else limit - 1
 
 
-@dataclass(eq=False)  # loops are told apart by identity
+@record(eq=False)  # loops are told apart by identity
 class _Loop:
     """An open loop of the nest being built."""
 

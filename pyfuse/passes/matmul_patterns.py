@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from pyfuse.ir.exprs import Expr, MmaOp
 from pyfuse.ir.fusion import Fusion
+from pyfuse.ir.records import record
 from pyfuse.ir.tensor import TensorView
 
 
@@ -50,7 +51,7 @@ class DimRole(enum.Enum):
     K = "k"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class MatmulPattern:
     """One MMA with its tensor and dim roles (see the module doc)."""
 
@@ -82,7 +83,7 @@ class MatmulPattern:
         return [index for index, axis_role in enumerate(self.dim_roles) if axis_role == role]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class UntranslatedPattern:
     """A matmul-shaped op left as it was, and why (for the segmenter's and the user's report)."""
 
@@ -91,7 +92,7 @@ class UntranslatedPattern:
     reason: str
 
 
-@dataclass
+@record
 class TranslationResult:
     """What :func:`pyfuse.passes.translate_patterns.translate_patterns` did to a fusion."""
 

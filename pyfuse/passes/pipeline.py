@@ -30,7 +30,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 
 from pyfuse import knobs
 from pyfuse.errors import ScheduleError
@@ -38,6 +38,7 @@ from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.kernel_ir import Kernel
 from pyfuse.ir.params import MatmulParams
 from pyfuse.ir.printer import scheduled_to_str
+from pyfuse.ir.records import record
 from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.verify import verify_fusion
 from pyfuse.passes import inline, schedule_matmul, schedule_pointwise, schedule_reduction
@@ -52,7 +53,7 @@ from pyfuse.passes.translate_patterns import translate_patterns
 from pyfuse.passes.validate import validate
 
 
-@dataclass
+@record
 class KernelStages:
     """What the pipeline made for one kernel."""
 
@@ -61,7 +62,7 @@ class KernelStages:
     kernel_ir: Kernel
 
 
-@dataclass
+@record
 class PipelineResult:
     math_ir: str
     segmented: SegmentedFusion

@@ -8,15 +8,16 @@ intermediates that pass values between them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from pyfuse.ir.fusion import Fusion
+from pyfuse.ir.records import record
 from pyfuse.ir.tensor import TensorView
 
 
 # eq=False on both: they hold mutable IR and are told apart by identity, and every method
-# dataclass generates is compiled when the first compile imports this module.
-@dataclass(eq=False)
+# record generates is compiled when the first compile imports this module.
+@record(eq=False)
 class KernelPlan:
     """One kernel: its fusion segment, the scheduler that takes it and that scheduler's choices."""
 
@@ -31,7 +32,7 @@ class KernelPlan:
     declined: dict[str, str] = field(default_factory=dict)
 
 
-@dataclass(eq=False)
+@record(eq=False)
 class SegmentedFusion:
     """Kernels in launch order. ``sources`` maps each kernel input to where its data comes from:
     ("input", i) for the fusion's i-th input, ("intermediate", name) for a tensor an earlier

@@ -41,12 +41,12 @@ rows, 124 us with 8 and 155 us with the flat schedule).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from pyfuse.ir.exprs import LinearOp, MatmulOp, MmaOp, ReductionOp
 from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.id_model import IdModel
 from pyfuse.ir.iterdomain import ParallelType, ceil_div
+from pyfuse.ir.records import record
 from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.tensor import TensorView
 from pyfuse.passes.scheduler_utils import (
@@ -68,13 +68,20 @@ ROWS_PER_THREAD = (4, 2)
 # driver's JIT of a new kernel, grows with the unrolled body: 22, 40 and 123 ms there.
 FLAT_ELEMENTS_PER_THREAD = 16
 FLAT_MAX_UNROLL = 4
+# ... and only when every SM gets at least this many of the unrolled blocks. Unrolled bodies
+# pay off only on very large tensors: on the H200, bf16 gelu(x*y+z) with 16 elements per
+# thread against 8 ran 23.2 / 23.5 us at 2048x4096, 39.2 / 39.2 at 4096x4096, 70.4 / 70.8 at
+# 8192x4096 (62 and 124 unrolled blocks per SM at the last two) but 130.4 / 134.1 at
+# 16384x4096 (248 per SM). Below that the unrolled kernel is as fast and takes the driver's
+# JIT twice as long (37-60 against 22-36 ms), which a new fusion's first call waits for.
+FLAT_MIN_UNROLLED_BLOCKS_PER_SM = 128
 # Fewer blocks than this per SM leave SMs idle; more rows per thread are not worth that.
 MIN_BLOCKS_PER_SM = 4
 # At most 1/IDLE_FRACTION of a block's column threads (or of the rows) may be padding.
 IDLE_FRACTION = 8
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PointwiseParams:
     """The pointwise schedule's choices (Kernel.params shows them)."""
 
@@ -96,7 +103,7 @@ class PointwiseParams:
         }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class BreakPoint:
     """A candidate split of the reference's axes into rows (left) and columns (right)."""
 
@@ -209,10 +216,13 @@ def choose_params(fusion: Fusion, reference: TensorView, target: TargetInfo) -> 
         rows = rows_per_thread(point, vector, threads, target)
         return PointwiseParams(vector, threads, rows, point.position)
     vectors = max(1, reference.numel // vector)
-    # Unroll when there is work for several waves of blocks: more loads in flight per thread.
+    # Unroll as far as FLAT_ELEMENTS_PER_THREAD allows while the unrolled blocks still number
+    # FLAT_MIN_UNROLLED_BLOCKS_PER_SM per SM (see there): more loads in flight per thread.
     unroll = max(1, min(FLAT_MAX_UNROLL, FLAT_ELEMENTS_PER_THREAD // vector))
-    if vectors < threads * unroll * target.sm_count * 8:
-        unroll = 1
+    while unroll > 1 and vectors < threads * unroll * target.sm_count * (
+        FLAT_MIN_UNROLLED_BLOCKS_PER_SM
+    ):
+        unroll //= 2
     return PointwiseParams(vector, threads, unroll)
 
 

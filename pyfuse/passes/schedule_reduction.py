@@ -22,12 +22,11 @@ largest tensor that feeds a reduction). Guarantees, on success:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from pyfuse.ir.exprs import BroadcastOp, LinearOp, MatmulOp, MmaOp, ReductionOp
 from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.id_model import IdMappingMode, IdModel
 from pyfuse.ir.iterdomain import ParallelType
+from pyfuse.ir.records import record
 from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.tensor import TensorView
 from pyfuse.passes.scheduler_utils import (
@@ -44,7 +43,7 @@ MAX_THREADS = 1024
 MIN_THREADS = 32
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ReductionParams:
     """The reduction schedule's choices (Kernel.params shows them)."""
 

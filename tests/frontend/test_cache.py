@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -192,3 +193,101 @@ def test_a_new_function_with_the_same_kernel_loads_from_disk(
     # passes, no emission) and the cubin cache their modules (no JIT).
     sources, timings = run_fresh()
     assert sources == [cache.FROM_CACHE] and timings == {"trace", "variant_cache", "load"}
+
+
+# ---- JIT ahead ----------------------------------------------------------------------------
+
+
+def _gpu_function(
+    fake: FakeDriver, monkeypatch: pytest.MonkeyPatch, body: str = ""
+) -> tuple[Any, Any, list[str]]:
+    """A new fusion on a fake GPU whose emitted PTX is ``// <kernel name><body>``, an input
+    array, and the names of the threads that ran the driver's JIT (one per link)."""
+    from pyfuse.frontend import compile as compile_module
+    from pyfuse.frontend.arrays import DeviceArray
+
+    monkeypatch.setattr(
+        compile_module, "emit_ptx", lambda kernel, target: f"// {kernel.name}{body}\n"
+    )
+    fake.cuMemAlloc = lambda nbytes: (0, 0x10000)  # type: ignore[attr-defined]
+    fake.cuMemFree = lambda pointer: (0,)  # type: ignore[attr-defined]
+    jit_threads: list[str] = []
+    add_data = fake.cuLinkAddData
+
+    def recording_add_data(*args: Any) -> tuple[Any, ...]:
+        jit_threads.append(threading.current_thread().name)
+        return add_data(*args)
+
+    fake.cuLinkAddData = recording_add_data  # type: ignore[method-assign]
+    fused = pf.fuse(name=f"ahead{len(body)}")(lambda x: x * 2 + 1)
+    return fused, DeviceArray((4,), pf.float32), jit_threads
+
+
+def _join_jit_threads() -> None:
+    for thread in threading.enumerate():
+        if thread.name.startswith("pyfuse-jit-"):
+            thread.join()
+
+
+def test_a_first_call_jits_its_kernel_once_on_a_background_thread(
+    cache_dir: Path, fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fused, x, jit_threads = _gpu_function(fake, monkeypatch)
+    fused(x)
+    (compiled,) = fused.__dict__["_pyfuse_runtime"].compiled.values()
+    (kernel,) = compiled.kernels
+    assert compiled.runtime.loaded[0].sources == [cache.FROM_JIT]
+    # One JIT, and not on the caller's thread; its cubin was stored and then loaded.
+    assert jit_threads == [f"pyfuse-jit-{kernel.name}"]
+    assert cache.read_entry(_entry(kernel.ptx)) == fake.cubin
+    loads = [c[1] for c in fake.calls if c[0] == "cuModuleLoadDataEx"]
+    assert loads == [fake.cubin]
+    assert not cache._ahead  # taken by the load
+
+
+def test_a_failed_background_jit_is_redone_and_raised_at_the_call(
+    cache_dir: Path, fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fused, x, jit_threads = _gpu_function(fake, monkeypatch, body=" bad")
+    with pytest.raises(pf.LaunchError, match="linking PTX to a cubin failed"):
+        fused(x)
+    assert jit_threads[0].startswith("pyfuse-jit-")
+    assert jit_threads[1:] == [threading.current_thread().name]
+    assert not any(cache_dir.rglob("*.cubin"))
+
+
+def test_compile_for_gpu_arrays_fills_the_cache_without_a_launch(
+    cache_dir: Path, fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fused, x, jit_threads = _gpu_function(fake, monkeypatch)
+    compiled = fused.compile(x)
+    _join_jit_threads()
+    (kernel,) = compiled.kernels
+    assert cache.read_entry(_entry(kernel.ptx)) == fake.cubin
+    fused(x)  # the launch takes the cubin the background JIT made: no second JIT
+    assert len(jit_threads) == 1
+    assert compiled.runtime.loaded[0].sources == [cache.FROM_JIT]
+
+
+def test_compile_for_specs_starts_no_jit(
+    cache_dir: Path, fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fused, _, jit_threads = _gpu_function(fake, monkeypatch)
+    fused.compile(pf.spec((4,), pf.float32))
+    _join_jit_threads()
+    assert jit_threads == [] and not cache._ahead
+
+
+def test_a_background_jit_is_used_with_the_cache_disabled(
+    cache_dir: Path, fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = cache._CubinAhead()
+    job.cubin = fake.cubin
+    job.finished.set()
+    path = _entry()
+    monkeypatch.setitem(cache._ahead, (path, 0), job)
+    with knobs.overrides(disable_cache=True):
+        _, source = cache.load_module(PTX, "k", device=0, arch="sm_90a")
+    assert source == cache.FROM_JIT and not cache._ahead
+    (load,) = [c for c in fake.calls if c[0] == "cuModuleLoadDataEx"]
+    assert load[1] == fake.cubin and not any(cache_dir.iterdir())

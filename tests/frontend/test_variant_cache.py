@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -44,8 +45,7 @@ def _binary(op: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _records(cache_dir: Path) -> list[Path]:
-    folder = cache_dir / "variant"
-    return sorted(folder.iterdir()) if folder.exists() else []
+    return sorted((cache_dir / "variant").glob("*.json"))
 
 
 # ---- the key ---------------------------------------------------------------------------------
@@ -125,6 +125,76 @@ def test_source_stamp_follows_contents_not_times(tmp_path: Path) -> None:
     (other / "sub").mkdir(parents=True)
     (other / "sub" / "m.py").write_text("x = 16\n")
     assert _stamp(other) not in (None, base)
+
+
+def _settled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make every file look older than the racy window (ctime cannot be set back)."""
+    later = time.time_ns() + 10 * variant_cache.RACY_NS
+    monkeypatch.setattr(variant_cache.time, "time_ns", lambda: later)
+
+
+def _package(tmp_path: Path) -> tuple[Path, Path]:
+    root = tmp_path / "pkg"
+    root.mkdir()
+    module = root / "m.py"
+    module.write_text("x = 16\n")
+    return root, module
+
+
+def test_a_settled_scan_remembers_its_stamp_on_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, _ = _package(tmp_path)
+    scan = variant_cache.scan_sources(root)
+    assert scan is not None
+    with knobs.overrides(cache_dir=tmp_path / "cache"):
+        _settled(monkeypatch)
+        stamp = variant_cache.remembered_stamp(root, scan)
+        assert stamp == variant_cache.stamp_of(root, scan)
+        assert variant_cache.stamp_memo_path(root, scan).exists()
+
+        # A later process reads the memo and not the files.
+        def unread(*_: object) -> str:
+            raise AssertionError("the files were read again")
+
+        monkeypatch.setattr(variant_cache, "stamp_of", unread)
+        assert variant_cache.remembered_stamp(root, scan) == stamp
+
+
+def test_files_too_new_to_trust_are_not_remembered(tmp_path: Path) -> None:
+    root, _ = _package(tmp_path)
+    scan = variant_cache.scan_sources(root)
+    assert scan is not None
+    with knobs.overrides(cache_dir=tmp_path / "cache"):
+        assert variant_cache.remembered_stamp(root, scan) == variant_cache.stamp_of(root, scan)
+        assert not variant_cache.stamp_memo_path(root, scan).exists()
+
+
+def test_an_edit_with_its_times_put_back_scans_differently(tmp_path: Path) -> None:
+    root, module = _package(tmp_path)
+    before = variant_cache.scan_sources(root)
+    stat = module.stat()
+    time.sleep(0.01)
+    module.write_text("x = 32\n")  # same size, mtime restored: only ctime tells
+    os.utime(module, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    after = variant_cache.scan_sources(root)
+    assert before is not None and after is not None and before != after
+    with knobs.overrides(cache_dir=tmp_path / "cache"):
+        memo = variant_cache.stamp_memo_path(root, before)
+        assert variant_cache.stamp_memo_path(root, after) != memo
+
+
+def test_a_damaged_stamp_memo_is_ignored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root, _ = _package(tmp_path)
+    scan = variant_cache.scan_sources(root)
+    assert scan is not None
+    with knobs.overrides(cache_dir=tmp_path / "cache"):
+        path = variant_cache.stamp_memo_path(root, scan)
+        path.parent.mkdir(parents=True)
+        for damaged in [b"garbage", cache.encode_entry(b"short", variant_cache.STAMP_MAGIC)]:
+            path.write_bytes(damaged)
+            stamp = variant_cache.remembered_stamp(root, scan)
+            assert stamp == variant_cache.stamp_of(root, scan)
 
 
 def test_sources_that_cannot_be_scanned_make_nothing_cacheable(tmp_path: Path) -> None:

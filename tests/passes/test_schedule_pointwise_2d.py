@@ -20,7 +20,7 @@ from pyfuse.ir import dtypes
 from pyfuse.ir import kernel_ir as k
 from pyfuse.ir.target import HOPPER, TargetInfo
 from pyfuse.ir.tensor import MemoryType
-from pyfuse.passes import pipeline
+from pyfuse.passes import pipeline, schedule_pointwise
 from pyfuse.passes.pipeline import PipelineResult
 from pyfuse.passes.schedule_pointwise import MIN_BLOCKS_PER_SM
 
@@ -222,8 +222,12 @@ def test_per_row_scale_is_loaded_once_per_row_not_per_element() -> None:
     assert stages.plan.params["unroll"] in extents and vector not in extents
 
 
-def test_flat_schedule_hoists_an_all_broadcast_input_out_of_its_unrolled_loop() -> None:
-    # One value broadcast everywhere; the flat schedule unrolls by 4 on a one-SM GPU.
+def test_flat_schedule_hoists_an_all_broadcast_input_out_of_its_unrolled_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # One value broadcast everywhere; the flat schedule unrolls by 4 on a one-SM GPU that asks
+    # for only 8 unrolled blocks per SM (the default asks for more than a simulator runs).
+    monkeypatch.setattr(schedule_pointwise, "FLAT_MIN_UNROLLED_BLOCKS_PER_SM", 8)
     specs = [pf.spec((64, 1024), f32), pf.spec((1, 1), f32)]
     result = check_on_simulator(add_bias, specs, dataclasses.replace(HOPPER, sm_count=1))
     (stages,) = result.kernels
@@ -235,6 +239,31 @@ def test_flat_schedule_hoists_an_all_broadcast_input_out_of_its_unrolled_loop() 
 
 
 # ---- results on the simulator -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("shape", "dtype", "unroll"),
+    [
+        # bf16 vectors hold 8 elements; 16 per thread means an unroll of 2, taken only when
+        # every SM of the H200 (132) gets 128 such blocks of 128 threads.
+        ((4096, 4096), dtypes.bfloat16, 1),
+        ((8192, 4096), dtypes.bfloat16, 1),
+        ((16384, 4096), dtypes.bfloat16, 2),
+        # f32 vectors hold 4: unroll 4 at 2^27 elements, 2 where only that has enough blocks.
+        ((1 << 27,), dtypes.float32, 4),
+        ((1 << 25,), dtypes.float32, 2),
+        ((1 << 22,), dtypes.float32, 1),
+        ((1000,), dtypes.float32, 1),
+    ],
+)
+def test_flat_unroll_follows_the_number_of_blocks(
+    shape: tuple[int, ...], dtype: dtypes.DType, unroll: int
+) -> None:
+    specs = [pf.spec(shape, dtype)] * 2
+    fusion = pf.fuse(lambda x, y: pf.gelu(x * y)).trace(*specs)
+    (stages,) = pipeline.run(fusion, HOPPER).kernels
+    assert stages.plan.params["break_point"] == 0
+    assert stages.plan.params["unroll"] == unroll
 
 
 def check_on_simulator(

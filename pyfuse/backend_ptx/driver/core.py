@@ -12,10 +12,10 @@ import os
 import sys
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from pyfuse.errors import LaunchError
+from pyfuse.ir.records import record
 
 
 class _State:
@@ -173,7 +173,7 @@ def context(device: int = 0) -> Any:
     return ctx
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DeviceInfo:
     """Hardware facts a scheduler may ask for; read once per device and cached."""
 

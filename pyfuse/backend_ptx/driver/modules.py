@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 from pyfuse.backend_ptx.driver.core import call, context, device_info, driver_module, error_text
 from pyfuse.errors import LaunchError
+from pyfuse.ir.records import record
 
 if TYPE_CHECKING:
     from pyfuse.backend_ptx.ptxas import KernelResources
@@ -17,7 +18,7 @@ JIT_LOG_BYTES = 64 * 1024
 _ELF_MAGIC = b"\x7fELF"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Module:
     handle: Any = field(repr=False)
     name: str
@@ -37,7 +38,7 @@ class Module:
         return parse_log(self.info_log)[0]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Function:
     handle: Any = field(repr=False)
     name: str

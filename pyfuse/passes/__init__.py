@@ -1,0 +1,1 @@
+"""The compiler's passes, one module each; ``pipeline.py`` lists them and runs them in order."""
