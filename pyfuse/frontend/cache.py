@@ -1,6 +1,7 @@
 """The on-disk cubin cache: a process that finds a kernel here skips the driver's JIT.
 
-The first JIT of even a trivial kernel costs ~40 ms; a cubin loads in well under one. A
+The driver's JIT of a pointwise kernel took 22-78 ms on the H200's host (a trivial kernel
+12-17 ms); a cubin loads in well under a millisecond. A
 cubin entry is named by the sha256 of everything that decides the cubin: the PTX text, the target
 arch, pyfuse's version and the driver's version. Its file holds a header (magic, payload
 length, payload sha256) and the cubin, so a truncated or corrupt file is noticed, ignored and
