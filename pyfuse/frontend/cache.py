@@ -103,7 +103,10 @@ class _CubinAhead:
 
     def __init__(self) -> None:
         self.finished = threading.Event()
-        self.cubin: bytes | None = None  # None once finished: the JIT failed
+        self.ok = False  # set when finished: the JIT succeeded
+        # The cubin, kept in memory only while it is not in the disk cache: a job that is
+        # never taken (a compile() never launched) then holds no more than this record.
+        self.cubin: bytes | None = None
 
 
 # Keyed by (cache entry path, device): started and not yet taken by load_module.
@@ -111,50 +114,79 @@ _ahead: dict[tuple[Path, int], _CubinAhead] = {}
 _ahead_lock = threading.Lock()
 
 
+def _forget_ahead() -> None:
+    # A forked child has none of the parent's threads: their jobs would never finish.
+    _ahead.clear()
+
+
+os.register_at_fork(after_in_child=_forget_ahead)
+
+
 def jit_ahead(ptx: str, name: str, *, device: int, arch: str) -> None:
     """Start the driver's JIT of ``ptx`` for ``device`` on a background thread, unless the
-    cache already holds its cubin or the same JIT is under way."""
+    cache already holds its cubin or the same JIT is under way. Never raises: whatever goes
+    wrong here, :func:`load_module` meets again at the launch and reports."""
     from pyfuse.backend_ptx import driver
 
-    path = entry_path(entry_key(ptx, arch, driver.driver_version()))
-    if knobs.cache_enabled() and path.exists():
-        return
-    with _ahead_lock:
-        if (path, device) in _ahead:
+    try:
+        path = entry_path(entry_key(ptx, arch, driver.driver_version()))
+        if knobs.cache_enabled() and os.path.exists(path):
             return
-        job = _ahead[(path, device)] = _CubinAhead()
+    except Exception:
+        return
+    key = (path, device)
+    job = _CubinAhead()
+    with _ahead_lock:
+        if key in _ahead:
+            return
+        _ahead[key] = job
     # Not a daemon: the interpreter waits for a JIT in flight at exit rather than tearing the
     # driver down under it.
-    threading.Thread(
+    thread = threading.Thread(
         target=_compile_ahead, args=(job, ptx, name, device, path), name=f"pyfuse-jit-{name}"
-    ).start()
+    )
+    try:
+        thread.start()
+    except RuntimeError:  # no threads left, or the interpreter is shutting down
+        with _ahead_lock:
+            _ahead.pop(key, None)
+        job.finished.set()
 
 
 def _compile_ahead(job: _CubinAhead, ptx: str, name: str, device: int, path: Path) -> None:
     from pyfuse.backend_ptx import driver
 
     try:
-        job.cubin = driver.cubin_from_ptx(ptx, name, device=device)
+        cubin = driver.cubin_from_ptx(ptx, name, device=device)
+        job.ok = True
+        job.cubin = cubin
         if knobs.cache_enabled():
             # Stored here, so a compile() that is never launched still fills the cache;
             # load_module stores it again (and warns) if this fails.
             with contextlib.suppress(OSError):
-                write_entry(path, job.cubin)
+                write_entry(path, cubin)
+                job.cubin = None  # on disk now
     except Exception:
         pass  # load_module compiles again and raises the error at the caller
     finally:
         job.finished.set()
 
 
-def _take_ahead(path: Path, device: int) -> bytes | None:
-    """The cubin a background JIT made for this entry, waiting for it; None if none was
-    started or it failed."""
+def _take_ahead(path: Path, device: int) -> tuple[bytes | None, bool]:
+    """The cubin a background JIT made for this entry (waiting for it), and whether it is
+    already in the disk cache; (None, False) if none was started, it failed, or its stored
+    entry has gone since."""
     with _ahead_lock:
         job = _ahead.pop((path, device), None)
     if job is None:
-        return None
+        return None, False
     job.finished.wait()
-    return job.cubin
+    if not job.ok:
+        return None, False
+    if job.cubin is not None:
+        return job.cubin, False
+    cubin = read_entry(path)
+    return cubin, cubin is not None
 
 
 def load_module(ptx: str, name: str, *, device: int, arch: str) -> tuple[Module, str]:
@@ -165,12 +197,11 @@ def load_module(ptx: str, name: str, *, device: int, arch: str) -> tuple[Module,
     from pyfuse.backend_ptx import driver
 
     path = entry_path(entry_key(ptx, arch, driver.driver_version()))
-    cubin = _take_ahead(path, device)
+    cubin, stored = _take_ahead(path, device)
     if not knobs.cache_enabled():
         if cubin is not None:
             return driver.load_module(cubin, name, device=device), FROM_JIT
         return driver.load_module(ptx, name, device=device), FROM_PTX
-    stored = False
     if cubin is None:
         cached = read_entry(path)
         if cached is not None:
@@ -179,8 +210,6 @@ def load_module(ptx: str, name: str, *, device: int, arch: str) -> tuple[Module,
             except LaunchError:
                 pass  # an entry the driver refuses (a bad write that kept its checksum): rebuild
         cubin = driver.cubin_from_ptx(ptx, name, device=device)
-    else:
-        stored = path.exists()  # the JIT ahead stored it (it starts only without an entry)
     try:
         if not stored:
             write_entry(path, cubin)

@@ -195,7 +195,10 @@ def remember_compiler_sources() -> None:
 def stamp_memo_path(root: Path, scan: Scan) -> Path:
     """Where the stamp of ``scan`` is remembered: named by the install folder and every
     file's path, size, inode and times. ctime is in it because nothing but the kernel sets
-    it: a file rewritten or reinstalled (even with its mtime put back) scans differently."""
+    it: a file rewritten or reinstalled (even with its mtime put back) scans differently.
+    That trust needs a file system that keeps a real ctime (not a FAT or some network
+    mounts, where a same-size edit that restores the mtime in place would go unseen: set
+    ``PYFUSE_DISABLE_CACHE=1`` there while editing pyfuse)."""
     digest = hashlib.sha256(f"{pyfuse.__version__}\0{root}\0{scan!r}".encode())
     return knobs.cache_dir() / "variant" / "stamps" / digest.hexdigest()
 

@@ -19,7 +19,8 @@ hashes that tuple; ``eq`` without ``frozen`` makes instances unhashable; frozen 
 ``dataclasses.FrozenInstanceError`` on assignment and deletion. Not supported (rejected):
 ``order``, ``unsafe_hash``, ``slots``, ``kw_only``, ``InitVar`` fields and ``match_args=False``.
 ``__dataclass_params__`` reports ``frozen=False, eq=False`` (what the standard library was
-asked for); ``record_options(cls)`` gives the real options.
+asked for); ``record_options(cls)`` gives the real options. So a record and a standard
+dataclass must not inherit from each other: their frozen checks would disagree.
 """
 
 from __future__ import annotations
@@ -95,6 +96,10 @@ def _build(cls: _Class, *, frozen: bool, eq: bool, repr_: bool) -> _Class:
     own = cls.__dict__
     explicit_hash = "__hash__" in own and not (own["__hash__"] is None and "__eq__" in own)
     keep = {name for name in ("__init__", "__repr__", "__eq__") if name in own}
+    if frozen:
+        for name in ("__setattr__", "__delattr__"):
+            if name in own:  # as dataclass: a frozen class's own would be overwritten
+                raise TypeError(f"cannot overwrite attribute {name} in class {cls.__name__}")
     has_doc = bool(own.get("__doc__"))
     if not has_doc:
         # dataclass documents a class without a docstring by its signature: here that of
@@ -127,6 +132,7 @@ def _build(cls: _Class, *, frozen: bool, eq: bool, repr_: bool) -> _Class:
     if frozen:
         made.update(_frozen_methods(cls, frozenset(f.name for f in fields)))
     for name, method in made.items():
+        method.__module__ = cls.__module__
         method.__name__ = name
         method.__qualname__ = f"{cls.__qualname__}.{name}"
         setattr(cls, name, method)
@@ -192,8 +198,13 @@ def _frozen_methods(owner: type, names: frozenset[str]) -> dict[str, Callable[..
 def _compiled_init(
     cls: type, fields: tuple[dataclasses.Field[Any], ...], frozen: bool
 ) -> Callable[..., None]:
-    namespace: dict[str, Any] = {"__use_factory__": _USE_FACTORY}
-    parameters = ["self"]
+    namespace: dict[str, Any] = {
+        "__use_factory__": _USE_FACTORY,
+        "__object_setattr__": object.__setattr__,
+    }
+    # The instance's name in the generated code; a field may be called "self".
+    me = "__record_self__" if any(f.name == "self" for f in fields) else "self"
+    parameters = [me]
     body: list[str] = []
     seen_default = False
     for f in fields:
@@ -223,14 +234,19 @@ def _compiled_init(
             value = f"__default_{f.name}__"
         else:
             continue  # dataclass leaves an init=False field without a default unset as well
-        # A frozen instance's __setattr__ refuses; its __dict__ takes the value directly
-        # (dataclass calls object.__setattr__ per field, a slower path to the same place).
-        target = f"__fields[{f.name!r}]" if frozen else f"self.{f.name}"
-        body.append(f"    {target} = {value}")
+        if not frozen:
+            body.append(f"    {me}.{f.name} = {value}")
+        elif hasattr(type(getattr(cls, f.name, None)), "__set__"):
+            # A data descriptor of the field's name takes the value, as under dataclass.
+            body.append(f"    __object_setattr__({me}, {f.name!r}, {value})")
+        else:
+            # A frozen instance's __setattr__ refuses; its __dict__ takes the value directly
+            # (dataclass calls object.__setattr__ per field, a slower path to the same place).
+            body.append(f"    __fields[{f.name!r}] = {value}")
     if frozen and body:
-        body.insert(0, "    __fields = self.__dict__")
+        body.insert(0, f"    __fields = {me}.__dict__")
     if hasattr(cls, "__post_init__"):
-        body.append("    self.__post_init__()")
+        body.append(f"    {me}.__post_init__()")
     source = "\n".join([f"def __init__({', '.join(parameters)}):", *(body or ["    pass"])])
     # The source is built from the field names alone; the defaults are in the namespace.
     exec(source, namespace)

@@ -264,8 +264,10 @@ def test_compile_for_gpu_arrays_fills_the_cache_without_a_launch(
     _join_jit_threads()
     (kernel,) = compiled.kernels
     assert cache.read_entry(_entry(kernel.ptx)) == fake.cubin
+    ((_, job),) = cache._ahead.items()
+    assert job.ok and job.cubin is None  # on disk: a job never taken holds no cubin
     fused(x)  # the launch takes the cubin the background JIT made: no second JIT
-    assert len(jit_threads) == 1
+    assert len(jit_threads) == 1 and not cache._ahead
     assert compiled.runtime.loaded[0].sources == [cache.FROM_JIT]
 
 
@@ -282,7 +284,7 @@ def test_a_background_jit_is_used_with_the_cache_disabled(
     cache_dir: Path, fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     job = cache._CubinAhead()
-    job.cubin = fake.cubin
+    job.ok, job.cubin = True, fake.cubin
     job.finished.set()
     path = _entry()
     monkeypatch.setitem(cache._ahead, (path, 0), job)
@@ -291,3 +293,34 @@ def test_a_background_jit_is_used_with_the_cache_disabled(
     assert source == cache.FROM_JIT and not cache._ahead
     (load,) = [c for c in fake.calls if c[0] == "cuModuleLoadDataEx"]
     assert load[1] == fake.cubin and not any(cache_dir.iterdir())
+
+
+def test_a_thread_that_cannot_start_leaves_the_call_working(
+    cache_dir: Path, fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fused, x, jit_threads = _gpu_function(fake, monkeypatch)
+
+    def refuse(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    fused(x)  # the JIT runs on the caller's thread instead
+    fused(x)
+    assert jit_threads == [threading.current_thread().name] and not cache._ahead
+
+
+def test_jit_ahead_never_raises(
+    cache_dir: Path, fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def unreadable(key: str) -> Path:
+        raise PermissionError("cache folder not readable")
+
+    monkeypatch.setattr(cache, "entry_path", unreadable)
+    cache.jit_ahead(PTX, "k", device=0, arch="sm_90a")
+    assert not cache._ahead
+
+
+def test_a_forked_child_forgets_the_jobs_of_its_parent(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(cache._ahead, (Path("x"), 0), cache._CubinAhead())
+    cache._forget_ahead()  # registered with os.register_at_fork(after_in_child=...)
+    assert not cache._ahead

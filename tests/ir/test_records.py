@@ -252,3 +252,44 @@ def test_equality_agrees_with_dataclass_on_random_values(
     assert (mine == other_mine) == (theirs == standard(name, count + 1, tuple(items)))
     assert (theirs == other_theirs) is False and repr(mine) == repr(theirs)
     assert hash(mine) == hash(ours(name, count, tuple(items)))
+
+
+def test_edge_cases_dataclass_handles_too() -> None:
+    @record(frozen=True)
+    class Odd:
+        self: int  # a field may be called self
+        other: int = 2
+
+    assert (Odd(1).self, Odd(1, 3).other) == (1, 3)
+    assert Odd.__init__.__module__ == __name__
+
+    class Doubling:
+        """A data descriptor: stores twice the value it is given."""
+
+        def __set_name__(self, owner: type, name: str) -> None:
+            self.slot = "_" + name
+
+        def __get__(self, obj: Any, owner: type) -> Any:
+            return self if obj is None else obj.__dict__[self.slot]
+
+        def __set__(self, obj: Any, value: int) -> None:
+            obj.__dict__[self.slot] = 2 * value
+
+    def with_descriptor(decorate: Any) -> Any:
+        @decorate
+        class Holder:
+            value: int = Doubling()  # type: ignore[assignment]
+
+        return Holder
+
+    assert with_descriptor(record(frozen=True))(5).value == 10
+    assert with_descriptor(dataclass(frozen=True))(5).value == 10
+
+    with pytest.raises(TypeError, match="__setattr__"):
+
+        @record(frozen=True)
+        class OwnSetattr:
+            a: int
+
+            def __setattr__(self, name: str, value: Any) -> None:
+                object.__setattr__(self, name, value)
