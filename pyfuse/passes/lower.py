@@ -3,7 +3,8 @@
 Expects a :class:`KernelPlan` whose fusion is scheduled: every tensor but the inputs
 replays the plan's reference tensor (so loop position ``k`` of any tensor is the
 reference's loop ``k``), inline positions are set, memory types are chosen, and
-metadata ops right after inputs may be aliases (``alias_of``).
+metadata ops right after inputs may be aliases (``alias_of``). ``plan.id_model``, when set,
+is the IdModel of that fusion as it stands (the pipeline keeps validate's); else one is built.
 
 Guarantees:
 
@@ -116,7 +117,7 @@ class _Lowering(IndexDerivation):
         self.name = name
         self.fusion = plan.fusion
         self.reference = plan.reference
-        self.id_model = IdModel(self.fusion)
+        self.id_model = plan.id_model or IdModel(self.fusion)
         self.exprs = [e for e in self.fusion.exprs() if e.output.alias_of is None]
         self.tensors = self.fusion.tensors()
         self.launch = self._launch_dims()

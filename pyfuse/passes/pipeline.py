@@ -113,7 +113,7 @@ def schedule_kernel(plan: KernelPlan, target: TargetInfo, matmul: MatmulParams |
         _check(fusion, f"schedule_{plan.scheduler}", boundary=False)
         inline.inline_most(fusion)
         _check(fusion, "inline", boundary=True)
-        validate(fusion)
+        plan.id_model = validate(fusion)
 
 
 Pass = Callable[[Fusion], object]
@@ -173,6 +173,7 @@ def run(fusion: Fusion, target: TargetInfo, matmul: MatmulParams | None = None) 
 
                 with plan.fusion:
                     remove_broadcasts(plan.fusion)
+                plan.id_model = None  # the fusion changed
                 kernel = lower_matmul(plan, name, target)
             else:
                 kernel = lower(plan, name)

@@ -123,8 +123,9 @@ def _check_inline(tv: TensorView, consumers: list[TensorView], id_model: IdModel
                 )
 
 
-def validate(fusion: Fusion) -> None:
-    """Check ``fusion``'s schedule (see the module docstring)."""
+def validate(fusion: Fusion) -> IdModel:
+    """Check ``fusion``'s schedule (see the module docstring); returns the IdModel it built,
+    for a later pass that reads the same fusion unchanged."""
     id_model = IdModel(fusion)
     for tv in fusion.tensors():
         if fusion.is_input(tv) or tv.alias_of is not None:
@@ -136,3 +137,4 @@ def validate(fusion: Fusion) -> None:
         _check_inline(tv, consumers, id_model)
         for consumer in consumers:
             _check_parallel_pair(tv, consumer, id_model)
+    return id_model

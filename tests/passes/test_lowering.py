@@ -163,3 +163,34 @@ def test_view_of_a_strided_input_reads_in_place() -> None:
     result = check_fusion(lambda a: pf.exp(a.T) + 1.0, [pf.spec((9, 37), f32, strides=(1, 9))])
     fusion = result.kernels[0].plan.fusion
     assert any(tv.alias_of is not None for tv in fusion.tensors())
+
+
+def test_lowering_reuses_the_model_validation_built_and_a_fresh_one_agrees(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pyfuse.backend_ptx.emit import emit_ptx
+    from pyfuse.ir.target import HOPPER
+    from pyfuse.passes import lower as lower_module
+    from pyfuse.passes import pipeline
+
+    specs = [pf.spec((96, 130), pf.float32), pf.spec((130,), pf.float32)]
+
+    def kernels_ptx() -> list[str]:
+        fusion = pf.fuse(lambda x, b: pf.softmax(x + b, -1), name="shared").trace(*specs)
+        return [emit_ptx(s.kernel_ir, HOPPER) for s in pipeline.run(fusion, HOPPER).kernels]
+
+    def no_new_model(*_: object) -> None:
+        raise AssertionError("lowering built an IdModel of its own")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(lower_module, "IdModel", no_new_model)
+        shared = kernels_ptx()  # lowering takes validate's model from the plan
+
+    real_lower = lower_module.lower
+
+    def lower_fresh(plan: object, name: str) -> object:
+        plan.id_model = None  # type: ignore[attr-defined]
+        return real_lower(plan, name)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pipeline, "lower", lower_fresh)
+    assert kernels_ptx() == shared  # a model of its own gives the same kernels
