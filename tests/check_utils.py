@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import ml_dtypes
@@ -105,3 +110,22 @@ def assert_runs_close(
                 assert_close(to_host(torch, got), expected, atol=atol, rtol=rtol, what=label)
             except AssertionError as error:
                 raise AssertionError(f"{error} (seed {seed})") from None
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_fresh_process(script: str, folder: Path, *args: str) -> dict[str, Any]:
+    """Run ``script`` in a new Python process with pyfuse from this checkout, caches on (under
+    ``folder / "cache"``, shared by every run given the same folder) and no dumps; the JSON
+    object its last line of output prints."""
+    path = folder / "script.py"
+    path.write_text(script)
+    env = {**os.environ, "PYFUSE_CACHE_DIR": str(folder / "cache"), "PYTHONPATH": str(REPO)}
+    env.pop("PYFUSE_DISABLE_CACHE", None)
+    env.pop("PYFUSE_DUMP", None)
+    done = subprocess.run(
+        [sys.executable, str(path), *args], env=env, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]

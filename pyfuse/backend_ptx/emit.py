@@ -73,7 +73,7 @@ def memory_type(dtype: DType) -> str:
     return "u8" if dtype.is_bool else storage_type(dtype)
 
 
-# Internal records, never compared: eq=False spares compiling an __eq__ and __hash__ at import.
+# Internal records, never compared (told apart by identity).
 @record(frozen=True, eq=False)
 class _Tensor:
     """A kernel's tensor parameter, as the emitted code reaches it."""

@@ -301,9 +301,8 @@ PtxVersion = tuple[int, int]
 
 
 # The lines of a kernel body (Instr, Label, Comment) are plain records, never compared or
-# hashed. Not frozen: a frozen dataclass's __init__ sets each field through object.__setattr__,
-# which made building the Instr of every PTX line a tenth of emission; nothing mutates them
-# (guarded() returns a copy).
+# hashed. Not frozen, as nothing mutates them (guarded() returns a copy): one is built for
+# every PTX line, and a plain __init__ is the cheapest.
 @record(eq=False)
 class Instr:
     """One PTX instruction, without its guard and trailing ``;``.

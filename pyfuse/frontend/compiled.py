@@ -41,6 +41,12 @@ class Kernel:
     owner: Compiled | None = field(default=None, repr=False)
 
     @property
+    def launch_needs_ir(self) -> bool:
+        """Whether launching needs the kernel IR: a matmul kernel encodes its TMA tensor maps
+        from it (and is the only kind with a TMA main loop or cluster launches)."""
+        return self.scheduler == "matmul"
+
+    @property
     def kernel_ir(self) -> KernelIR:
         """The kernel IR the PTX was emitted from (rebuilt once for a cached variant)."""
         if self.built_ir is None:

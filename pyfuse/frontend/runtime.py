@@ -262,8 +262,6 @@ def _bind_new(
 # ---- loading and launching -----------------------------------------------------------------
 
 _WORKSPACE_ALIGNMENT = 256  # bytes between intermediates in one workspace allocation
-# Kernels of this scheduler are the only ones with a TMA main loop (and cluster launches).
-MATMUL_SCHEDULER = "matmul"
 
 
 @record(frozen=True)
@@ -326,7 +324,7 @@ class Plan:
 def _main_loop(kernel: Any) -> Any:
     """The TMA main loop of a matmul kernel; None for every other kernel (whose launch then
     needs no kernel IR)."""
-    if kernel.scheduler != MATMUL_SCHEDULER:
+    if not kernel.launch_needs_ir:
         return None
     return kernel.kernel_ir.main_loop()
 

@@ -61,8 +61,6 @@ from pyfuse.ir.target import TargetInfo
 
 FORMAT = 1
 MAGIC = b"PYFUSE-VARIANT-1\n"
-# A kernel of this scheduler needs its kernel IR at launch (tensor maps, resident grid).
-_NEEDS_KERNEL_IR = frozenset({"matmul"})
 
 
 class _NotFingerprintableError(Exception):
@@ -271,7 +269,7 @@ def record_path(key: VariantKey) -> Path:
 def _record(compiled: Compiled) -> bytes | None:
     """The encoded JSON record of ``compiled``; None when a kernel needs its IR at launch or a
     value would not come back from JSON as it went in."""
-    if any(kernel.scheduler in _NEEDS_KERNEL_IR for kernel in compiled.kernels):
+    if any(kernel.launch_needs_ir for kernel in compiled.kernels):
         return None
     record = {
         "format": FORMAT,

@@ -21,22 +21,13 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import field, fields
-from typing import Any, TypeVar
+from dataclasses import field
+from typing import TypeVar
 
 from pyfuse.ir import dtypes
 from pyfuse.ir.dtypes import DType
 from pyfuse.ir.records import record
 from pyfuse.ir.tensor import MemoryType
-
-
-def _fields_repr(node: Any) -> str:
-    """The repr ``@dataclass`` would generate (``Name(field=value, ...)``), shared by every class
-    of this module (they say ``repr=False``): a generated one is compiled per class at import,
-    and this module's two dozen classes are loaded by the first compile."""
-    values = ", ".join(f"{f.name}={getattr(node, f.name)!r}" for f in fields(node) if f.repr)
-    return f"{type(node).__qualname__}({values})"
-
 
 # ---- expressions --------------------------------------------------------------------------
 
@@ -48,8 +39,6 @@ class KExpr:
 
     def __str__(self) -> str:
         raise NotImplementedError
-
-    __repr__ = _fields_repr
 
     def __getstate__(self) -> dict[str, object]:
         # Copies and unpickled nodes compute their own hash (see _hash_once): Load's hashes its
@@ -82,7 +71,7 @@ def _hash_once(cls: type[_Expression]) -> type[_Expression]:
 
 
 @_hash_once
-@record(frozen=True, repr=False)
+@record(frozen=True)
 class Const(KExpr):
     """A literal of ``dtype``."""
 
@@ -94,7 +83,7 @@ class Const(KExpr):
 
 
 @_hash_once
-@record(frozen=True, repr=False)
+@record(frozen=True)
 class Var(KExpr):
     """A scalar variable: a loop index (with its trip count as ``extent``) or a let-bound value.
     ``extent`` bounds a loop index to ``[0, extent)``; it drives index simplification."""
@@ -119,7 +108,7 @@ class SpecialKind(enum.Enum):
 
 
 @_hash_once
-@record(frozen=True, repr=False)
+@record(frozen=True)
 class Special(KExpr):
     """A special register (thread or block index); ``extent`` is its launch size."""
 
@@ -132,7 +121,7 @@ class Special(KExpr):
 
 
 @_hash_once
-@record(frozen=True, repr=False)
+@record(frozen=True)
 class Param(KExpr):
     """A scalar kernel parameter."""
 
@@ -144,7 +133,7 @@ class Param(KExpr):
 
 
 @_hash_once
-@record(frozen=True, repr=False)
+@record(frozen=True)
 class Binary(KExpr):
     """``lhs op rhs``. Index ops: add sub mul floordiv mod min max; compares give bool; tensor
     math uses the pointwise op names of :class:`pyfuse.ir.exprs.BinaryOpType`."""
@@ -180,7 +169,7 @@ _INFIX = {
 
 
 @_hash_once
-@record(frozen=True, repr=False)
+@record(frozen=True)
 class Unary(KExpr):
     """``op(operand)`` with the op names of :class:`pyfuse.ir.exprs.UnaryOpType`."""
 
@@ -193,7 +182,7 @@ class Unary(KExpr):
 
 
 @_hash_once
-@record(frozen=True, repr=False)
+@record(frozen=True)
 class Select(KExpr):
     """``condition ? if_true : if_false``."""
 
@@ -207,7 +196,7 @@ class Select(KExpr):
 
 
 @_hash_once
-@record(frozen=True, repr=False)
+@record(frozen=True)
 class Cast(KExpr):
     """``operand`` converted to ``dtype``."""
 
@@ -218,7 +207,7 @@ class Cast(KExpr):
         return f"{self.dtype.short}({self.operand})"
 
 
-@record(eq=False, repr=False)
+@record(eq=False)
 class Buffer:
     """Storage of one tensor in a kernel: a global tensor (a pointer parameter), a shared
     memory region, or a local register array of ``size`` elements."""
@@ -233,11 +222,9 @@ class Buffer:
     def __str__(self) -> str:
         return self.name
 
-    __repr__ = _fields_repr
-
 
 @_hash_once
-@record(frozen=True, repr=False)
+@record(frozen=True)
 class Load(KExpr):
     """``buffer[index]`` (element index)."""
 
@@ -415,10 +402,8 @@ class Stmt:
     def children(self) -> Iterator[list[Stmt]]:
         return iter(())
 
-    __repr__ = _fields_repr
 
-
-@record(eq=False, repr=False)
+@record(eq=False)
 class For(Stmt):
     """``for var in range(extent)``; ``unroll`` loops are expanded by the emitter (their
     variable is a constant in each copy, so register-array indices fold)."""
@@ -432,7 +417,7 @@ class For(Stmt):
         yield self.body
 
 
-@record(eq=False, repr=False)
+@record(eq=False)
 class Let(Stmt):
     """Define ``var`` as ``value`` (once per run of the enclosing block)."""
 
@@ -440,7 +425,7 @@ class Let(Stmt):
     value: KExpr
 
 
-@record(eq=False, repr=False)
+@record(eq=False)
 class Assign(Stmt):
     """Update a variable defined by :class:`Let` (an accumulator)."""
 
@@ -448,7 +433,7 @@ class Assign(Stmt):
     value: KExpr
 
 
-@record(eq=False, repr=False)
+@record(eq=False)
 class If(Stmt):
     """``then`` where ``condition`` holds, else ``orelse``."""
 
@@ -461,14 +446,14 @@ class If(Stmt):
         yield self.orelse
 
 
-@record(eq=False, repr=False)
+@record(eq=False)
 class Alloc(Stmt):
     """Allocate a local or shared ``buffer``."""
 
     buffer: Buffer
 
 
-@record(eq=False, repr=False)
+@record(eq=False)
 class Store(Stmt):
     """``buffer[index] = value``."""
 
@@ -477,7 +462,7 @@ class Store(Stmt):
     value: KExpr
 
 
-@record(eq=False, repr=False)
+@record(eq=False)
 class VectorLoad(Stmt):
     """Load ``width`` consecutive elements of ``source`` from ``source_index`` into the local
     ``target`` at ``target_index`` with one vector instruction (alignment is the caller's
@@ -490,7 +475,7 @@ class VectorLoad(Stmt):
     width: int
 
 
-@record(eq=False, repr=False)
+@record(eq=False)
 class VectorStore(Stmt):
     """Store ``width`` consecutive local elements of ``source`` to ``target`` with one vector
     instruction."""
@@ -502,12 +487,12 @@ class VectorStore(Stmt):
     width: int
 
 
-@record(eq=False, repr=False)
+@record(eq=False)
 class Sync(Stmt):
     """``bar.sync 0``: every thread of the block."""
 
 
-@record(eq=False, repr=False)
+@record(eq=False)
 class ThreadReduce(Stmt):
     """All-reduce ``var`` with ``op`` (sum, max, min) across the threads of the block that
     differ only in ``threads`` (the x-extent of the reduction's thread axis); every such
@@ -520,7 +505,7 @@ class ThreadReduce(Stmt):
     workspace: Buffer | None = None
 
 
-@record(eq=False, repr=False)
+@record(eq=False)
 class Comment(Stmt):
     """A line of text copied into the PTX as a comment."""
 
@@ -536,7 +521,7 @@ class ParamRole(enum.Enum):
     INTERMEDIATE = "intermediate"
 
 
-@record(frozen=True, repr=False)
+@record(frozen=True)
 class TensorParam:
     """A global tensor argument: its buffer, which fusion tensor it is and where it comes from
     (``index`` counts inputs, outputs or intermediates)."""
@@ -547,10 +532,8 @@ class TensorParam:
     index: int
     shape: tuple[int, ...]
 
-    __repr__ = _fields_repr
 
-
-@record(eq=False, repr=False)
+@record(eq=False)
 class Kernel:
     """One kernel: its tensor parameters, buffers, statements and launch shape."""
 
@@ -579,13 +562,11 @@ class Kernel:
             for block in reversed(list(stmt.children())):
                 stack.extend(reversed(block))
 
-    __repr__ = _fields_repr
-
 
 # ---- Hopper matmul -------------------------------------------------------------------------
 
 
-@record(frozen=True, repr=False)
+@record(frozen=True)
 class TmaOperand:
     """One MMA operand loaded tile by tile with TMA from a global input. Dims are in memory
     order, outermost first; ``roles`` names each dim ("m", "n", "k" or "batch")."""
@@ -619,10 +600,8 @@ class TmaOperand:
         the swizzle span is loaded as several boxes side by side)."""
         return max(1, self.stage_tile_bytes // self.box_bytes)
 
-    __repr__ = _fields_repr
 
-
-@record(eq=False, repr=False)
+@record(eq=False)
 class MatmulMainLoop(Stmt):
     """A warp-specialized Hopper matmul over output tiles: a producer warpgroup loads operand
     tiles with TMA into ``stages`` shared-memory buffers (full/empty mbarriers), consumer

@@ -16,8 +16,7 @@ from pyfuse.ir.records import record
 from pyfuse.ir.tensor import TensorView
 
 
-# eq=False on both: they hold mutable IR and are told apart by identity, and every method
-# record generates is compiled when the first compile imports this module.
+# eq=False on both: they hold mutable IR and are told apart by identity.
 @record(eq=False)
 class KernelPlan:
     """One kernel: its fusion segment, the scheduler that takes it and that scheduler's choices."""

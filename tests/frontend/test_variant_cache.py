@@ -6,8 +6,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import subprocess
-import sys
 import textwrap
 import time
 from collections.abc import Callable, Iterator
@@ -15,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from check_utils import run_fresh_process
 
 import pyfuse as pf
 from pyfuse import knobs
@@ -23,7 +22,6 @@ from pyfuse.ir.kernel_printer import kernel_to_str
 from pyfuse.ir.target import HOPPER
 
 f32, bf16 = pf.float32, pf.bfloat16
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -376,19 +374,7 @@ _SCRIPT = textwrap.dedent(
 
 
 def test_a_fresh_process_skips_the_passes_and_the_emitter(tmp_path: Path) -> None:
-    script = tmp_path / "fresh.py"
-    script.write_text(_SCRIPT)
-    env = {**os.environ, "PYFUSE_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(REPO)}
-    env.pop("PYFUSE_DISABLE_CACHE", None)
-    env.pop("PYFUSE_DUMP", None)
-
-    def run() -> dict[str, Any]:
-        done = subprocess.run(
-            [sys.executable, str(script)], env=env, capture_output=True, text=True, check=True
-        )
-        return json.loads(done.stdout)  # type: ignore[no-any-return]
-
-    first, second = run(), run()
+    first, second = run_fresh_process(_SCRIPT, tmp_path), run_fresh_process(_SCRIPT, tmp_path)
     assert "emit" in first["timings"] and "pyfuse.passes.pipeline" in first["modules"]
     assert second["timings"] == ["trace", "variant_cache"]
     assert second["ptx"] == first["ptx"]

@@ -4,17 +4,11 @@ running the passes or the emitter, on new random inputs, against a float64 refer
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
-from typing import Any
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
+from check_utils import run_fresh_process
 
 _SCRIPT = textwrap.dedent(
     """
@@ -59,24 +53,7 @@ _SCRIPT = textwrap.dedent(
 
 @pytest.mark.gpu
 def test_a_restored_variant_runs_correctly_in_a_fresh_process(tmp_path: Path) -> None:
-    script = tmp_path / "variant.py"
-    script.write_text(_SCRIPT)
-    env = {**os.environ, "PYFUSE_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(REPO)}
-    env.pop("PYFUSE_DISABLE_CACHE", None)
-    env.pop("PYFUSE_DUMP", None)
-
-    def run(seed: int) -> dict[str, Any]:
-        done = subprocess.run(
-            [sys.executable, str(script), str(seed)],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr[-4000:]
-        return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
-
-    first, second = run(1), run(2)
+    first, second = (run_fresh_process(_SCRIPT, tmp_path, str(seed)) for seed in (1, 2))
     assert first["compiler_loaded"] and not second["compiler_loaded"]
     for name in ("gelu", "bias", "long_sum", "softmax"):
         assert "emit" in first[name]["timings"], name
