@@ -10,7 +10,10 @@ and argument mapping, and the workspace plan. Its record is keyed by the sha256 
   installers and build systems set equal on different files), so no other pyfuse reads
   these records (read once per process, and again only if a stat of the files changes; a
   scan's stamp is remembered under ``variant/stamps``, named by every file's path, size,
-  inode, mtime and ctime, so later processes read one small file);
+  inode, mtime and ctime, so later processes read one small file). The first process on a
+  cache directory finds no memo: it skips the lookup (nothing can be stored there under a
+  stamp without its memo, unless the files were too new to remember) and reads the files
+  when it stores the record, while the driver JIT-compiles the kernels;
 - the traced fusion, serialized structurally (:func:`fingerprint`): every object reachable
   from the fusion's inputs, outputs and exprs, attribute by attribute, with shared objects
   written once and referenced by number, and the fusion's next value numbers (the passes
@@ -205,61 +208,88 @@ def remembered_stamp(root: Path, scan: Scan) -> str | None:
     """The stamp of ``scan`` from its memo, else from the files' contents (remembered then,
     unless a file is too new for its times to be trusted). Reading one memo instead of every
     module saves a first call about 3 ms on the H200's host."""
-    path = stamp_memo_path(root, scan)
-    payload = cache.read_entry(path, STAMP_MAGIC)
-    if payload is not None and len(payload) == 64:
-        with contextlib.suppress(UnicodeDecodeError):
-            return payload.decode("ascii")
+    stamp = _memo_stamp(root, scan)
+    if stamp is not None:
+        return stamp
     stamp = stamp_of(root, scan)
-    if stamp is not None and all(
-        time.time_ns() - max(mtime, ctime) > RACY_NS for _, _, mtime, _, ctime in scan
-    ):
+    if stamp is not None and not _racy(scan):
         with contextlib.suppress(OSError):
-            cache.write_entry(path, stamp.encode("ascii"), STAMP_MAGIC)
+            cache.write_entry(stamp_memo_path(root, scan), stamp.encode("ascii"), STAMP_MAGIC)
     return stamp
 
 
-def _current_stamp() -> tuple[Scan, str] | None:
-    scan = scan_sources()
-    if scan is None:
-        return None
+def _memo_stamp(root: Path, scan: Scan) -> str | None:
+    payload = cache.read_entry(stamp_memo_path(root, scan), STAMP_MAGIC)
+    if payload is not None and len(payload) == 64:
+        with contextlib.suppress(UnicodeDecodeError):
+            return payload.decode("ascii")
+    return None
+
+
+def _racy(scan: Scan) -> bool:
+    """Whether a file changed so recently that its times may not show a further edit."""
+    now = time.time_ns()
+    return any(now - max(mtime, ctime) <= RACY_NS for _, _, mtime, _, ctime in scan)
+
+
+def _known_stamp(scan: Scan) -> str | None:
+    """The stamp of ``scan`` if this process or the memo knows it; else None, and the stamp
+    is left to :func:`store` (read while the driver's JIT runs, not before the passes).
+
+    A scan with no memo on settled files is a cache directory this install has not used (or
+    one whose memo went): any record under its stamp would have come with a memo, so the
+    lookup is skipped as a miss. Recently edited files get no memo (see :data:`RACY_NS`), so
+    their stamp is read at once: a record made moments ago stays reachable.
+    """
     stamp = _stamps.get(scan)
     if stamp is None:
-        stamp = remembered_stamp(_ROOT, scan)
-        if stamp is None:
-            return None
-        _stamps[scan] = stamp
-    return scan, stamp
+        stamp = _memo_stamp(_ROOT, scan)
+        if stamp is None and _racy(scan):
+            stamp = stamp_of(_ROOT, scan)
+        if stamp is not None:
+            _stamps[scan] = stamp
+    return stamp
 
 
 @record(frozen=True)
 class VariantKey:
-    """A record name, and the scan of pyfuse's sources it was computed under."""
+    """What names a variant's record: the scan of pyfuse's sources the key was made under,
+    the digest of the target and traced fusion, and the sources' stamp (None until
+    :func:`store` reads it, when neither this process nor the memo knew it)."""
 
-    name: str
     scan: Scan
+    content: str
+    stamp: str | None
+
+    @property
+    def name(self) -> str:
+        if self.stamp is None:
+            raise ValueError("the variant key's source stamp is not known yet")
+        return _record_name(self.stamp, self.content)
+
+
+def _record_name(stamp: str, content: str) -> str:
+    return hashlib.sha256(f"{FORMAT}\0{stamp}\0{content}".encode()).hexdigest()
 
 
 def variant_key(fusion: Fusion, target: TargetInfo, matmul: object) -> VariantKey | None:
-    """The record name for this traced fusion on ``target``; None when not cacheable (matmul
-    params given, ``PYFUSE_VERIFY`` asking for the passes to be checked as they run, or
-    sources that cannot be read)."""
+    """The key of this traced fusion on ``target``; None when not cacheable (matmul params
+    given, ``PYFUSE_VERIFY`` asking for the passes to be checked as they run, or sources that
+    cannot be read)."""
     if matmul is not None or knobs.verify_level() > 0:
         return None
     structure = fingerprint(fusion)
     if structure is None:
         return None
-    stamp = _current_stamp()
-    if stamp is None:
+    scan = scan_sources()
+    if scan is None:
         return None
-    scan, source = stamp
     digest = hashlib.sha256()
     # Every field of the target, whatever its repr shows; NumPy folds the emitter's constants.
-    parts = (str(FORMAT), source, repr(dataclasses.astuple(target)), np.__version__)
-    for part in parts:
+    for part in (repr(dataclasses.astuple(target)), np.__version__):
         digest.update(part.encode() + b"\0")
     digest.update(structure)
-    return VariantKey(digest.hexdigest(), scan)
+    return VariantKey(scan, digest.hexdigest(), _known_stamp(scan))
 
 
 def record_path(key: VariantKey) -> Path:
@@ -304,19 +334,28 @@ def _record(compiled: Compiled) -> bytes | None:
 def store(key: VariantKey, compiled: Compiled) -> None:
     """Publish the record of ``compiled`` under ``key`` (nothing when it is not storable, or
     when pyfuse's sources changed since the key was made or the compiler was loaded); a cache
-    directory that cannot be written is the cubin cache's to report."""
+    directory that cannot be written is the cubin cache's to report. A key made without the
+    source stamp gets it here (and the memo with it)."""
     record = _record(compiled)
     if record is None or not key.scan or key.scan != _compiler_scan:
         return
-    if scan_sources() != key.scan:
+    stamp = key.stamp if key.stamp is not None else remembered_stamp(_ROOT, key.scan)
+    # After the stamp was read: the contents it hashed are those the scan (and so the
+    # compiler's import) saw only if the files still stat the same.
+    if stamp is None or scan_sources() != key.scan:
         return
+    _stamps[key.scan] = stamp
+    key = dataclasses.replace(key, stamp=stamp)
     with contextlib.suppress(OSError):
         cache.write_entry(record_path(key), record, MAGIC)
 
 
 def load(key: VariantKey, fusion: Fusion, recompile: Callable[[], Compiled]) -> Compiled | None:
     """The variant stored under ``key`` as a Compiled for ``fusion``; None on a miss or on a
-    record that does not read back whole and consistent (anything else it may hold)."""
+    record that does not read back whole and consistent (anything else it may hold), and
+    without a lookup when the key's source stamp is not known yet."""
+    if key.stamp is None:
+        return None
     payload = cache.read_entry(record_path(key), MAGIC)
     if payload is None:
         return None

@@ -30,7 +30,7 @@ def cache_dir(tmp_path: Path) -> Iterator[Path]:
         yield tmp_path
 
 
-def _key(fn: Callable[..., Any], *specs: Any) -> str | None:
+def _key(fn: Callable[..., Any], *specs: Any) -> variant_cache.VariantKey | None:
     return variant_cache.variant_key(pf.fuse(fn, name="f").trace(*specs), HOPPER, None)
 
 
@@ -193,6 +193,63 @@ def test_a_damaged_stamp_memo_is_ignored(tmp_path: Path, monkeypatch: pytest.Mon
             path.write_bytes(damaged)
             stamp = variant_cache.remembered_stamp(root, scan)
             assert stamp == variant_cache.stamp_of(root, scan)
+
+
+def test_a_cache_directory_without_the_memo_is_not_looked_up_before_compiling(
+    cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Settled sources, and neither this process nor the memo knows their stamp: the first
+    # compile on this cache directory. The sources are read only when the record is stored.
+    _settled(monkeypatch)
+    monkeypatch.setattr(variant_cache, "_stamps", {})
+    spec = pf.spec((64, 96), bf16)
+    fusion = pf.fuse(_scaled(8.0), name="first").trace(spec, spec)
+    key = variant_cache.variant_key(fusion, HOPPER, None)
+    assert key is not None and key.stamp is None
+    with pytest.raises(ValueError, match="not known yet"):
+        key.name  # noqa: B018
+
+    def unread(*_: object) -> None:
+        raise AssertionError("looked up without a stamp")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(cache, "read_entry", unread)
+        assert variant_cache.load(key, fusion, lambda: None) is None  # type: ignore[arg-type,return-value]
+
+    compiled = pf.fuse(_scaled(8.0), name="first").compile(spec, spec)
+    assert "emit" in compiled.timings and len(_records(cache_dir)) == 1
+    scan = variant_cache.scan_sources()
+    assert scan is not None
+    assert variant_cache.stamp_memo_path(variant_cache._ROOT, scan).exists()
+
+    # A later process: the memo names the stamp, the record is found.
+    monkeypatch.setattr(variant_cache, "_stamps", {})
+    monkeypatch.setattr(variant_cache, "stamp_of", unread)
+    again = variant_cache.variant_key(fusion, HOPPER, None)
+    assert again is not None and again.stamp is not None
+    assert dataclasses.replace(key, stamp=again.stamp) == again
+    hit = pf.fuse(_scaled(8.0), name="first").compile(spec, spec)
+    assert set(hit.timings) == {"trace", "variant_cache"} and hit.ptx == compiled.ptx
+
+
+def test_recently_edited_sources_are_stamped_before_the_lookup(
+    cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No memo is written for files too new to trust, so their stamp is read at once: a record
+    # stored moments ago under it stays reachable.
+    monkeypatch.setattr(variant_cache, "RACY_NS", 10**20)
+    monkeypatch.setattr(variant_cache, "_stamps", {})
+    spec = pf.spec((64, 96), bf16)
+    fusion = pf.fuse(_scaled(9.0), name="racy").trace(spec, spec)
+    key = variant_cache.variant_key(fusion, HOPPER, None)
+    assert key is not None and key.stamp is not None
+    scan = variant_cache.scan_sources()
+    assert scan is not None and key.stamp == variant_cache.stamp_of(variant_cache._ROOT, scan)
+    pf.fuse(_scaled(9.0), name="racy").compile(spec, spec)
+    assert not variant_cache.stamp_memo_path(variant_cache._ROOT, scan).exists()
+    monkeypatch.setattr(variant_cache, "_stamps", {})
+    hit = pf.fuse(_scaled(9.0), name="racy").compile(spec, spec)
+    assert set(hit.timings) == {"trace", "variant_cache"}
 
 
 def test_sources_that_cannot_be_scanned_make_nothing_cacheable(tmp_path: Path) -> None:
