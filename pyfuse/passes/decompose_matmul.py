@@ -69,7 +69,10 @@ def decompose_unschedulable_mmas(fusion: Fusion, target: TargetInfo) -> int:
     run — on the reduction path — instead of failing. Returns how many were rewritten."""
     from pyfuse.ir.exprs import MmaOp
     from pyfuse.ir.id_model import IdModel
-    from pyfuse.passes import schedule_matmul
+
+    if not any(isinstance(expr, MmaOp) for expr in fusion.exprs()):
+        return 0
+    from pyfuse.passes import schedule_matmul  # loads with the first MMA
 
     count = 0
     id_model: IdModel | None = None  # of the fusion as it is: built again after a rewrite

@@ -19,6 +19,8 @@
     lower / lower_matmul  kernel IR: loops, allocations, indices, predicates, syncs
 
 Emission (kernel IR -> PTX) belongs to ``backend_ptx``; the frontend runs it after this.
+The matmul-only passes (pattern translation, the matmul scheduler and lowering) are imported
+when a fusion first needs them, which keeps them out of a pointwise fusion's first call.
 Each stage's artifact is kept in :class:`PipelineResult` by name, and the same record
 drives dumps and ``Kernel.ir``.
 """
@@ -34,6 +36,7 @@ from dataclasses import asdict, field
 
 from pyfuse import knobs
 from pyfuse.errors import ScheduleError
+from pyfuse.ir.exprs import LinearOp, MatmulOp, MmaOp, ReductionOp
 from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.kernel_ir import Kernel
 from pyfuse.ir.params import MatmulParams
@@ -41,15 +44,14 @@ from pyfuse.ir.printer import scheduled_to_str
 from pyfuse.ir.records import record
 from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.verify import verify_fusion
-from pyfuse.passes import inline, schedule_matmul, schedule_pointwise, schedule_reduction
+from pyfuse.passes import inline, schedule_pointwise, schedule_reduction
 from pyfuse.passes.decompose_matmul import decompose_matmuls, decompose_unschedulable_mmas
 from pyfuse.passes.lower import kernel_name, lower
-from pyfuse.passes.plan import KernelPlan, SegmentedFusion
+from pyfuse.passes.plan import MATMUL_SCHEDULER, KernelPlan, SegmentedFusion
 from pyfuse.passes.segment import segment
 from pyfuse.passes.skip_intermediates import skip_intermediates
 from pyfuse.passes.split_k import split_k
 from pyfuse.passes.split_reductions import split_long_reductions
-from pyfuse.passes.translate_patterns import translate_patterns
 from pyfuse.passes.validate import validate
 
 
@@ -96,7 +98,9 @@ def schedule_kernel(plan: KernelPlan, target: TargetInfo, matmul: MatmulParams |
     with fusion:
         skip_intermediates(fusion)
         _check(fusion, "skip_intermediates", boundary=False)
-        if plan.scheduler == schedule_matmul.NAME:
+        if plan.scheduler == MATMUL_SCHEDULER:
+            from pyfuse.passes import schedule_matmul  # loads with the first matmul kernel
+
             reference, matmul_params = schedule_matmul.schedule(fusion, matmul, target)
             plan.reference = reference
             plan.params.update(asdict(matmul_params))
@@ -117,6 +121,13 @@ def schedule_kernel(plan: KernelPlan, target: TargetInfo, matmul: MatmulParams |
 
 
 Pass = Callable[[Fusion], object]
+
+# What translate_patterns rewrites or describes: matmuls, and reductions (multiply-then-sum).
+_PATTERN_OPS = (MatmulOp, LinearOp, MmaOp, ReductionOp)
+
+
+def _has_pattern_ops(fusion: Fusion) -> bool:
+    return any(isinstance(expr, _PATTERN_OPS) for expr in fusion.exprs())
 
 
 def run(fusion: Fusion, target: TargetInfo, matmul: MatmulParams | None = None) -> PipelineResult:
@@ -141,7 +152,12 @@ def run(fusion: Fusion, target: TargetInfo, matmul: MatmulParams | None = None) 
         # The split is in the math now: each matmul kernel reduces its whole (part of) K.
         matmul = dataclasses.replace(matmul, splitk=1)
     with timer.stage("translate_patterns"), fusion:
-        translate_patterns(fusion)
+        if _has_pattern_ops(fusion):
+            # Matmul patterns (and the modules that find them) load with the first fusion
+            # that could hold one.
+            from pyfuse.passes.translate_patterns import translate_patterns
+
+            translate_patterns(fusion)
     _check(fusion, "translate_patterns", boundary=False)
     with timer.stage("decompose_matmuls"):
         # What translation left (fp32, 1-D operands) becomes multiply-sum: a reduction.
@@ -166,7 +182,7 @@ def run(fusion: Fusion, target: TargetInfo, matmul: MatmulParams | None = None) 
         # ── lowering
         with timer.stage("lower"):
             name = kernel_name(fusion.name, index)
-            if plan.scheduler == schedule_matmul.NAME:
+            if plan.scheduler == MATMUL_SCHEDULER:
                 # The matmul lowering loads with the first matmul kernel, not with pyfuse.
                 from pyfuse.passes.lower_matmul import lower_matmul
                 from pyfuse.passes.remove_broadcasts import remove_broadcasts

@@ -15,6 +15,10 @@ from pyfuse.ir.id_model import IdModel
 from pyfuse.ir.records import record
 from pyfuse.ir.tensor import TensorView
 
+# The matmul scheduler's name (``schedule_matmul.NAME``), here so that the segmenter and the
+# pipeline can test for it without loading that scheduler: it loads with the first MMA.
+MATMUL_SCHEDULER = "matmul"
+
 
 # eq=False on both: they hold mutable IR and are told apart by identity.
 @record(eq=False)

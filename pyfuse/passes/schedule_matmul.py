@@ -49,6 +49,7 @@ from pyfuse.ir.iterdomain import (
 from pyfuse.ir.params import MatmulParams
 from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.tensor import MemoryType, TensorView, memory_strides
+from pyfuse.passes.plan import MATMUL_SCHEDULER
 from pyfuse.passes.skip_intermediates import (
     is_metadata_op,
     is_row_major_contiguous,
@@ -56,7 +57,7 @@ from pyfuse.passes.skip_intermediates import (
 )
 from pyfuse.passes.transform_replay import replay_like
 
-NAME = "matmul"
+NAME = MATMUL_SCHEDULER
 OPERAND_DTYPES = (dtypes.bfloat16, dtypes.float16)
 WGMMA_M = 64
 WGMMA_K = 16

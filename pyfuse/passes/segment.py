@@ -24,12 +24,21 @@ from pyfuse.ir.exprs import Expr, MmaOp
 from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.tensor import TensorView
-from pyfuse.passes import schedule_matmul, schedule_pointwise, schedule_reduction
-from pyfuse.passes.plan import KernelPlan, SegmentedFusion
+from pyfuse.passes import schedule_pointwise, schedule_reduction
+from pyfuse.passes.plan import MATMUL_SCHEDULER, KernelPlan, SegmentedFusion
 from pyfuse.passes.skip_intermediates import is_metadata_op, metadata_source
 
 # A decline check: None when the scheduler accepts the fusion, else its reason.
 DeclineCheck = Callable[[Fusion, TargetInfo], "str | None"]
+
+
+def _matmul_reason(fusion: Fusion, target: TargetInfo) -> str | None:
+    # The matmul scheduler, and what it imports, loads with the first fusion that has an MMA.
+    if not any(isinstance(expr, MmaOp) for expr in fusion.exprs()):
+        return "no MMA"
+    from pyfuse.passes import schedule_matmul
+
+    return schedule_matmul.decline_reason(fusion, target)
 
 
 def _pointwise_reason(fusion: Fusion, target: TargetInfo) -> str | None:
@@ -39,7 +48,7 @@ def _pointwise_reason(fusion: Fusion, target: TargetInfo) -> str | None:
 
 # Schedulers in order of preference.
 SCHEDULERS: list[tuple[str, DeclineCheck]] = [
-    (schedule_matmul.NAME, schedule_matmul.decline_reason),
+    (MATMUL_SCHEDULER, _matmul_reason),
     (schedule_reduction.NAME, schedule_reduction.decline_reason),
     (schedule_pointwise.NAME, _pointwise_reason),
 ]

@@ -34,6 +34,11 @@ NEVER_FOR_POINTWISE = [
     "pyfuse.backend_ptx.ptxas",
     "pyfuse.passes.lower_matmul",
     "pyfuse.passes.remove_broadcasts",
+    # The matmul scheduler and pattern matching load with the first fusion that has a matmul
+    # (or, for the patterns, a reduction that may be a multiply-then-sum).
+    "pyfuse.passes.schedule_matmul",
+    "pyfuse.passes.translate_patterns",
+    "pyfuse.passes.matmul_patterns",
 ]
 
 

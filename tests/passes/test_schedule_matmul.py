@@ -357,10 +357,11 @@ def test_default_cluster_for_large_matmuls(
     shape: tuple[int, int, int], user: pf.MatmulParams | None, cluster: tuple[int, int]
 ) -> None:
     from pyfuse.passes.schedule_matmul import choose_params
+    from pyfuse.passes.translate_patterns import translate_patterns
 
     m, n, k = shape
     fusion = pf.fuse(_linear).trace(pf.spec((m, k), bf16), pf.spec((n, k), bf16))
     with fusion:
-        pipeline.translate_patterns(fusion)
+        translate_patterns(fusion)
     params = choose_params(fusion, user, HOPPER)
     assert (params.cluster_m, params.cluster_n) == cluster
