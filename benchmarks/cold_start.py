@@ -22,7 +22,10 @@ process (this file, re-run with ``--child``), ``--reps`` times; the tables show 
   does not) or warm (cubins and variant records: a fusion an earlier process compiled); and
   torch + warm cache with pyfuse compiled from source. The last rows time the first call end
   to end, ``fused(*inputs)`` plus a synchronize in a process that has only imported pyfuse
-  (and made its inputs), and a second new fusion in the same process.
+  (and made its inputs), and a second new fusion in the same process. Each end-to-end
+  child also times a fixed Python loop just before its call, and the report lists every
+  first call beside that loop time: on the lent machines the host's speed for Python varied
+  by 1.7-2x from one process to the next, and the first call with it.
 
 Children write ``.pyc`` files to a private ``PYTHONPYCACHEPREFIX`` warmed by unmeasured runs
 (the first run with torch compiles torch's modules into it once: allow a minute), and run
@@ -273,6 +276,20 @@ def _child_call(config: dict[str, Any]) -> dict[str, Any]:
     return {"stages": stages, "notes": notes}
 
 
+# The host's speed for Python in this process: the lent machines' virtual CPUs ran the same
+# loop 1.7-2x slower in some processes than in others, and every stage of a first call with
+# them. Timed just before the first call and reported beside it.
+YARDSTICK_STEPS = 300_000
+
+
+def _python_loop_ms() -> float:
+    start = time.perf_counter()
+    total = 0
+    for step in range(YARDSTICK_STEPS):
+        total += step
+    return (time.perf_counter() - start) * 1e3
+
+
 def _child_end_to_end(config: dict[str, Any]) -> dict[str, Any]:
     """The first call as a user makes it: ``fused(*inputs)`` then a synchronize, timed whole."""
     use_torch = bool(config["torch"])
@@ -288,10 +305,11 @@ def _child_end_to_end(config: dict[str, Any]) -> dict[str, Any]:
     # bindings and creates the context, before the call.
     inputs, synchronize = _gpu_inputs(pf, use_torch, tuple(config["shape"]))
     fused = _fusion(pf)
+    loop_ms = _python_loop_ms()
     with _stage(stages, "first call, end to end"):
         fused(*inputs)
         synchronize()
-    return {"stages": stages, "notes": {}}
+    return {"stages": stages, "notes": {"python loop ms": loop_ms}}
 
 
 def _child_probe(config: dict[str, Any]) -> dict[str, Any]:
@@ -434,6 +452,24 @@ def _format_table(title: str, rows: list[str], columns: dict[str, dict[str, floa
     return "\n".join(lines)
 
 
+def _calls_by_python_speed(
+    runs: dict[tuple[str, str], list[dict[str, Any]]], names: list[str]
+) -> list[str]:
+    """Every end-to-end first call of each scenario beside its process's Python loop time,
+    in order of the loop: on a host whose speed varies by process, the split shows."""
+    lines = [
+        f"every first call, end to end, ms (with the process's {YARDSTICK_STEPS:,}-step "
+        "Python loop, ms, timed just before it), in order of the loop:"
+    ]
+    for name in names:
+        pairs = sorted(
+            (r["notes"]["python loop ms"], r["stages"]["first call, end to end"])
+            for r in runs.get((name, "end_to_end"), [])
+        )
+        lines.append(f"  {name}: " + ", ".join(f"{call:.1f} ({loop:.1f})" for loop, call in pairs))
+    return lines
+
+
 def _cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -521,6 +557,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             if total is not None:
                 verdict = "meets" if total < TARGET_MS else "misses"
                 print(f"{name}: first call {total:.1f} ms {verdict} the {TARGET_MS:.0f} ms target")
+        print("\n".join(_calls_by_python_speed(runs, list(gpu_columns))))
     else:
         reason = "--cpu-only" if args.cpu_only else "no CUDA driver or device"
         skipped = GPU_ROWS

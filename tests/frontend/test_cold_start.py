@@ -15,6 +15,7 @@ import sys
 import tempfile
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -187,3 +188,25 @@ def test_cold_start_benchmark_runs_without_a_gpu(tmp_path: Path) -> None:
         stages = report["medians_ms"][column]
         assert stages["emit"] > 0 and stages["passes"] > 0 and stages["import pyfuse"] > 0
     assert "first launch + sync" in report["skipped"]
+
+
+def test_cold_start_lists_first_calls_by_the_processes_python_speed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import cold_start
+
+    def run(call_ms: float, loop_ms: float) -> dict[str, Any]:
+        return {"stages": {"first call, end to end": call_ms}, "notes": {"python loop ms": loop_ms}}
+
+    runs = {
+        ("torch, cold", "end_to_end"): [run(120.0, 40.0), run(80.0, 20.0), run(95.5, 21.25)],
+        ("torch, cold", "call"): [run(1.0, 1.0)],  # stage-by-stage children are not listed
+        ("torch, warm", "end_to_end"): [run(30.0, 22.0)],
+    }
+    lines = cold_start._calls_by_python_speed(runs, ["torch, cold", "torch, warm"])
+    assert lines[1:] == [
+        "  torch, cold: 80.0 (20.0), 95.5 (21.2), 120.0 (40.0)",
+        "  torch, warm: 30.0 (22.0)",
+    ]
+    assert cold_start._python_loop_ms() > 0
