@@ -44,7 +44,7 @@ class Kernel:
     def launch_needs_ir(self) -> bool:
         """Whether launching needs the kernel IR: a matmul kernel encodes its TMA tensor maps
         from it (and is the only kind with a TMA main loop or cluster launches)."""
-        return self.scheduler == "matmul"
+        return self.scheduler == "matmul"  # passes.plan.MATMUL_SCHEDULER, not imported here
 
     @property
     def kernel_ir(self) -> KernelIR:

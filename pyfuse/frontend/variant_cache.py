@@ -10,10 +10,9 @@ and argument mapping, and the workspace plan. Its record is keyed by the sha256 
   installers and build systems set equal on different files), so no other pyfuse reads
   these records (read once per process, and again only if a stat of the files changes; a
   scan's stamp is remembered under ``variant/stamps``, named by every file's path, size,
-  inode, mtime and ctime, so later processes read one small file). The first process on a
-  cache directory finds no memo: it skips the lookup (nothing can be stored there under a
-  stamp without its memo, unless the files were too new to remember) and reads the files
-  when it stores the record, while the driver JIT-compiles the kernels;
+  inode, mtime and ctime, so later processes read one small file). The first compile on a
+  cache directory that holds no record skips the lookup and reads the files when it stores
+  the record, while the driver JIT-compiles the kernels;
 - the traced fusion, serialized structurally (:func:`fingerprint`): every object reachable
   from the fusion's inputs, outputs and exprs, attribute by attribute, with shared objects
   written once and referenced by number, and the fusion's next value numbers (the passes
@@ -212,9 +211,8 @@ def remembered_stamp(root: Path, scan: Scan) -> str | None:
     if stamp is not None:
         return stamp
     stamp = stamp_of(root, scan)
-    if stamp is not None and not _racy(scan):
-        with contextlib.suppress(OSError):
-            cache.write_entry(stamp_memo_path(root, scan), stamp.encode("ascii"), STAMP_MAGIC)
+    if stamp is not None:
+        _remember(root, scan, stamp)
     return stamp
 
 
@@ -226,26 +224,45 @@ def _memo_stamp(root: Path, scan: Scan) -> str | None:
     return None
 
 
+def _remember(root: Path, scan: Scan, stamp: str) -> None:
+    """Write the memo of ``scan`` unless it exists or a file is too new to trust."""
+    path = stamp_memo_path(root, scan)
+    if _racy(scan) or path.exists():
+        return
+    with contextlib.suppress(OSError):
+        cache.write_entry(path, stamp.encode("ascii"), STAMP_MAGIC)
+
+
 def _racy(scan: Scan) -> bool:
     """Whether a file changed so recently that its times may not show a further edit."""
     now = time.time_ns()
     return any(now - max(mtime, ctime) <= RACY_NS for _, _, mtime, _, ctime in scan)
 
 
-def _known_stamp(scan: Scan) -> str | None:
-    """The stamp of ``scan`` if this process or the memo knows it; else None, and the stamp
-    is left to :func:`store` (read while the driver's JIT runs, not before the passes).
+def _holds_records() -> bool:
+    """Whether the cache directory holds any variant record (it stops at the first)."""
+    try:
+        with os.scandir(knobs.cache_dir() / "variant") as entries:
+            return any(entry.name.endswith(".json") for entry in entries)
+    except OSError:
+        return False
 
-    A scan with no memo on settled files is a cache directory this install has not used (or
-    one whose memo went): any record under its stamp would have come with a memo, so the
-    lookup is skipped as a miss. Recently edited files get no memo (see :data:`RACY_NS`), so
-    their stamp is read at once: a record made moments ago stays reachable.
+
+def _known_stamp(scan: Scan) -> str | None:
+    """The stamp of ``scan`` for the lookup; None when the lookup can only miss, and the
+    stamp is then left to :func:`store` (read while the driver's JIT runs, not before the
+    passes).
+
+    From this process, else the memo, else the files' contents, except in a cache directory
+    that holds no record at all (the first compile on it): there the lookup is skipped. A
+    memo is named by a scan of file times and inodes, so a reinstall, a checkout or a copied
+    cache can bring records whose scan has no memo yet: those are read for, as before.
     """
     stamp = _stamps.get(scan)
     if stamp is None:
-        stamp = _memo_stamp(_ROOT, scan)
-        if stamp is None and _racy(scan):
-            stamp = stamp_of(_ROOT, scan)
+        if not _holds_records():
+            return None
+        stamp = remembered_stamp(_ROOT, scan)
         if stamp is not None:
             _stamps[scan] = stamp
     return stamp
@@ -339,7 +356,7 @@ def store(key: VariantKey, compiled: Compiled) -> None:
     record = _record(compiled)
     if record is None or not key.scan or key.scan != _compiler_scan:
         return
-    stamp = key.stamp if key.stamp is not None else remembered_stamp(_ROOT, key.scan)
+    stamp = key.stamp if key.stamp is not None else stamp_of(_ROOT, key.scan)
     # After the stamp was read: the contents it hashed are those the scan (and so the
     # compiler's import) saw only if the files still stat the same.
     if stamp is None or scan_sources() != key.scan:
@@ -348,6 +365,9 @@ def store(key: VariantKey, compiled: Compiled) -> None:
     key = dataclasses.replace(key, stamp=stamp)
     with contextlib.suppress(OSError):
         cache.write_entry(record_path(key), record, MAGIC)
+    # A directory with records has the memo of their scan (unless the files are too new):
+    # a later process finds both without reading the sources.
+    _remember(_ROOT, key.scan, stamp)
 
 
 def load(key: VariantKey, fusion: Fusion, recompile: Callable[[], Compiled]) -> Compiled | None:

@@ -195,61 +195,103 @@ def test_a_damaged_stamp_memo_is_ignored(tmp_path: Path, monkeypatch: pytest.Mon
             assert stamp == variant_cache.stamp_of(root, scan)
 
 
-def test_a_cache_directory_without_the_memo_is_not_looked_up_before_compiling(
+def _unread(*_: object) -> None:
+    raise AssertionError("read without need")
+
+
+def test_the_first_compile_on_a_cache_directory_stamps_the_sources_after_the_passes(
     cache_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Settled sources, and neither this process nor the memo knows their stamp: the first
-    # compile on this cache directory. The sources are read only when the record is stored.
+    # Settled sources, a cache directory with no record, a process that has not read the
+    # stamp: the lookup is skipped, and the sources are read only when the record is stored.
     _settled(monkeypatch)
     monkeypatch.setattr(variant_cache, "_stamps", {})
+    scan = variant_cache.scan_sources()
+    assert scan is not None
+    expected = variant_cache.stamp_of(variant_cache._ROOT, scan)
     spec = pf.spec((64, 96), bf16)
     fusion = pf.fuse(_scaled(8.0), name="first").trace(spec, spec)
     key = variant_cache.variant_key(fusion, HOPPER, None)
     assert key is not None and key.stamp is None
     with pytest.raises(ValueError, match="not known yet"):
         key.name  # noqa: B018
-
-    def unread(*_: object) -> None:
-        raise AssertionError("looked up without a stamp")
-
     with monkeypatch.context() as patched:
-        patched.setattr(cache, "read_entry", unread)
+        patched.setattr(cache, "read_entry", _unread)
+        patched.setattr(variant_cache, "stamp_of", _unread)
         assert variant_cache.load(key, fusion, lambda: None) is None  # type: ignore[arg-type,return-value]
 
     compiled = pf.fuse(_scaled(8.0), name="first").compile(spec, spec)
     assert "emit" in compiled.timings and len(_records(cache_dir)) == 1
-    scan = variant_cache.scan_sources()
-    assert scan is not None
     assert variant_cache.stamp_memo_path(variant_cache._ROOT, scan).exists()
 
-    # A later process: the memo names the stamp, the record is found.
+    # A later process: the memo names the stamp of the contents, and the record is found.
     monkeypatch.setattr(variant_cache, "_stamps", {})
-    monkeypatch.setattr(variant_cache, "stamp_of", unread)
+    monkeypatch.setattr(variant_cache, "stamp_of", _unread)
     again = variant_cache.variant_key(fusion, HOPPER, None)
-    assert again is not None and again.stamp is not None
-    assert dataclasses.replace(key, stamp=again.stamp) == again
+    assert again is not None and again.stamp == expected
+    assert dataclasses.replace(key, stamp=expected) == again
     hit = pf.fuse(_scaled(8.0), name="first").compile(spec, spec)
     assert set(hit.timings) == {"trace", "variant_cache"} and hit.ptx == compiled.ptx
 
 
-def test_recently_edited_sources_are_stamped_before_the_lookup(
+def test_records_without_a_memo_are_found_by_reading_the_sources(
     cache_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # No memo is written for files too new to trust, so their stamp is read at once: a record
-    # stored moments ago under it stays reachable.
+    # A memo is named by file times and inodes: a reinstall of the same files, a checkout
+    # there and back, or a copied cache brings records whose scan has no memo yet.
+    _settled(monkeypatch)
+    spec = pf.spec((64, 96), bf16)
+    pf.fuse(_scaled(9.0), name="moved").compile(spec, spec)
+    scan = variant_cache.scan_sources()
+    assert scan is not None
+    memo = variant_cache.stamp_memo_path(variant_cache._ROOT, scan)
+    memo.unlink()
+    monkeypatch.setattr(variant_cache, "_stamps", {})
+    hit = pf.fuse(_scaled(9.0), name="moved").compile(spec, spec)
+    assert set(hit.timings) == {"trace", "variant_cache"}
+    assert memo.exists()  # remembered again
+
+
+def test_records_of_recently_edited_sources_stay_reachable(
+    cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No memo is written for files too new to trust; a record made moments ago is still found.
     monkeypatch.setattr(variant_cache, "RACY_NS", 10**20)
     monkeypatch.setattr(variant_cache, "_stamps", {})
     spec = pf.spec((64, 96), bf16)
-    fusion = pf.fuse(_scaled(9.0), name="racy").trace(spec, spec)
-    key = variant_cache.variant_key(fusion, HOPPER, None)
-    assert key is not None and key.stamp is not None
+    pf.fuse(_scaled(10.0), name="racy").compile(spec, spec)
     scan = variant_cache.scan_sources()
-    assert scan is not None and key.stamp == variant_cache.stamp_of(variant_cache._ROOT, scan)
-    pf.fuse(_scaled(9.0), name="racy").compile(spec, spec)
+    assert scan is not None and len(_records(cache_dir)) == 1
     assert not variant_cache.stamp_memo_path(variant_cache._ROOT, scan).exists()
     monkeypatch.setattr(variant_cache, "_stamps", {})
-    hit = pf.fuse(_scaled(9.0), name="racy").compile(spec, spec)
+    hit = pf.fuse(_scaled(10.0), name="racy").compile(spec, spec)
     assert set(hit.timings) == {"trace", "variant_cache"}
+    assert not variant_cache.stamp_memo_path(variant_cache._ROOT, scan).exists()
+
+
+def test_no_record_is_stored_when_the_sources_change_before_the_stamp_is_read(
+    cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The stamp of a first compile is read after the passes: a file edited meanwhile scans
+    # differently afterwards, and the record (of the old code) is not filed under it.
+    _settled(monkeypatch)
+    monkeypatch.setattr(variant_cache, "_stamps", {})
+    real = variant_cache.scan_sources
+    calls = []
+
+    def edited_after_the_key(root: Path = variant_cache._ROOT) -> variant_cache.Scan | None:
+        calls.append(root)
+        scan = real(root)
+        if len(calls) == 1 or scan is None:
+            return scan
+        return (*scan, ("/edited.py", 1, 2, 3, 4))
+
+    monkeypatch.setattr(variant_cache, "scan_sources", edited_after_the_key)
+    spec = pf.spec((64, 96), bf16)
+    compiled = pf.fuse(_scaled(11.0), name="edited").compile(spec, spec)
+    assert "emit" in compiled.timings and len(calls) >= 2
+    assert _records(cache_dir) == []
+    assert not (cache_dir / "variant" / "stamps").exists()
 
 
 def test_sources_that_cannot_be_scanned_make_nothing_cacheable(tmp_path: Path) -> None:
