@@ -116,14 +116,13 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def run_fresh_process(script: str, folder: Path, *args: str) -> dict[str, Any]:
-    """Run ``script`` in a new Python process with pyfuse from this checkout, caches on (under
-    ``folder / "cache"``, shared by every run given the same folder) and no dumps; the JSON
-    object its last line of output prints."""
+    """Run ``script`` in a new Python process with pyfuse from this checkout and no PYFUSE_
+    setting of the caller's but caches on (under ``folder / "cache"``, shared by every run
+    given the same folder); the JSON object its last line of output prints."""
     path = folder / "script.py"
     path.write_text(script)
-    env = {**os.environ, "PYFUSE_CACHE_DIR": str(folder / "cache"), "PYTHONPATH": str(REPO)}
-    env.pop("PYFUSE_DISABLE_CACHE", None)
-    env.pop("PYFUSE_DUMP", None)
+    env = {name: value for name, value in os.environ.items() if not name.startswith("PYFUSE_")}
+    env.update(PYFUSE_CACHE_DIR=str(folder / "cache"), PYTHONPATH=str(REPO))
     done = subprocess.run(
         [sys.executable, str(path), *args], env=env, capture_output=True, text=True, check=False
     )

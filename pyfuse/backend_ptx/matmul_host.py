@@ -373,20 +373,17 @@ def encode_tensor_maps(kernel: Kernel, pointers: Mapping[str, int] | Sequence[in
     the same tensors skip ``cuTensorMapEncodeTiled``.
     """
     stmt = find_main_loop(kernel)
-    if isinstance(pointers, Mapping):
-        by_name = dict(pointers)
-    else:
+    if not isinstance(pointers, Mapping):
         if len(pointers) != len(kernel.params):
             raise ValueError(
                 f"kernel {kernel.name}: {len(kernel.params)} pointers expected "
                 f"({[p.buffer_name for p in kernel.params]}), got {len(pointers)}"
             )
-        by_name = {p.buffer_name: int(ptr) for p, ptr in zip(kernel.params, pointers, strict=True)}
-    missing = [o.buffer_name for o in stmt.operands if o.buffer_name not in by_name]
+        return tensor_map_encoder(kernel, stmt)(pointers)
+    missing = [o.buffer_name for o in stmt.operands if o.buffer_name not in pointers]
     if missing:
         raise ValueError(f"kernel {kernel.name}: no device pointer for operands {missing}")
-    addresses = tuple(int(by_name[o.buffer_name]) for o in stmt.operands)
-    return _maps_of(kernel).maps_for(addresses)
+    return _maps_of(kernel).maps_for(tuple(int(pointers[o.buffer_name]) for o in stmt.operands))
 
 
 def tensor_map_encoder(

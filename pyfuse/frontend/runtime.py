@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pyfuse import knobs
@@ -149,15 +149,8 @@ def _compile(
         traced = time.perf_counter() - start
         matmul = fused.matmul
 
-        def full_compile() -> Any:
+        def full_compile(on_ptx: Callable[[str, str], None] | None = None) -> Any:
             from pyfuse.frontend.compile import compile_fusion  # the passes load on first use
-
-            on_ptx = None
-            if device is not None:
-                from pyfuse.frontend import cache
-
-                def on_ptx(name: str, ptx: str) -> None:
-                    cache.jit_ahead(ptx, name, device=device, arch=target.arch)
 
             return compile_fusion(fusion, target, matmul, on_ptx)
 
@@ -169,11 +162,19 @@ def _compile(
             start = time.perf_counter()
             key = variant_cache.variant_key(fusion, target, matmul)
             if key is not None:
+                # A restored variant compiles again only to rebuild its kernel IR: no JIT.
                 compiled = variant_cache.load(key, fusion, full_compile)
             if compiled is not None:
                 compiled.timings = {"trace": traced, "variant_cache": time.perf_counter() - start}
         if compiled is None:
-            compiled = full_compile()
+            on_ptx = None
+            if device is not None:
+                from pyfuse.frontend import cache
+
+                def on_ptx(name: str, ptx: str) -> None:
+                    cache.jit_ahead(ptx, name, device=device, arch=target.arch)
+
+            compiled = full_compile(on_ptx)
             compiled.timings = {"trace": traced, **compiled.timings}
             if key is not None:
                 variant_cache.store(key, compiled)
@@ -251,8 +252,10 @@ def _bind_new(
                 for item in described.arguments
             ]
             target = target_for(described.device, described.aligned)
-            compiled = _compile(fused, arguments, target, described.device)
-            bound = runtime_of(compiled).bound_for(described.device, described.kind)
+            # Arrays that name no device (__cuda_array_interface__) run on device 0.
+            device = 0 if described.device is None else described.device
+            compiled = _compile(fused, arguments, target, device)
+            bound = runtime_of(compiled).bound_for(device, described.kind)
         except ArgumentError as error:
             raise _input_error(fused.name, error) from None
         state.bound[key] = bound

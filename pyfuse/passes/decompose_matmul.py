@@ -70,15 +70,14 @@ def decompose_unschedulable_mmas(fusion: Fusion, target: TargetInfo) -> int:
     from pyfuse.ir.exprs import MmaOp
     from pyfuse.ir.id_model import IdModel
 
-    if not any(isinstance(expr, MmaOp) for expr in fusion.exprs()):
+    mmas = [expr for expr in fusion.exprs() if isinstance(expr, MmaOp)]
+    if not mmas:
         return 0
     from pyfuse.passes import schedule_matmul  # loads with the first MMA
 
     count = 0
     id_model: IdModel | None = None  # of the fusion as it is: built again after a rewrite
-    for expr in fusion.exprs():
-        if not isinstance(expr, MmaOp):
-            continue
+    for expr in mmas:
         unloadable = target.vector_bytes < schedule_matmul.TMA_ALIGNMENT  # unaligned inputs
         for name, operand in (("A", expr.a), ("B", expr.b)):
             root = schedule_matmul.operand_root(fusion, operand)

@@ -3,8 +3,8 @@
 Expects a :class:`KernelPlan` whose fusion is scheduled: every tensor but the inputs
 replays the plan's reference tensor (so loop position ``k`` of any tensor is the
 reference's loop ``k``), inline positions are set, memory types are chosen, and
-metadata ops right after inputs may be aliases (``alias_of``). ``plan.id_model``, when set,
-is the IdModel of that fusion as it stands (the pipeline keeps validate's); else one is built.
+metadata ops right after inputs may be aliases (``alias_of``). An ``id_model``, when given,
+is the IdModel of that fusion as it stands (the pipeline passes validate's); else one is built.
 
 Guarantees:
 
@@ -110,14 +110,14 @@ class _Loop:
 
 
 class _Lowering(IndexDerivation):
-    def __init__(self, plan: KernelPlan, name: str) -> None:
+    def __init__(self, plan: KernelPlan, name: str, id_model: IdModel | None = None) -> None:
         if plan.reference is None:
             raise ScheduleError(f"kernel {name}: the scheduler named no reference tensor")
         self.plan = plan
         self.name = name
         self.fusion = plan.fusion
         self.reference = plan.reference
-        self.id_model = plan.id_model or IdModel(self.fusion)
+        self.id_model = id_model or IdModel(self.fusion)
         self.exprs = [e for e in self.fusion.exprs() if e.output.alias_of is None]
         self.tensors = self.fusion.tensors()
         self.launch = self._launch_dims()
@@ -573,7 +573,7 @@ class _Lowering(IndexDerivation):
                 stmt.unroll = True
 
 
-def lower(plan: KernelPlan, name: str) -> k.Kernel:
+def lower(plan: KernelPlan, name: str, id_model: IdModel | None = None) -> k.Kernel:
     """Kernel IR for one scheduled kernel (see the module docstring)."""
     with plan.fusion:
-        return _Lowering(plan, name).lower()
+        return _Lowering(plan, name, id_model).lower()

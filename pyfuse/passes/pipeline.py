@@ -38,6 +38,7 @@ from pyfuse import knobs
 from pyfuse.errors import ScheduleError
 from pyfuse.ir.exprs import LinearOp, MatmulOp, MmaOp, ReductionOp
 from pyfuse.ir.fusion import Fusion
+from pyfuse.ir.id_model import IdModel
 from pyfuse.ir.kernel_ir import Kernel
 from pyfuse.ir.params import MatmulParams
 from pyfuse.ir.printer import scheduled_to_str
@@ -92,8 +93,9 @@ def _check(fusion: Fusion, after: str, boundary: bool) -> None:
         verify_fusion(fusion, after=after)
 
 
-def schedule_kernel(plan: KernelPlan, target: TargetInfo, matmul: MatmulParams | None) -> None:
-    """Run the plan's scheduler on its fusion in place and record its choices."""
+def schedule_kernel(plan: KernelPlan, target: TargetInfo, matmul: MatmulParams | None) -> IdModel:
+    """Run the plan's scheduler on its fusion in place and record its choices; returns the
+    IdModel validation built of the scheduled fusion, for lowering to reuse."""
     fusion = plan.fusion
     with fusion:
         skip_intermediates(fusion)
@@ -117,7 +119,7 @@ def schedule_kernel(plan: KernelPlan, target: TargetInfo, matmul: MatmulParams |
         _check(fusion, f"schedule_{plan.scheduler}", boundary=False)
         inline.inline_most(fusion)
         _check(fusion, "inline", boundary=True)
-        plan.id_model = validate(fusion)
+        return validate(fusion)
 
 
 Pass = Callable[[Fusion], object]
@@ -177,7 +179,7 @@ def run(fusion: Fusion, target: TargetInfo, matmul: MatmulParams | None = None) 
     for index, plan in enumerate(segmented.kernels):
         # ── scheduling
         with timer.stage("schedule"):
-            schedule_kernel(plan, target, matmul)
+            id_model = schedule_kernel(plan, target, matmul)
             scheduled = scheduled_to_str(plan.fusion)
         # ── lowering
         with timer.stage("lower"):
@@ -189,9 +191,8 @@ def run(fusion: Fusion, target: TargetInfo, matmul: MatmulParams | None = None) 
 
                 with plan.fusion:
                     remove_broadcasts(plan.fusion)
-                plan.id_model = None  # the fusion changed
                 kernel = lower_matmul(plan, name, target)
             else:
-                kernel = lower(plan, name)
+                kernel = lower(plan, name, id_model)
         kernels.append(KernelStages(plan, scheduled, kernel))
     return PipelineResult(math_ir, segmented, kernels, timer.timings)

@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import field
 
 from pyfuse.ir.fusion import Fusion
-from pyfuse.ir.id_model import IdModel
 from pyfuse.ir.records import record
 from pyfuse.ir.tensor import TensorView
 
@@ -34,9 +33,6 @@ class KernelPlan:
     params: dict[str, object] = field(default_factory=dict)
     # Why other schedulers declined this segment (scheduler name -> reason).
     declined: dict[str, str] = field(default_factory=dict)
-    # The IdModel of the scheduled, inlined fusion, built by validate and reused by lower (an
-    # analysis of a fusion nothing changes in between; whoever changes it clears this).
-    id_model: IdModel | None = field(default=None, repr=False)
 
 
 @record(eq=False)

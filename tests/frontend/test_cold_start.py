@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from check_utils import run_fresh_process
 
 import pyfuse as pf
 from pyfuse import knobs
@@ -43,23 +44,11 @@ NEVER_FOR_POINTWISE = [
 ]
 
 
-def _run_fresh(code: str) -> dict[str, object]:
+def _run_fresh(code: str) -> dict[str, Any]:
     """Run ``code`` in a fresh interpreter; it prints one JSON object as its last line. Its
     caches start empty (a variant record would stand in for the compile these tests watch)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYFUSE_")}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    with tempfile.TemporaryDirectory(prefix="pyfuse-cold-start-test-") as cache_dir:
-        env["PYFUSE_CACHE_DIR"] = cache_dir
-        result = subprocess.run(
-            [sys.executable, "-c", textwrap.dedent(code)],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=REPO,
-            env=env,
-        )
-    loaded: dict[str, object] = json.loads(result.stdout.strip().splitlines()[-1])
-    return loaded
+    with tempfile.TemporaryDirectory(prefix="pyfuse-cold-start-test-") as folder:
+        return run_fresh_process(textwrap.dedent(code), Path(folder))
 
 
 def _driver_library_loads() -> bool:

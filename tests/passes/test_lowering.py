@@ -188,8 +188,7 @@ def test_lowering_reuses_the_model_validation_built_and_a_fresh_one_agrees(
 
     real_lower = lower_module.lower
 
-    def lower_fresh(plan: object, name: str) -> object:
-        plan.id_model = None  # type: ignore[attr-defined]
+    def lower_fresh(plan: object, name: str, id_model: object = None) -> object:
         return real_lower(plan, name)  # type: ignore[arg-type]
 
     monkeypatch.setattr(pipeline, "lower", lower_fresh)
