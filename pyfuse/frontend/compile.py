@@ -21,6 +21,7 @@ from pyfuse.ir.kernel_ir import ParamRole
 from pyfuse.ir.params import MatmulParams
 from pyfuse.ir.target import TargetInfo
 from pyfuse.passes import pipeline
+from pyfuse.passes.plan import MATMUL_SCHEDULER
 
 # The sources the compiler was loaded from: the variant cache stores its results only while
 # they are unchanged.
@@ -48,10 +49,11 @@ def compile_fusion(
     fusion: Fusion,
     target: TargetInfo,
     matmul: MatmulParams | None = None,
-    on_ptx: Callable[[str, str], None] | None = None,
+    on_ptx: Callable[[str, str, bool], None] | None = None,
 ) -> Compiled:
-    """Passes and PTX emission for a traced fusion; no GPU needed. ``on_ptx(name, ptx)`` is
-    called with each kernel's PTX as soon as it is emitted (the runtime starts its JIT)."""
+    """Passes and PTX emission for a traced fusion; no GPU needed. ``on_ptx(name, ptx,
+    quick)`` is called with each kernel's PTX as soon as it is emitted (the runtime starts
+    its JIT); ``quick`` says whether its first launches may run a quick (-O0) build."""
     # Stages are rendered as text only when PYFUSE_DUMP asks for them.
     dump = knobs.dump()
     if "ir" in dump:
@@ -74,7 +76,9 @@ def compile_fusion(
         ptx = emit_ptx(kernel_ir, target)
         emit_seconds += time.perf_counter() - start
         if on_ptx is not None:
-            on_ptx(kernel_ir.name, ptx)
+            # A matmul kernel's first launch waits for its optimized build: its -O0 build was
+            # never measured, and ptxas may serialize a wgmma pipeline it does not schedule.
+            on_ptx(kernel_ir.name, ptx, stages.plan.scheduler != MATMUL_SCHEDULER)
         if "ptx" in dump:
             _dump("ptx", ptx)
         kernels.append(

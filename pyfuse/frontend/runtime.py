@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -149,7 +150,7 @@ def _compile(
         traced = time.perf_counter() - start
         matmul = fused.matmul
 
-        def full_compile(on_ptx: Callable[[str, str], None] | None = None) -> Any:
+        def full_compile(on_ptx: Callable[[str, str, bool], None] | None = None) -> Any:
             from pyfuse.frontend.compile import compile_fusion  # the passes load on first use
 
             return compile_fusion(fusion, target, matmul, on_ptx)
@@ -171,8 +172,8 @@ def _compile(
             if device is not None:
                 from pyfuse.frontend import cache
 
-                def on_ptx(name: str, ptx: str) -> None:
-                    cache.jit_ahead(ptx, name, device=device, arch=target.arch)
+                def on_ptx(name: str, ptx: str, quick: bool) -> None:
+                    cache.jit_ahead(ptx, name, device=device, arch=target.arch, quick=quick)
 
             compiled = full_compile(on_ptx)
             compiled.timings = {"trace": traced, **compiled.timings}
@@ -356,36 +357,44 @@ _several_devices = False
 class Loaded:
     """A compiled variant's kernels loaded on one device: modules (cubins through the disk
     cache), functions with their shared-memory opt-in, and launchers whose argument packing
-    is built once. ``compiled.timings["load"]`` adds the time taken."""
+    is built once. ``compiled.timings["load"]`` adds the time taken.
+
+    A kernel first loaded from its quick build (:func:`~pyfuse.frontend.cache.load_for_launch`)
+    keeps an :class:`~pyfuse.frontend.cache.OptimizedBuild`: the first launch after that build
+    is ready swaps it in (a warm launch checks one empty list). The quick module stays loaded,
+    since a CUDA graph captured meanwhile still launches it."""
 
     def __init__(self, compiled: Any, plan: Plan, device: int, arch: str) -> None:
         global _several_devices
-        from pyfuse.backend_ptx import driver
-        from pyfuse.backend_ptx.abi import ParamKind
         from pyfuse.frontend import cache
 
         start = time.perf_counter()
         self.device = device
-        self.sources: list[str] = []  # where each module came from (cache, jit, ptx)
+        self.sources: list[str] = []  # where each module came from (cache, jit, quick jit, ptx)
         launches = []
-        for kernel, slots in zip(compiled.kernels, plan.kernel_slots, strict=True):
-            module, source = cache.load_module(kernel.ptx, kernel.name, device=device, arch=arch)
+        # (kernel index, kernel, its buffer slots, its optimized build) per quick build running
+        self._pending: list[tuple[int, Any, tuple[int, ...], Any]] = []
+        for index, (kernel, slots) in enumerate(
+            zip(compiled.kernels, plan.kernel_slots, strict=True)
+        ):
+            module, source, optimized = cache.load_for_launch(
+                kernel.ptx, kernel.name, device=device, arch=arch, quick=not kernel.launch_needs_ir
+            )
             self.sources.append(source)
-            function = driver.get_function(module, kernel.name)
-            if kernel.smem_bytes > driver.DEFAULT_DYNAMIC_SMEM_LIMIT:
-                driver.set_max_dynamic_smem(function, kernel.smem_bytes)
-            kinds = [ParamKind.PTR] * len(slots)
-            loop = _main_loop(kernel)
-            maps = None
-            if loop is not None:
-                from pyfuse.backend_ptx import matmul_host  # loads with the first matmul kernel
+            launches.append(_launch_entry(kernel, slots, module))
+            if optimized is not None:
+                self._pending.append((index, kernel, slots, optimized))
+        self._set_launches(launches)
+        from pyfuse.backend_ptx import driver
 
-                # A TMA kernel takes its tensor maps by value after the pointers.
-                maps = matmul_host.tensor_map_encoder(kernel.kernel_ir, loop)
-                kinds += [ParamKind.TENSOR_MAP] * len(loop.operands)
-            launcher = driver.Launcher(function, kinds)
-            grid = _resident_grid(kernel, loop, function)
-            launches.append((launcher, grid, kernel.block, kernel.smem_bytes, slots, maps))
+        self._context = driver.context
+        # Launchers write their argument slots in place: one launch sequence at a time.
+        self._lock = threading.Lock()
+        compiled.timings["load"] = compiled.timings.get("load", 0.0) + time.perf_counter() - start
+        _loaded_devices.add(device)
+        _several_devices = len(_loaded_devices) > 1
+
+    def _set_launches(self, launches: list[tuple[Any, ...]]) -> None:
         self._launches = tuple(launches)
         # The common case, one kernel whose parameters are the buffers in order, launches
         # with the caller's buffer list as is.
@@ -397,18 +406,41 @@ class Loaded:
         ):
             launcher, grid, block, smem, _, _ = launches[0]
             self._direct = launcher.bound(grid, block, smem)
-        self._context = driver.context
-        # Launchers write their argument slots in place: one launch sequence at a time.
-        self._lock = threading.Lock()
-        compiled.timings["load"] = compiled.timings.get("load", 0.0) + time.perf_counter() - start
-        _loaded_devices.add(device)
-        _several_devices = len(_loaded_devices) > 1
+
+    def _install_optimized(self) -> None:
+        """Swap in each optimized build that is ready (under the launch lock). One that fails
+        leaves its kernel on the quick build, with a warning: never an error at the call."""
+        from pyfuse.backend_ptx import driver
+        from pyfuse.frontend import cache
+
+        launches = list(self._launches)
+        waiting = []
+        for index, kernel, slots, optimized in self._pending:
+            if not optimized.ready():
+                waiting.append((index, kernel, slots, optimized))
+                continue
+            try:
+                # The caller may be capturing a CUDA graph: loading a module enqueues nothing.
+                with driver.capture_tolerant():
+                    launches[index] = _launch_entry(kernel, slots, optimized.load())
+            except LaunchError as error:
+                warnings.warn(
+                    f"pyfuse: kernel {kernel.name} keeps running its quick (-O0) build: {error}",
+                    RuntimeWarning,
+                    stacklevel=5,
+                )
+                continue
+            self.sources[index] = cache.FROM_JIT
+        self._pending = waiting
+        self._set_launches(launches)
 
     def launch(self, buffers: list[int], stream: Any) -> None:
         """Launch every kernel in order on ``stream`` with the numbered buffers."""
         lock = self._lock
         lock.acquire()  # cheaper than ``with`` on the hot path
         try:
+            if self._pending:
+                self._install_optimized()
             if _several_devices:
                 self._context(self.device)
             if self._direct is not None:
@@ -421,6 +453,29 @@ class Loaded:
                 launcher.launch(grid, block, smem, stream, arguments)
         finally:
             lock.release()
+
+
+def _launch_entry(kernel: Any, slots: tuple[int, ...], module: Any) -> tuple[Any, ...]:
+    """How :meth:`Loaded.launch` runs one kernel of ``module``: (launcher, grid, block, shared
+    memory bytes, buffer slots, tensor-map encoder or None)."""
+    from pyfuse.backend_ptx import driver
+    from pyfuse.backend_ptx.abi import ParamKind
+
+    function = driver.get_function(module, kernel.name)
+    if kernel.smem_bytes > driver.DEFAULT_DYNAMIC_SMEM_LIMIT:
+        driver.set_max_dynamic_smem(function, kernel.smem_bytes)
+    kinds = [ParamKind.PTR] * len(slots)
+    loop = _main_loop(kernel)
+    maps = None
+    if loop is not None:
+        from pyfuse.backend_ptx import matmul_host  # loads with the first matmul kernel
+
+        # A TMA kernel takes its tensor maps by value after the pointers.
+        maps = matmul_host.tensor_map_encoder(kernel.kernel_ir, loop)
+        kinds += [ParamKind.TENSOR_MAP] * len(loop.operands)
+    launcher = driver.Launcher(function, kinds)
+    grid = _resident_grid(kernel, loop, function)
+    return (launcher, grid, kernel.block, kernel.smem_bytes, slots, maps)
 
 
 # ---- Compiled --------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +32,14 @@ class CUjit_option(enum.IntEnum):  # noqa: N801 (binding name)
     CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES = 4
     CU_JIT_ERROR_LOG_BUFFER = 5
     CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6
+    CU_JIT_OPTIMIZATION_LEVEL = 7
     CU_JIT_LOG_VERBOSE = 12
+
+
+class CUstreamCaptureMode(enum.IntEnum):
+    CU_STREAM_CAPTURE_MODE_GLOBAL = 0
+    CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1
+    CU_STREAM_CAPTURE_MODE_RELAXED = 2
 
 
 class CUjitInputType(enum.IntEnum):
@@ -198,9 +206,15 @@ class FakeDriver:
     init_result: CUresult = CUresult.CUDA_SUCCESS
     jit_error_log: bytes = b"ptxas application ptx input, line 7; error   : Unknown symbol 'x'"
     cubin: bytes = b"\x7fELF fake cubin"
+    # What a link at CU_JIT_OPTIMIZATION_LEVEL 0 returns (the quick build).
+    quick_cubin: bytes = b"\x7fELF fake quick cubin"
+    # Set by a test to hold every optimized link (no -O0 option) until the event is set.
+    optimized_gate: threading.Event | None = None
+    capture_mode: CUstreamCaptureMode = CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL
 
     CUresult = CUresult
     CUjit_option = CUjit_option
+    CUstreamCaptureMode = CUstreamCaptureMode
     CUjitInputType = CUjitInputType
     CUfunction_attribute = CUfunction_attribute
     CUdevice_attribute = CUdevice_attribute
@@ -218,6 +232,7 @@ class FakeDriver:
 
     def __post_init__(self) -> None:
         self._cubin_buffer = ctypes.create_string_buffer(self.cubin, len(self.cubin))
+        self._quick_buffer = ctypes.create_string_buffer(self.quick_cubin, len(self.quick_cubin))
 
     @staticmethod
     def CUstream(value: int) -> Handle:
@@ -286,19 +301,27 @@ class FakeDriver:
         info_log = values[options.index(CUjit_option.CU_JIT_INFO_LOG_BUFFER)]
         info = b"ptxas info    : Used 12 registers, used 0 barriers"
         info_log[: len(info)] = info
-        return (CUresult.CUDA_SUCCESS, Handle("module", 1))
+        # Numbered by load, so a test can tell which module a launch used.
+        return (CUresult.CUDA_SUCCESS, Handle("module", self.names().count("cuModuleLoadDataEx")))
 
     def cuModuleGetFunction(self, module: Handle, name: bytes) -> tuple[Any, ...]:
         self._record("cuModuleGetFunction", name)
-        return (CUresult.CUDA_SUCCESS, Handle("function", 7))
+        return (CUresult.CUDA_SUCCESS, Handle("function", module.value))
 
     def cuFuncSetAttribute(self, fn: Handle, attr: Any, value: int) -> tuple[Any, ...]:
         self._record("cuFuncSetAttribute", attr, value)
         return (CUresult.CUDA_SUCCESS,)
 
     def cuLinkCreate(self, count: int, options: list[Any], values: list[Any]) -> tuple[Any, ...]:
-        self._record("cuLinkCreate", count)
-        return (CUresult.CUDA_SUCCESS, Handle("link", 1))
+        level = 4  # the driver's default
+        if CUjit_option.CU_JIT_OPTIMIZATION_LEVEL in options:
+            level = values[options.index(CUjit_option.CU_JIT_OPTIMIZATION_LEVEL)]
+        self._record("cuLinkCreate", count, level)
+        return (CUresult.CUDA_SUCCESS, Handle("link", level))
+
+    def link_levels(self) -> list[int]:
+        """The optimization level of every link so far, in order."""
+        return [call[2] for call in self.calls if call[0] == "cuLinkCreate"]
 
     def cuLinkAddData(self, state: Handle, kind: Any, data: bytes, *rest: Any) -> tuple[Any, ...]:
         self._record("cuLinkAddData", kind, data)
@@ -307,12 +330,21 @@ class FakeDriver:
         return (CUresult.CUDA_SUCCESS,)
 
     def cuLinkComplete(self, state: Handle) -> tuple[Any, ...]:
-        address = ctypes.addressof(self._cubin_buffer)
-        return (CUresult.CUDA_SUCCESS, address, len(self.cubin))
+        if state.value == 0:
+            quick = ctypes.addressof(self._quick_buffer)
+            return (CUresult.CUDA_SUCCESS, quick, len(self.quick_cubin))
+        if self.optimized_gate is not None:
+            self.optimized_gate.wait()
+        return (CUresult.CUDA_SUCCESS, ctypes.addressof(self._cubin_buffer), len(self.cubin))
 
     def cuLinkDestroy(self, state: Handle) -> tuple[Any, ...]:
         self._record("cuLinkDestroy", state)
         return (CUresult.CUDA_SUCCESS,)
+
+    def cuThreadExchangeStreamCaptureMode(self, mode: CUstreamCaptureMode) -> tuple[Any, ...]:
+        self._record("cuThreadExchangeStreamCaptureMode", mode)
+        previous, self.capture_mode = self.capture_mode, CUstreamCaptureMode(mode)
+        return (CUresult.CUDA_SUCCESS, previous)
 
     def cuTensorMapEncodeTiled(self, *args: Any) -> tuple[Any, ...]:
         self._record("cuTensorMapEncodeTiled", *args)
@@ -327,6 +359,7 @@ class FakeDriver:
         gx, gy, gz, bx, by, bz, smem, stream, params, _extra = args
         self.launches.append(
             {
+                "function": fn,
                 "grid": (gx, gy, gz),
                 "block": (bx, by, bz),
                 "smem": smem,
@@ -344,6 +377,7 @@ class FakeDriver:
         dims = attribute.value.clusterDim
         self.launches.append(
             {
+                "function": fn,
                 "grid": (config.gridDimX, config.gridDimY, config.gridDimZ),
                 "block": (config.blockDimX, config.blockDimY, config.blockDimZ),
                 "smem": config.sharedMemBytes,

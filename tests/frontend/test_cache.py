@@ -20,6 +20,7 @@ import pyfuse as pf
 from pyfuse import knobs
 from pyfuse.backend_ptx import driver
 from pyfuse.frontend import cache
+from pyfuse.ir.target import HOPPER
 
 PTX = ".version 9.0\n.target sm_90a\n.entry k()\n{ ret; }\n"
 
@@ -35,6 +36,10 @@ def fake() -> Iterator[FakeDriver]:
     fake_driver = FakeDriver()
     with driver.use_driver(fake_driver):
         yield fake_driver
+        # A test that failed with a held optimized build must not leave its thread blocked.
+        if fake_driver.optimized_gate is not None:
+            fake_driver.optimized_gate.set()
+        cache.wait_for_jits()
 
 
 def _entry(ptx: str = PTX) -> Path:
@@ -233,7 +238,9 @@ def test_a_first_call_jits_its_kernel_once_on_a_background_thread(
     cache_dir: Path, fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fused, x, jit_threads = _gpu_function(fake, monkeypatch)
-    fused(x)
+    with knobs.overrides(quick_jit=False):
+        fused(x)
+    assert fake.link_levels() == [4]
     (compiled,) = fused.__dict__["_pyfuse_runtime"].compiled.values()
     (kernel,) = compiled.kernels
     assert compiled.runtime.loaded[0].sources == [cache.FROM_JIT]
@@ -265,9 +272,11 @@ def test_compile_for_gpu_arrays_fills_the_cache_without_a_launch(
     (kernel,) = compiled.kernels
     assert cache.read_entry(_entry(kernel.ptx)) == fake.cubin
     ((_, job),) = cache._ahead.items()
-    assert job.ok and job.cubin is None  # on disk: a job never taken holds no cubin
-    fused(x)  # the launch takes the cubin the background JIT made: no second JIT
-    assert len(jit_threads) == 1 and not cache._ahead
+    # On disk: a job never taken holds no cubin, not even its quick build.
+    assert job.ok and job.cubin is None and job.quick_cubin is None
+    fused(x)  # the launch takes the cubin the background JIT made: no further JIT
+    assert fake.link_levels() == [0, 4] and not cache._ahead
+    assert jit_threads == [f"pyfuse-jit-{kernel.name}"] * 2
     assert compiled.runtime.loaded[0].sources == [cache.FROM_JIT]
 
 
@@ -283,7 +292,7 @@ def test_compile_for_specs_starts_no_jit(
 def test_a_background_jit_is_used_with_the_cache_disabled(
     cache_dir: Path, fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    job = cache._CubinAhead()
+    job = cache._CubinAhead(quick=False)
     job.ok, job.cubin = True, fake.cubin
     job.finished.set()
     path = _entry()
@@ -321,6 +330,164 @@ def test_jit_ahead_never_raises(
 
 
 def test_a_forked_child_forgets_the_jobs_of_its_parent(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(cache._ahead, (Path("x"), 0), cache._CubinAhead())
+    monkeypatch.setitem(cache._ahead, (Path("x"), 0), cache._CubinAhead(quick=True))
     cache._forget_ahead()  # registered with os.register_at_fork(after_in_child=...)
     assert not cache._ahead
+
+
+# ---- quick first JIT ------------------------------------------------------------------------
+
+
+def _function_loaded_by(fake: FakeDriver, image: bytes) -> Any:
+    """The handle of the function from the module loaded from ``image`` (the fake numbers
+    modules by load and gives each function its module's number)."""
+    loads = [c[1] for c in fake.calls if c[0] == "cuModuleLoadDataEx"]
+    assert loads.count(image) == 1
+    return type(fake.launches[0]["function"])("function", loads.index(image) + 1)
+
+
+def test_first_launches_run_the_quick_build_until_the_optimized_one_is_ready(
+    cache_dir: Path, fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake.optimized_gate = threading.Event()
+    fused, x, jit_threads = _gpu_function(fake, monkeypatch)
+    fused(x)
+    fused(x)
+    (compiled,) = fused.__dict__["_pyfuse_runtime"].compiled.values()
+    (kernel,) = compiled.kernels
+    loaded = compiled.runtime.loaded[0]
+    assert loaded.sources == [cache.FROM_QUICK_JIT]
+    quick_function = _function_loaded_by(fake, fake.quick_cubin)
+    assert [launch["function"] for launch in fake.launches] == [quick_function] * 2
+    assert cache.read_entry(_entry(kernel.ptx)) is None  # the optimized build is not done
+
+    fake.optimized_gate.set()
+    cache.wait_for_jits()
+    assert cache.read_entry(_entry(kernel.ptx)) == fake.cubin
+    fake.calls.clear()
+    fused(x)
+    fused(x)
+    optimized_function = _function_loaded_by(fake, fake.cubin)
+    assert [launch["function"] for launch in fake.launches[2:]] == [optimized_function] * 2
+    assert loaded.sources == [cache.FROM_JIT] and not loaded._pending
+    # Both builds on the JIT thread, the quick one first; the swap loaded the module with this
+    # thread's capture mode relaxed (a CUDA graph capture may be under way), then restored.
+    assert jit_threads == [f"pyfuse-jit-{kernel.name}"] * 2 and fake.link_levels() == []
+    modes = [c[1] for c in fake.calls if c[0] == "cuThreadExchangeStreamCaptureMode"]
+    relaxed = fake.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+    assert modes == [relaxed, fake.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL]
+    first_load = fake.names().index("cuModuleLoadDataEx")
+    assert fake.names().index("cuThreadExchangeStreamCaptureMode") < first_load
+
+
+def test_quick_builds_can_be_turned_off(
+    cache_dir: Path, fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake.optimized_gate = threading.Event()
+    fake.optimized_gate.set()
+    fused, x, _ = _gpu_function(fake, monkeypatch)
+    monkeypatch.setenv("PYFUSE_QUICK_JIT", "0")
+    fused(x)
+    (compiled,) = fused.__dict__["_pyfuse_runtime"].compiled.values()
+    assert fake.link_levels() == [4]
+    assert compiled.runtime.loaded[0].sources == [cache.FROM_JIT]
+
+
+def test_a_launch_without_a_jit_ahead_starts_one_with_a_quick_build(
+    cache_dir: Path, fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake.optimized_gate = threading.Event()
+    fused, x, jit_threads = _gpu_function(fake, monkeypatch)
+    compiled = fused.compile(pf.spec((4,), pf.float32))  # specs: no JIT started
+    assert jit_threads == []
+    compiled(x)
+    assert compiled.runtime.loaded[0].sources == [cache.FROM_QUICK_JIT]
+    fake.optimized_gate.set()
+    cache.wait_for_jits()
+    compiled(x)
+    assert compiled.runtime.loaded[0].sources == [cache.FROM_JIT]
+    assert fake.link_levels() == [0, 4]
+
+
+def test_an_optimized_build_that_fails_keeps_the_quick_one_with_a_warning(
+    cache_dir: Path, fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake.optimized_gate = threading.Event()
+    fused, x, _ = _gpu_function(fake, monkeypatch)
+    complete = fake.cuLinkComplete
+
+    def optimized_fails(state: Any) -> tuple[Any, ...]:
+        if state.value == 0:
+            return complete(state)
+        assert fake.optimized_gate is not None
+        fake.optimized_gate.wait()  # fails after the first launch took the quick build
+        return (fake.CUresult.CUDA_ERROR_INVALID_PTX,)
+
+    fake.cuLinkComplete = optimized_fails  # type: ignore[method-assign]
+    fused(x)
+    fake.optimized_gate.set()
+    cache.wait_for_jits()
+    with pytest.warns(RuntimeWarning, match="keeps running its quick .-O0. build.*linking PTX"):
+        fused(x)  # the background failure is redone here, for its message; the call still runs
+    fused(x)  # warned once: nothing pending any more
+    (compiled,) = fused.__dict__["_pyfuse_runtime"].compiled.values()
+    loaded = compiled.runtime.loaded[0]
+    assert loaded.sources == [cache.FROM_QUICK_JIT] and not loaded._pending
+    quick_function = _function_loaded_by(fake, fake.quick_cubin)
+    assert [launch["function"] for launch in fake.launches] == [quick_function] * 3
+    assert not any(cache_dir.rglob("*.cubin"))
+
+
+def test_load_module_never_returns_a_quick_build(cache_dir: Path, fake: FakeDriver) -> None:
+    fake.optimized_gate = threading.Event()
+    cache.jit_ahead(PTX, "k", device=0, arch="sm_90a", quick=True)
+    threading.Timer(0.05, fake.optimized_gate.set).start()
+    _, source = cache.load_module(PTX, "k", device=0, arch="sm_90a")
+    assert source == cache.FROM_JIT
+    (load,) = [c for c in fake.calls if c[0] == "cuModuleLoadDataEx"]
+    assert load[1] == fake.cubin
+
+
+def test_matmul_kernels_are_not_built_quickly() -> None:
+    from pyfuse.frontend.compile import compile_fusion
+
+    def kernels_asking_for_quick(fn: Any, *specs: Any) -> list[bool]:
+        fusion = pf.fuse(fn).trace(*specs)
+        asked: list[bool] = []
+        compile_fusion(fusion, HOPPER, on_ptx=lambda name, ptx, quick: asked.append(quick))
+        return asked
+
+    vector = pf.spec((256, 256), pf.bfloat16)
+    assert kernels_asking_for_quick(lambda x: pf.gelu(x) * 2, vector) == [True]
+    assert kernels_asking_for_quick(lambda x: pf.softmax(x, -1), vector) == [True]
+    assert kernels_asking_for_quick(lambda a, b: pf.matmul(a, b), vector, vector) == [False]
+
+
+def test_a_process_exiting_during_the_optimized_build_still_stores_it(tmp_path: Path) -> None:
+    script = textwrap.dedent(
+        f"""
+        import sys, threading
+        sys.path.insert(0, {str(Path(__file__).resolve().parents[1] / "backend_ptx")!r})
+        from ptx_fake_driver import FakeDriver
+        from pyfuse.backend_ptx import driver
+        from pyfuse.frontend import cache
+
+        fake = FakeDriver(optimized_gate=threading.Event())
+        using = driver.use_driver(fake)  # kept: the context ends when collected
+        using.__enter__()
+        module, source, optimized = cache.load_for_launch(
+            {PTX!r}, "k", device=0, arch="sm_90a", quick=True
+        )
+        assert source == cache.FROM_QUICK_JIT and not optimized.ready()
+        threading.Timer(0.3, fake.optimized_gate.set).start()
+        print("returning", flush=True)
+        """
+    )
+    env = {**os.environ, "PYFUSE_CACHE_DIR": str(tmp_path), "PYFUSE_QUICK_JIT": "1"}
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "returning\n"
+    with knobs.overrides(cache_dir=tmp_path):
+        assert cache.read_entry(_entry()) == FakeDriver().cubin

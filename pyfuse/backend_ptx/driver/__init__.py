@@ -52,6 +52,7 @@ from pyfuse.backend_ptx.driver.memory import (
 from pyfuse.backend_ptx.driver.modules import (
     Function,
     Module,
+    capture_tolerant,
     cubin_from_ptx,
     encode_tensor_map_tiled,
     function_attribute,
@@ -70,6 +71,7 @@ __all__ = [
     "Launcher",
     "Module",
     "available",
+    "capture_tolerant",
     "context",
     "cubin_from_ptx",
     "device_count",

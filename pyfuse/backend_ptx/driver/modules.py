@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
@@ -56,7 +57,9 @@ def _image_bytes(image: bytes | str) -> bytes:
     return data
 
 
-def _jit_options(cu: Any, error_log: bytearray, info_log: bytearray) -> tuple[list[Any], list[Any]]:
+def _jit_options(
+    cu: Any, error_log: bytearray, info_log: bytearray, optimization_level: int | None = None
+) -> tuple[list[Any], list[Any]]:
     opt = cu.CUjit_option
     options = [
         opt.CU_JIT_ERROR_LOG_BUFFER,
@@ -65,7 +68,11 @@ def _jit_options(cu: Any, error_log: bytearray, info_log: bytearray) -> tuple[li
         opt.CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
         opt.CU_JIT_LOG_VERBOSE,
     ]
-    return options, [error_log, len(error_log), info_log, len(info_log), 1]
+    values = [error_log, len(error_log), info_log, len(info_log), 1]
+    if optimization_level is not None:
+        options.append(opt.CU_JIT_OPTIMIZATION_LEVEL)
+        values.append(optimization_level)
+    return options, values
 
 
 def load_module(image: bytes | str, name: str, *, device: int = 0) -> Module:
@@ -86,6 +93,25 @@ def load_module(image: bytes | str, name: str, *, device: int = 0) -> Module:
             + (f"\nJIT log:\n{log}" if log else "")
         )
     return Module(handle=result[1], name=name, device=device, info_log=_decode_log(info_log))
+
+
+@contextlib.contextmanager
+def capture_tolerant() -> Iterator[None]:
+    """Let this thread load modules while a CUDA graph capture is under way.
+
+    Under the default (global) capture mode the driver refuses calls it deems unsafe, from
+    the capturing thread and from every other thread, and invalidates the capture. Loading
+    a module enqueues nothing on any stream, so the capture loses nothing: this thread's
+    mode is relaxed for the duration and restored after.
+    """
+    cu = driver_module()
+    exchange = cu.cuThreadExchangeStreamCaptureMode
+    relaxed = cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+    previous = call(cu, exchange(relaxed), "cuThreadExchangeStreamCaptureMode")
+    try:
+        yield
+    finally:
+        exchange(previous)
 
 
 def get_function(module: Module, name: str) -> Function:
@@ -132,16 +158,19 @@ def function_attribute(function: Function, name: str) -> int:
     return int(call(cu, cu.cuFuncGetAttribute(attr, function.handle), "cuFuncGetAttribute"))
 
 
-def cubin_from_ptx(ptx: bytes | str, name: str, *, device: int = 0) -> bytes:
+def cubin_from_ptx(
+    ptx: bytes | str, name: str, *, device: int = 0, optimization_level: int | None = None
+) -> bytes:
     """JIT PTX to a cubin through the driver's linker, so later processes skip the JIT.
 
     ``cuLinkCreate``/``cuLinkAddData``/``cuLinkComplete`` compile for the current
     context's device; the returned bytes load with :func:`load_module`.
+    ``optimization_level`` is ptxas's ``-O`` (0-4; the driver's default is 4).
     """
     cu = driver_module()
     context(device)
     error_log, info_log = bytearray(JIT_LOG_BYTES), bytearray(JIT_LOG_BYTES)
-    options, values = _jit_options(cu, error_log, info_log)
+    options, values = _jit_options(cu, error_log, info_log, optimization_level)
     state = call(cu, cu.cuLinkCreate(len(options), options, values), "cuLinkCreate", name)
     try:
         data = _image_bytes(ptx)
