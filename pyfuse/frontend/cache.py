@@ -129,6 +129,7 @@ class _CubinAhead:
         self.quick_cubin: bytes | None = None
         self.finished = threading.Event()
         self.ok = False  # set when finished: the optimized JIT succeeded
+        self.error = ""  # why it did not, when it ran and failed
         # The cubin, kept in memory only while it is not in the disk cache: a job that is
         # never taken (a compile() never launched) then holds no more than this record.
         self.cubin: bytes | None = None
@@ -174,11 +175,14 @@ def jit_ahead(ptx: str, name: str, *, device: int, arch: str, quick: bool = Fals
     )
     try:
         thread.start()
-    except RuntimeError:  # no threads left, or the interpreter is shutting down
+    except BaseException as error:  # RuntimeError: no threads left, or the interpreter stops
+        # A job left in the table unstarted would make the next load wait for ever.
         with _ahead_lock:
             _ahead.pop(key, None)
         job.quick_done.set()
         job.finished.set()
+        if not isinstance(error, RuntimeError):
+            raise
 
 
 def _compile_ahead(job: _CubinAhead, ptx: str, name: str, device: int, path: Path) -> None:
@@ -201,8 +205,10 @@ def _compile_ahead(job: _CubinAhead, ptx: str, name: str, device: int, path: Pat
             with contextlib.suppress(OSError):
                 write_entry(path, cubin)
                 job.cubin = None  # on disk now
-    except Exception:
-        pass  # the load compiles again and raises the error at the caller
+    except Exception as error:
+        # A load that finds no cubin compiles again and raises the error at the caller; a
+        # kernel already running its quick build is told why (OptimizedBuild.load).
+        job.error = str(error) or type(error).__name__
     finally:
         job.quick_cubin = None
         job.quick_done.set()
@@ -257,7 +263,7 @@ def _store(path: Path, cubin: bytes) -> None:
             f"pyfuse: cannot write the kernel cache entry {path}: {error}; "
             "set PYFUSE_CACHE_DIR to a writable directory or PYFUSE_DISABLE_CACHE=1",
             RuntimeWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
 
 
@@ -275,11 +281,13 @@ class OptimizedBuild:
         return self._job.finished.is_set()
 
     def load(self) -> Module:
-        """The optimized module (waiting for it). A background JIT that failed, or whose
-        entry has gone, is done again here: LaunchError then says why."""
+        """The optimized module (waiting for it); LaunchError with the driver's reason if
+        its JIT failed. One whose stored cubin has gone since is compiled again here."""
         from pyfuse.backend_ptx import driver
 
         cubin, stored = _optimized_cubin(self._job, self._path)
+        if cubin is None and not self._job.ok:
+            raise LaunchError(self._job.error or f"kernel {self.name}: the optimized JIT failed")
         if cubin is None:
             cubin = driver.cubin_from_ptx(self._ptx, self.name, device=self._device)
         if knobs.cache_enabled() and not stored:
@@ -315,7 +323,7 @@ def _load(
         # A launch without a JIT ahead (a compile() of specs, a restored variant whose cubin
         # is gone) starts one here: a no-op when one runs or the cubin is cached.
         jit_ahead(ptx, name, device=device, arch=arch, quick=True)
-    cubin, stored, job = _take_ahead(path, device, accept_quick=quick)
+    cubin, stored, job = _take_ahead(path, device, accept_quick=quick and knobs.quick_jit())
     if job is not None:
         assert cubin is not None
         try:

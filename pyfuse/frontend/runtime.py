@@ -407,14 +407,17 @@ class Loaded:
             launcher, grid, block, smem, _, _ = launches[0]
             self._direct = launcher.bound(grid, block, smem)
 
-    def _install_optimized(self) -> None:
+    def _install_optimized(self) -> list[str]:
         """Swap in each optimized build that is ready (under the launch lock). One that fails
-        leaves its kernel on the quick build, with a warning: never an error at the call."""
+        leaves its kernel on the quick build: never an error at the call, but a warning,
+        whose text this returns for :meth:`launch` to give after the launch."""
+        if not any(optimized.ready() for _, _, _, optimized in self._pending):
+            return []
         from pyfuse.backend_ptx import driver
         from pyfuse.frontend import cache
 
         launches = list(self._launches)
-        waiting = []
+        waiting, failures = [], []
         for index, kernel, slots, optimized in self._pending:
             if not optimized.ready():
                 waiting.append((index, kernel, slots, optimized))
@@ -423,36 +426,42 @@ class Loaded:
                 # The caller may be capturing a CUDA graph: loading a module enqueues nothing.
                 with driver.capture_tolerant():
                     launches[index] = _launch_entry(kernel, slots, optimized.load())
-            except LaunchError as error:
-                warnings.warn(
-                    f"pyfuse: kernel {kernel.name} keeps running its quick (-O0) build: {error}",
-                    RuntimeWarning,
-                    stacklevel=5,
+            except Exception as error:  # LaunchError; anything else must not break calls either
+                failures.append(
+                    f"pyfuse: kernel {kernel.name} keeps running its quick (-O0) build: {error}"
                 )
                 continue
             self.sources[index] = cache.FROM_JIT
         self._pending = waiting
         self._set_launches(launches)
+        return failures
 
     def launch(self, buffers: list[int], stream: Any) -> None:
         """Launch every kernel in order on ``stream`` with the numbered buffers."""
+        failures = None
         lock = self._lock
         lock.acquire()  # cheaper than ``with`` on the hot path
         try:
             if self._pending:
-                self._install_optimized()
+                failures = self._install_optimized()
             if _several_devices:
                 self._context(self.device)
             if self._direct is not None:
                 self._direct(buffers, stream)
-                return
-            for launcher, grid, block, smem, slots, maps in self._launches:
-                arguments: list[Any] = [buffers[slot] for slot in slots]
-                if maps is not None:
-                    arguments += maps(arguments)
-                launcher.launch(grid, block, smem, stream, arguments)
+            else:
+                for launcher, grid, block, smem, slots, maps in self._launches:
+                    arguments: list[Any] = [buffers[slot] for slot in slots]
+                    if maps is not None:
+                        arguments += maps(arguments)
+                    launcher.launch(grid, block, smem, stream, arguments)
         finally:
             lock.release()
+        # After the launch: a warning that ``-W error`` raises must not stop this call's kernels
+        # (and the kernel is off the pending list already, so later calls do not warn again).
+        for message in failures or ():
+            # The frames up to the user's line: launch, Bound.run, call (or run_compiled),
+            # FusedFunction.__call__ (or Compiled.__call__).
+            warnings.warn(message, RuntimeWarning, stacklevel=5)
 
 
 def _launch_entry(kernel: Any, slots: tuple[int, ...], module: Any) -> tuple[Any, ...]:

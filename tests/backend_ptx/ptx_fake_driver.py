@@ -211,6 +211,7 @@ class FakeDriver:
     # Set by a test to hold every optimized link (no -O0 option) until the event is set.
     optimized_gate: threading.Event | None = None
     capture_mode: CUstreamCaptureMode = CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL
+    modules_loaded: int = 0
 
     CUresult = CUresult
     CUjit_option = CUjit_option
@@ -293,7 +294,12 @@ class FakeDriver:
     def cuModuleLoadDataEx(
         self, image: bytes, count: int, options: list[Any], values: list[Any]
     ) -> tuple[Any, ...]:
-        self._record("cuModuleLoadDataEx", image, count, list(options), list(values))
+        # Numbered by load (from 1, whatever a test cleared), so a test can tell which module
+        # a launch used: the number ends the record.
+        self.modules_loaded += 1
+        self._record(
+            "cuModuleLoadDataEx", image, count, list(options), list(values), self.modules_loaded
+        )
         if b"bad" in image:
             error_log = values[options.index(CUjit_option.CU_JIT_ERROR_LOG_BUFFER)]
             error_log[: len(self.jit_error_log)] = self.jit_error_log
@@ -301,8 +307,7 @@ class FakeDriver:
         info_log = values[options.index(CUjit_option.CU_JIT_INFO_LOG_BUFFER)]
         info = b"ptxas info    : Used 12 registers, used 0 barriers"
         info_log[: len(info)] = info
-        # Numbered by load, so a test can tell which module a launch used.
-        return (CUresult.CUDA_SUCCESS, Handle("module", self.names().count("cuModuleLoadDataEx")))
+        return (CUresult.CUDA_SUCCESS, Handle("module", self.modules_loaded))
 
     def cuModuleGetFunction(self, module: Handle, name: bytes) -> tuple[Any, ...]:
         self._record("cuModuleGetFunction", name)

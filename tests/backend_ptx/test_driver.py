@@ -139,7 +139,7 @@ def test_device_info_is_read_once(fake: FakeDriver) -> None:
 
 def test_load_module_passes_jit_logs_and_nul_terminates(fake: FakeDriver) -> None:
     module = driver.load_module(".version 9.0\n", "k")
-    _, image, count, options, values = fake.calls[-1]
+    _, image, count, options, values, _ = fake.calls[-1]
     assert image.endswith(b"\0")
     assert count == 5
     assert values[options.index(fake.CUjit_option.CU_JIT_LOG_VERBOSE)] == 1

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -339,11 +340,11 @@ def test_a_forked_child_forgets_the_jobs_of_its_parent(monkeypatch: pytest.Monke
 
 
 def _function_loaded_by(fake: FakeDriver, image: bytes) -> Any:
-    """The handle of the function from the module loaded from ``image`` (the fake numbers
-    modules by load and gives each function its module's number)."""
-    loads = [c[1] for c in fake.calls if c[0] == "cuModuleLoadDataEx"]
-    assert loads.count(image) == 1
-    return type(fake.launches[0]["function"])("function", loads.index(image) + 1)
+    """The handle of the function from the only module loaded from ``image`` (the fake
+    numbers modules by load and gives each function its module's number)."""
+    loads = [c for c in fake.calls if c[0] == "cuModuleLoadDataEx"]
+    (number,) = [c[-1] for c in loads if c[1] == image]
+    return type(fake.launches[0]["function"])("function", number)
 
 
 def test_first_launches_run_the_quick_build_until_the_optimized_one_is_ready(
@@ -393,6 +394,20 @@ def test_quick_builds_can_be_turned_off(
     assert compiled.runtime.loaded[0].sources == [cache.FROM_JIT]
 
 
+def test_turning_quick_builds_off_after_the_compile_waits_for_the_optimized_one(
+    cache_dir: Path, fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake.optimized_gate = threading.Event()
+    fused, x, _ = _gpu_function(fake, monkeypatch)
+    compiled = fused.compile(x)  # the JIT ahead builds quickly first
+    (job,) = cache._ahead.values()
+    job.quick_done.wait()
+    threading.Timer(0.3, fake.optimized_gate.set).start()
+    with knobs.overrides(quick_jit=False):
+        compiled(x)
+    assert compiled.runtime.loaded[0].sources == [cache.FROM_JIT]
+
+
 def test_a_launch_without_a_jit_ahead_starts_one_with_a_quick_build(
     cache_dir: Path, fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -409,9 +424,10 @@ def test_a_launch_without_a_jit_ahead_starts_one_with_a_quick_build(
     assert fake.link_levels() == [0, 4]
 
 
-def test_an_optimized_build_that_fails_keeps_the_quick_one_with_a_warning(
-    cache_dir: Path, fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _first_call_whose_optimized_build_fails(
+    fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Any, Any]:
+    """A new fusion called once (its quick build), whose optimized build then failed."""
     fake.optimized_gate = threading.Event()
     fused, x, _ = _gpu_function(fake, monkeypatch)
     complete = fake.cuLinkComplete
@@ -427,21 +443,48 @@ def test_an_optimized_build_that_fails_keeps_the_quick_one_with_a_warning(
     fused(x)
     fake.optimized_gate.set()
     cache.wait_for_jits()
-    with pytest.warns(RuntimeWarning, match="keeps running its quick .-O0. build.*linking PTX"):
-        fused(x)  # the background failure is redone here, for its message; the call still runs
-    fused(x)  # warned once: nothing pending any more
+    return fused, x
+
+
+def test_an_optimized_build_that_fails_keeps_the_quick_one_with_a_warning(
+    cache_dir: Path, fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fused, x = _first_call_whose_optimized_build_fails(fake, monkeypatch)
+    with pytest.warns(
+        RuntimeWarning, match="keeps running its quick .-O0. build.*linking PTX"
+    ) as seen:
+        fused(x)  # the background JIT's reason, without compiling again; the call still runs
+    assert [Path(w.filename).name for w in seen] == [Path(__file__).name]  # the caller's line
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fused(x)  # warned once: nothing pending any more
     (compiled,) = fused.__dict__["_pyfuse_runtime"].compiled.values()
     loaded = compiled.runtime.loaded[0]
     assert loaded.sources == [cache.FROM_QUICK_JIT] and not loaded._pending
     quick_function = _function_loaded_by(fake, fake.quick_cubin)
     assert [launch["function"] for launch in fake.launches] == [quick_function] * 3
+    assert fake.link_levels() == [0, 4]
     assert not any(cache_dir.rglob("*.cubin"))
+
+
+def test_warnings_as_errors_still_launch_and_warn_once(
+    cache_dir: Path, fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fused, x = _first_call_whose_optimized_build_fails(fake, monkeypatch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(RuntimeWarning, match="keeps running its quick"):
+            fused(x)
+        fused(x)
+    assert len(fake.launches) == 3  # the call that raised the warning launched its kernel
 
 
 def test_load_module_never_returns_a_quick_build(cache_dir: Path, fake: FakeDriver) -> None:
     fake.optimized_gate = threading.Event()
     cache.jit_ahead(PTX, "k", device=0, arch="sm_90a", quick=True)
-    threading.Timer(0.05, fake.optimized_gate.set).start()
+    (job,) = cache._ahead.values()
+    job.quick_done.wait()  # the quick build is there to take, the optimized one held
+    threading.Timer(0.3, fake.optimized_gate.set).start()
     _, source = cache.load_module(PTX, "k", device=0, arch="sm_90a")
     assert source == cache.FROM_JIT
     (load,) = [c for c in fake.calls if c[0] == "cuModuleLoadDataEx"]

@@ -102,11 +102,11 @@ def test_the_quick_and_the_optimized_build_give_the_same_bits(torch: Any, case: 
     fused = _fresh(fn, name)
     first = fused(*inputs)
     torch.cuda.synchronize()
-    assert _sources(fused) == [cache.FROM_QUICK_JIT], name
+    assert set(_sources(fused)) == {cache.FROM_QUICK_JIT}, name  # long_sum has two kernels
     cache.wait_for_jits()
     second = fused(*inputs)
     torch.cuda.synchronize()
-    assert _sources(fused) == [cache.FROM_JIT], name
+    assert set(_sources(fused)) == {cache.FROM_JIT}, name
     # Identical bits: every floating-point operation in the PTX states its rounding.
     assert torch.equal(first, second), f"{name}: the builds differ (seed {seed})"
     want = reference(torch, *[x.double() for x in inputs])
