@@ -65,6 +65,9 @@ FROM_QUICK_JIT = "quick jit"
 # costs most of -O4's time on the kernels measured).
 QUICK_OPTIMIZATION_LEVEL = 0
 _THREAD_PREFIX = "pyfuse-jit-"
+# The longest jit_ahead waits for its thread's compile to start (a first context creation
+# without torch can take 100 ms; the caller then goes on beside it).
+_COMPILE_START_WAIT_S = 0.05
 
 
 def entry_key(ptx: str, arch: str, driver_version: int) -> str:
@@ -127,6 +130,8 @@ class _CubinAhead:
             self.quick_done.set()
         # Dropped when the optimized build is done: from then on nobody takes it.
         self.quick_cubin: bytes | None = None
+        # Set when the thread's first build has entered the driver's compile (or ended).
+        self.compiling = threading.Event()
         self.finished = threading.Event()
         self.ok = False  # set when finished: the optimized JIT succeeded
         self.error = ""  # why it did not, when it ran and failed
@@ -183,20 +188,32 @@ def jit_ahead(ptx: str, name: str, *, device: int, arch: str, quick: bool = Fals
         job.finished.set()
         if not isinstance(error, RuntimeError):
             raise
+        return
+    # Hand the thread the GIL until its compile is under way. Each driver call before it
+    # (context, cuLinkCreate) gives the GIL up, and getting it back from a caller busy with
+    # Python (storing the variant record, building the launch plan) waits out the
+    # interpreter's switch interval, 5 ms a call: that delayed the compile, which the first
+    # launch waits for, by about as long as the caller was busy.
+    job.compiling.wait(_COMPILE_START_WAIT_S)
 
 
 def _compile_ahead(job: _CubinAhead, ptx: str, name: str, device: int, path: Path) -> None:
     from pyfuse.backend_ptx import driver
 
+    compiling = job.compiling.set
     try:
         if not job.quick_done.is_set():
             try:
                 job.quick_cubin = driver.cubin_from_ptx(
-                    ptx, name, device=device, optimization_level=QUICK_OPTIMIZATION_LEVEL
+                    ptx,
+                    name,
+                    device=device,
+                    optimization_level=QUICK_OPTIMIZATION_LEVEL,
+                    on_compile=compiling,
                 )
             finally:
                 job.quick_done.set()  # a failed quick build ends the job: -O4 would fail alike
-        cubin = driver.cubin_from_ptx(ptx, name, device=device)
+        cubin = driver.cubin_from_ptx(ptx, name, device=device, on_compile=compiling)
         job.ok = True
         job.cubin = cubin
         if knobs.cache_enabled():
@@ -211,6 +228,7 @@ def _compile_ahead(job: _CubinAhead, ptx: str, name: str, device: int, path: Pat
         job.error = str(error) or type(error).__name__
     finally:
         job.quick_cubin = None
+        job.compiling.set()
         job.quick_done.set()
         job.finished.set()
 

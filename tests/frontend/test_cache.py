@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,6 +42,7 @@ def fake() -> Iterator[FakeDriver]:
         if fake_driver.optimized_gate is not None:
             fake_driver.optimized_gate.set()
         cache.wait_for_jits()
+        cache._forget_ahead()  # jobs a test started and never took
 
 
 def _entry(ptx: str = PTX) -> Path:
@@ -317,6 +319,34 @@ def test_a_thread_that_cannot_start_leaves_the_call_working(
     fused(x)  # the JIT runs on the caller's thread instead
     fused(x)
     assert jit_threads == [threading.current_thread().name] and not cache._ahead
+
+
+def _slow_link_create(fake: FakeDriver, seconds: float) -> None:
+    """Make cuLinkCreate give the GIL up for ``seconds``, as a driver call does."""
+    create = fake.cuLinkCreate
+
+    def slow(*args: Any) -> tuple[Any, ...]:
+        time.sleep(seconds)
+        return create(*args)
+
+    fake.cuLinkCreate = slow  # type: ignore[method-assign]
+
+
+def test_jit_ahead_returns_once_the_compile_is_under_way(cache_dir: Path, fake: FakeDriver) -> None:
+    _slow_link_create(fake, 0.01)
+    cache.jit_ahead(PTX, "k", device=0, arch="sm_90a", quick=True)
+    # The thread's calls before the compile gave the GIL up; the caller waited for them.
+    assert fake.names().count("cuLinkAddData") >= 1
+
+
+def test_jit_ahead_waits_for_the_compile_to_start_a_bounded_time(
+    cache_dir: Path, fake: FakeDriver
+) -> None:
+    _slow_link_create(fake, 0.5)
+    start = time.perf_counter()
+    cache.jit_ahead(PTX, "k", device=0, arch="sm_90a", quick=True)
+    assert time.perf_counter() - start < 0.4
+    assert "cuLinkAddData" not in fake.names()
 
 
 def test_jit_ahead_never_raises(

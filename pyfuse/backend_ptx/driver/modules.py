@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
@@ -159,13 +159,19 @@ def function_attribute(function: Function, name: str) -> int:
 
 
 def cubin_from_ptx(
-    ptx: bytes | str, name: str, *, device: int = 0, optimization_level: int | None = None
+    ptx: bytes | str,
+    name: str,
+    *,
+    device: int = 0,
+    optimization_level: int | None = None,
+    on_compile: Callable[[], None] | None = None,
 ) -> bytes:
     """JIT PTX to a cubin through the driver's linker, so later processes skip the JIT.
 
     ``cuLinkCreate``/``cuLinkAddData``/``cuLinkComplete`` compile for the current
     context's device; the returned bytes load with :func:`load_module`.
     ``optimization_level`` is ptxas's ``-O`` (0-4; the driver's default is 4).
+    ``on_compile`` is called just before the compile itself (``cuLinkAddData``) starts.
     """
     cu = driver_module()
     context(device)
@@ -174,6 +180,8 @@ def cubin_from_ptx(
     state = call(cu, cu.cuLinkCreate(len(options), options, values), "cuLinkCreate", name)
     try:
         data = _image_bytes(ptx)
+        if on_compile is not None:
+            on_compile()
         result = cu.cuLinkAddData(
             state, cu.CUjitInputType.CU_JIT_INPUT_PTX, data, len(data), name.encode(), 0, None, None
         )
