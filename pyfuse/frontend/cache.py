@@ -65,9 +65,10 @@ FROM_QUICK_JIT = "quick jit"
 # costs most of -O4's time on the kernels measured).
 QUICK_OPTIMIZATION_LEVEL = 0
 _THREAD_PREFIX = "pyfuse-jit-"
-# The longest jit_ahead waits for its thread's compile to start (a first context creation
-# without torch can take 100 ms; the caller then goes on beside it).
-_COMPILE_START_WAIT_S = 0.05
+# The longest jit_ahead waits for its thread's compile to start: the steps before it take
+# well under a millisecond once uncontended, but a first context creation without torch
+# takes about 100 ms, which the caller then spends on its own work beside it.
+_COMPILE_START_WAIT_S = 0.02
 
 
 def entry_key(ptx: str, arch: str, driver_version: int) -> str:

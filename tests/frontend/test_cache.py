@@ -332,11 +332,39 @@ def _slow_link_create(fake: FakeDriver, seconds: float) -> None:
     fake.cuLinkCreate = slow  # type: ignore[method-assign]
 
 
-def test_jit_ahead_returns_once_the_compile_is_under_way(cache_dir: Path, fake: FakeDriver) -> None:
+def test_jit_ahead_returns_once_the_compile_is_under_way(
+    cache_dir: Path, fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cache, "_COMPILE_START_WAIT_S", 1.0)  # generous: a busy CI machine
     _slow_link_create(fake, 0.01)
+    compiling, release = threading.Event(), threading.Event()
+    add_data = fake.cuLinkAddData
+
+    def held_quick_compile(state: Any, *args: Any) -> tuple[Any, ...]:
+        if state.value == 0:
+            compiling.set()
+            release.wait()
+        return add_data(state, *args)
+
+    fake.cuLinkAddData = held_quick_compile  # type: ignore[method-assign]
+    start = time.perf_counter()
+    try:
+        cache.jit_ahead(PTX, "k", device=0, arch="sm_90a", quick=True)
+        # The thread's calls before the compile gave the GIL up; the caller waited for them,
+        # and for no more: the quick build's compile is still held.
+        assert compiling.is_set() and time.perf_counter() - start < 0.5
+    finally:
+        release.set()
+
+
+def test_jit_ahead_does_not_wait_for_a_thread_that_failed_before_its_compile(
+    cache_dir: Path, fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cache, "_COMPILE_START_WAIT_S", 1.0)
+    fake.cuLinkCreate = lambda *args: (fake.CUresult.CUDA_ERROR_INVALID_CONTEXT, None)  # type: ignore[method-assign]
+    start = time.perf_counter()
     cache.jit_ahead(PTX, "k", device=0, arch="sm_90a", quick=True)
-    # The thread's calls before the compile gave the GIL up; the caller waited for them.
-    assert fake.names().count("cuLinkAddData") >= 1
+    assert time.perf_counter() - start < 0.5
 
 
 def test_jit_ahead_waits_for_the_compile_to_start_a_bounded_time(
