@@ -319,7 +319,7 @@ def load_module(ptx: str, name: str, *, device: int, arch: str) -> tuple[Module,
     take the one :func:`jit_ahead` made), store that and load it. Returns the module and where
     it came from (FROM_CACHE, FROM_JIT, FROM_PTX); never a quick build.
     """
-    module, source, _ = _load(ptx, name, device=device, arch=arch, quick=False)
+    module, source, _ = load_for_launch(ptx, name, device=device, arch=arch, quick=False)
     return module, source
 
 
@@ -329,20 +329,15 @@ def load_for_launch(
     """:func:`load_module` for a kernel's first launch. With ``quick`` (and the kernel in no
     cache yet) that is its quick build, FROM_QUICK_JIT, with the :class:`OptimizedBuild` to
     swap in once ready; otherwise the OptimizedBuild is None."""
-    return _load(ptx, name, device=device, arch=arch, quick=quick)
-
-
-def _load(
-    ptx: str, name: str, *, device: int, arch: str, quick: bool
-) -> tuple[Module, str, OptimizedBuild | None]:
     from pyfuse.backend_ptx import driver
 
     path = entry_path(entry_key(ptx, arch, driver.driver_version()))
-    if quick and knobs.quick_jit():
+    quick = quick and knobs.quick_jit()
+    if quick:
         # A launch without a JIT ahead (a compile() of specs, a restored variant whose cubin
         # is gone) starts one here: a no-op when one runs or the cubin is cached.
         jit_ahead(ptx, name, device=device, arch=arch, quick=True)
-    cubin, stored, job = _take_ahead(path, device, accept_quick=quick and knobs.quick_jit())
+    cubin, stored, job = _take_ahead(path, device, accept_quick=quick)
     if job is not None:
         assert cubin is not None
         try:

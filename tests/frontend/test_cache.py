@@ -442,8 +442,6 @@ def test_first_launches_run_the_quick_build_until_the_optimized_one_is_ready(
 def test_quick_builds_can_be_turned_off(
     cache_dir: Path, fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fake.optimized_gate = threading.Event()
-    fake.optimized_gate.set()
     fused, x, _ = _gpu_function(fake, monkeypatch)
     monkeypatch.setenv("PYFUSE_QUICK_JIT", "0")
     fused(x)
