@@ -69,6 +69,10 @@ _THREAD_PREFIX = "pyfuse-jit-"
 # well under a millisecond once uncontended, but a first context creation without torch
 # takes about 100 ms, which the caller then spends on its own work beside it.
 _COMPILE_START_WAIT_S = 0.02
+# The longest a compact form's job waits for its kernel's PTX (emitted right after it, in
+# milliseconds): a compile that died without abandoning the job must not keep its thread, which
+# the interpreter waits for at exit.
+_PTX_WAIT_S = 60.0
 
 
 def entry_key(ptx: str, arch: str, driver_version: int) -> str:
@@ -122,12 +126,25 @@ def write_entry(path: Path, payload: bytes, magic: bytes = MAGIC) -> None:
 
 class _CubinAhead:
     """A kernel's PTX being compiled by the driver on a background thread: when asked, a
-    quick build first, then the optimized one (the one the disk cache stores)."""
+    quick build first, then the optimized one (the one the disk cache stores).
 
-    def __init__(self, quick: bool) -> None:
+    The quick build compiles ``quick_ptx``: the kernel's own PTX, or its compact form
+    (:func:`jit_compact`), whose job learns the PTX to optimize only once that is emitted."""
+
+    def __init__(self, quick: bool, ptx: str | None = None, quick_ptx: str | None = None) -> None:
+        # What the quick build compiles (None: no quick build); the compact form or the PTX.
+        self.quick_ptx = quick_ptx if quick_ptx is not None else (ptx if quick else None)
+        self.compact = quick_ptx is not None
+        # The PTX of the optimized build and its cache entry, and set once they are known (or
+        # will never be).
+        self.ptx = ptx
+        self.path: Path | None = None
+        self.ptx_known = threading.Event()
+        if ptx is not None:
+            self.ptx_known.set()
         # Set once the quick build is made or has failed, and at once when none is asked for.
         self.quick_done = threading.Event()
-        if not quick:
+        if self.quick_ptx is None:
             self.quick_done.set()
         # Dropped when the optimized build is done: from then on nobody takes it.
         self.quick_cubin: bytes | None = None
@@ -139,6 +156,13 @@ class _CubinAhead:
         # The cubin, kept in memory only while it is not in the disk cache: a job that is
         # never taken (a compile() never launched) then holds no more than this record.
         self.cubin: bytes | None = None
+
+    def abandon(self) -> None:
+        """No optimized build will be asked of this compact job (its kernel's PTX was not
+        emitted, is cached, or is being built by another job): it ends after its quick build,
+        whose cubin nobody takes."""
+        self.ptx = None
+        self.ptx_known.set()
 
 
 # Keyed by (cache entry path, device): started and not yet taken by a load.
@@ -154,67 +178,121 @@ def _forget_ahead() -> None:
 os.register_at_fork(after_in_child=_forget_ahead)
 
 
-def jit_ahead(ptx: str, name: str, *, device: int, arch: str, quick: bool = False) -> None:
+def jit_ahead(
+    ptx: str,
+    name: str,
+    *,
+    device: int,
+    arch: str,
+    quick: bool = False,
+    compact: _CubinAhead | None = None,
+) -> None:
     """Start the driver's JIT of ``ptx`` for ``device`` on a background thread, unless the
     cache already holds its cubin or the same JIT is under way; ``quick`` asks for a quick
-    build first (ignored when ``PYFUSE_QUICK_JIT=0``). Never raises: whatever goes wrong
-    here, the load at the launch meets again and reports."""
+    build first (ignored when ``PYFUSE_QUICK_JIT=0``). ``compact``, the job
+    :func:`jit_compact` started on this kernel's compact form, becomes this PTX's job: its
+    quick build serves the first launches and it builds ``ptx`` optimized next (or is
+    abandoned when that is not needed). Never raises: whatever goes wrong here, the load at
+    the launch meets again and reports."""
     from pyfuse.backend_ptx import driver
 
     try:
         path = entry_path(entry_key(ptx, arch, driver.driver_version()))
-        if knobs.cache_enabled() and os.path.exists(path):
-            return
+        cached = knobs.cache_enabled() and os.path.exists(path)
         quick = quick and knobs.quick_jit()
     except Exception:
+        path, cached = None, True
+    if compact is not None and compact.finished.is_set():
+        compact = None  # it gave up waiting for this PTX: a job of its own, then
+    if cached or path is None:
+        if compact is not None:
+            compact.abandon()
         return
     key = (path, device)
-    job = _CubinAhead(quick)
+    job = compact if compact is not None else _CubinAhead(quick, ptx=ptx)
+    job.path = path
     with _ahead_lock:
         if key in _ahead:
+            if compact is not None:
+                compact.abandon()
             return
         _ahead[key] = job
+    if compact is not None:
+        compact.ptx = ptx
+        compact.ptx_known.set()
+        return
+    _start(job, name, device, key)
+
+
+def jit_compact(ptx: str, name: str, *, device: int) -> _CubinAhead | None:
+    """Start the quick build of a kernel's compact form (``emit_compact_ptx``) before its
+    PTX is emitted; hand the job to :func:`jit_ahead` with that PTX, or call its
+    ``abandon`` if the PTX will not come. None when quick builds are off or no thread
+    starts (the PTX's own JIT ahead then runs as without a compact form)."""
+    try:
+        if not knobs.quick_jit():
+            return None
+    except Exception:
+        return None
+    job = _CubinAhead(True, quick_ptx=ptx)
+    return job if _start(job, name, device, None) else None
+
+
+def _start(job: _CubinAhead, name: str, device: int, key: tuple[Path, int] | None) -> bool:
+    """Run ``job`` on a thread of its own; False (the job ended, unregistered) if none starts."""
     # Not a daemon: the interpreter waits for a JIT in flight at exit rather than tearing the
     # driver down under it (and the optimized build still reaches the disk cache).
     thread = threading.Thread(
-        target=_compile_ahead, args=(job, ptx, name, device, path), name=_THREAD_PREFIX + name
+        target=_compile_ahead, args=(job, name, device), name=_THREAD_PREFIX + name
     )
     try:
         thread.start()
     except BaseException as error:  # RuntimeError: no threads left, or the interpreter stops
         # A job left in the table unstarted would make the next load wait for ever.
-        with _ahead_lock:
-            _ahead.pop(key, None)
+        if key is not None:
+            with _ahead_lock:
+                _ahead.pop(key, None)
         job.quick_done.set()
         job.finished.set()
         if not isinstance(error, RuntimeError):
             raise
-        return
+        return False
     # Hand the thread the GIL until its compile is under way. Each driver call before it
     # (context, cuLinkCreate) gives the GIL up, and getting it back from a caller busy with
     # Python (storing the variant record, building the launch plan) waits out the
     # interpreter's switch interval, 5 ms a call: that delayed the compile, which the first
     # launch waits for, by about as long as the caller was busy.
     job.compiling.wait(_COMPILE_START_WAIT_S)
+    return True
 
 
-def _compile_ahead(job: _CubinAhead, ptx: str, name: str, device: int, path: Path) -> None:
+def _compile_ahead(job: _CubinAhead, name: str, device: int) -> None:
     from pyfuse.backend_ptx import driver
 
     compiling = job.compiling.set
     try:
-        if not job.quick_done.is_set():
+        if job.quick_ptx is not None:
             try:
                 job.quick_cubin = driver.cubin_from_ptx(
-                    ptx,
+                    job.quick_ptx,
                     name,
                     device=device,
                     optimization_level=QUICK_OPTIMIZATION_LEVEL,
                     on_compile=compiling,
                 )
+            except Exception:
+                # A failed quick build of the PTX itself ends the job (-O4 would fail alike);
+                # one of the compact form leaves the first launches to the optimized build.
+                if not job.compact:
+                    raise
             finally:
-                job.quick_done.set()  # a failed quick build ends the job: -O4 would fail alike
-        cubin = driver.cubin_from_ptx(ptx, name, device=device, on_compile=compiling)
+                job.quick_done.set()
+        if not job.ptx_known.wait(_PTX_WAIT_S):
+            raise LaunchError(f"kernel {name}: its PTX did not follow its compact form")
+        path = job.path
+        if job.ptx is None or path is None:
+            return  # abandoned: only the quick build was wanted, and nobody takes it
+        cubin = driver.cubin_from_ptx(job.ptx, name, device=device, on_compile=compiling)
         job.ok = True
         job.cubin = cubin
         if knobs.cache_enabled():

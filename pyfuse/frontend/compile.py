@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
+from typing import Protocol
 
 from pyfuse import knobs
-from pyfuse.backend_ptx.emit import emit_ptx
+from pyfuse.backend_ptx.emit import emit_compact_ptx, emit_ptx
 from pyfuse.frontend import variant_cache
 from pyfuse.frontend.compiled import Compiled, Kernel
 from pyfuse.ir.fusion import Fusion
@@ -41,6 +41,25 @@ def _arguments(
     return result
 
 
+class QuickStart(Protocol):
+    """A quick build started on a kernel's compact form, before its PTX exists."""
+
+    def abandon(self) -> None:
+        """The kernel's PTX will not come (its emission failed)."""
+
+
+class JitHooks(Protocol):
+    """Where a compile hands each kernel's PTX as soon as it exists: the runtime starts the
+    driver's JIT on it, beside the rest of the compile."""
+
+    def compact(self, name: str, ptx: str) -> QuickStart | None:
+        """The compact form of a kernel whose first launches may run a quick build, before
+        its PTX is emitted; what it returns goes with that PTX to :meth:`full`."""
+
+    def full(self, name: str, ptx: str, quick: bool, compact: QuickStart | None) -> None:
+        """A kernel's PTX; ``quick``: its first launches may run a quick (-O0) build."""
+
+
 def _dump(stage: str, text: str) -> None:
     print(f"==== pyfuse {stage} ====\n{text}", file=sys.stderr)
 
@@ -49,11 +68,11 @@ def compile_fusion(
     fusion: Fusion,
     target: TargetInfo,
     matmul: MatmulParams | None = None,
-    on_ptx: Callable[[str, str, bool], None] | None = None,
+    jit: JitHooks | None = None,
 ) -> Compiled:
-    """Passes and PTX emission for a traced fusion; no GPU needed. ``on_ptx(name, ptx,
-    quick)`` is called with each kernel's PTX as soon as it is emitted (the runtime starts
-    its JIT); ``quick`` says whether its first launches may run a quick (-O0) build."""
+    """Passes and PTX emission for a traced fusion; no GPU needed. ``jit`` gets each kernel's
+    PTX as soon as it is emitted, and first its compact form (the quick build's source) where
+    its first launches may run one and the form differs (``emit_compact_ptx``)."""
     # Stages are rendered as text only when PYFUSE_DUMP asks for them.
     dump = knobs.dump()
     if "ir" in dump:
@@ -61,7 +80,7 @@ def compile_fusion(
     result = pipeline.run(fusion, target, matmul)
     timings = dict(result.timings)
     kernels = []
-    emit_seconds = 0.0
+    emit_seconds = compact_seconds = 0.0
     for stages, sources, sinks in zip(
         result.kernels, result.segmented.sources, result.segmented.sinks, strict=True
     ):
@@ -72,13 +91,28 @@ def compile_fusion(
             from pyfuse.ir.kernel_printer import kernel_to_str  # loads only for this dump
 
             _dump("kernel", kernel_to_str(kernel_ir))
+        # A matmul kernel's first launch waits for its optimized build: its -O0 build was
+        # never measured, and ptxas may serialize a wgmma pipeline it does not schedule.
+        quick = stages.plan.scheduler != MATMUL_SCHEDULER
+        started = None
+        if jit is not None and quick:
+            # The compact form first: its quick build, a fraction of the PTX's, then runs
+            # while the PTX is emitted.
+            start = time.perf_counter()
+            compact = emit_compact_ptx(kernel_ir, target)
+            compact_seconds += time.perf_counter() - start
+            if compact is not None:
+                started = jit.compact(kernel_ir.name, compact)
         start = time.perf_counter()
-        ptx = emit_ptx(kernel_ir, target)
+        try:
+            ptx = emit_ptx(kernel_ir, target)
+        except BaseException:
+            if started is not None:
+                started.abandon()
+            raise
         emit_seconds += time.perf_counter() - start
-        if on_ptx is not None:
-            # A matmul kernel's first launch waits for its optimized build: its -O0 build was
-            # never measured, and ptxas may serialize a wgmma pipeline it does not schedule.
-            on_ptx(kernel_ir.name, ptx, stages.plan.scheduler != MATMUL_SCHEDULER)
+        if jit is not None:
+            jit.full(kernel_ir.name, ptx, quick, started)
         if "ptx" in dump:
             _dump("ptx", ptx)
         kernels.append(
@@ -96,6 +130,8 @@ def compile_fusion(
             )
         )
     timings["emit"] = emit_seconds
+    if compact_seconds:
+        timings["emit_compact"] = compact_seconds
     return Compiled(
         name=fusion.name,
         kernels=kernels,

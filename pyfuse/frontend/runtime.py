@@ -29,7 +29,7 @@ import dataclasses
 import threading
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from pyfuse import knobs
@@ -150,10 +150,10 @@ def _compile(
         traced = time.perf_counter() - start
         matmul = fused.matmul
 
-        def full_compile(on_ptx: Callable[[str, str, bool], None] | None = None) -> Any:
+        def full_compile(jit: Any = None) -> Any:
             from pyfuse.frontend.compile import compile_fusion  # the passes load on first use
 
-            return compile_fusion(fusion, target, matmul, on_ptx)
+            return compile_fusion(fusion, target, matmul, jit)
 
         compiled = None
         key = None
@@ -168,14 +168,7 @@ def _compile(
             if compiled is not None:
                 compiled.timings = {"trace": traced, "variant_cache": time.perf_counter() - start}
         if compiled is None:
-            on_ptx = None
-            if device is not None:
-                from pyfuse.frontend import cache
-
-                def on_ptx(name: str, ptx: str, quick: bool) -> None:
-                    cache.jit_ahead(ptx, name, device=device, arch=target.arch, quick=quick)
-
-            compiled = full_compile(on_ptx)
+            compiled = full_compile(None if device is None else _JitAhead(device, target.arch))
             compiled.timings = {"trace": traced, **compiled.timings}
             if key is not None:
                 variant_cache.store(key, compiled)
@@ -183,6 +176,25 @@ def _compile(
         if use_cache:
             state.compiled[signature] = compiled
         return compiled
+
+
+class _JitAhead:
+    """A compile's :class:`~pyfuse.frontend.compile.JitHooks` for a GPU call: each kernel's
+    JIT starts on a background thread as soon as its compact form or PTX exists."""
+
+    def __init__(self, device: int, arch: str) -> None:
+        self.device = device
+        self.arch = arch
+
+    def compact(self, name: str, ptx: str) -> Any:
+        from pyfuse.frontend import cache
+
+        return cache.jit_compact(ptx, name, device=self.device)
+
+    def full(self, name: str, ptx: str, quick: bool, compact: Any) -> None:
+        from pyfuse.frontend import cache
+
+        cache.jit_ahead(ptx, name, device=self.device, arch=self.arch, quick=quick, compact=compact)
 
 
 def compile_for(fused: Any, args: Sequence[object]) -> Any:

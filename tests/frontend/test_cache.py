@@ -207,10 +207,14 @@ def test_a_new_function_with_the_same_kernel_loads_from_disk(
 
 
 def _gpu_function(
-    fake: FakeDriver, monkeypatch: pytest.MonkeyPatch, body: str = ""
+    fake: FakeDriver,
+    monkeypatch: pytest.MonkeyPatch,
+    body: str = "",
+    fn: Any = lambda x: x * 2 + 1,
 ) -> tuple[Any, Any, list[str]]:
-    """A new fusion on a fake GPU whose emitted PTX is ``// <kernel name><body>``, an input
-    array, and the names of the threads that ran the driver's JIT (one per link)."""
+    """A new fusion ``fn`` on a fake GPU whose emitted PTX is ``// <kernel name><body>``, an
+    input array, and the names of the threads that ran the driver's JIT (one per link). The
+    compact form is the real emitter's: ``x * 2 + 1`` has none (too light), gelu has one."""
     from pyfuse.frontend import compile as compile_module
     from pyfuse.frontend.arrays import DeviceArray
 
@@ -227,7 +231,7 @@ def _gpu_function(
         return add_data(*args)
 
     fake.cuLinkAddData = recording_add_data  # type: ignore[method-assign]
-    fused = pf.fuse(name=f"ahead{len(body)}")(lambda x: x * 2 + 1)
+    fused = pf.fuse(name=f"ahead{len(body)}")(fn)
     return fused, DeviceArray((4,), pf.float32), jit_threads
 
 
@@ -547,19 +551,54 @@ def test_load_module_never_returns_a_quick_build(cache_dir: Path, fake: FakeDriv
     assert load[1] == fake.cubin
 
 
+class _JitRecorder:
+    """JitHooks that record what a compile hands over: (name, quick) per PTX, and the names
+    of the compact forms, each handed back with its PTX."""
+
+    def __init__(self) -> None:
+        self.full_calls: list[tuple[str, bool]] = []
+        self.compacts: list[str] = []
+        self.paired: list[str | None] = []
+
+    def compact(self, name: str, ptx: str) -> Any:
+        assert "compact form" in ptx
+        self.compacts.append(name)
+        return name
+
+    def full(self, name: str, ptx: str, quick: bool, compact: Any) -> None:
+        self.full_calls.append((name, quick))
+        self.paired.append(compact)
+
+
 def test_matmul_kernels_are_not_built_quickly() -> None:
     from pyfuse.frontend.compile import compile_fusion
 
     def kernels_asking_for_quick(fn: Any, *specs: Any) -> list[bool]:
-        fusion = pf.fuse(fn).trace(*specs)
-        asked: list[bool] = []
-        compile_fusion(fusion, HOPPER, on_ptx=lambda name, ptx, quick: asked.append(quick))
-        return asked
+        recorder = _JitRecorder()
+        compile_fusion(pf.fuse(fn).trace(*specs), HOPPER, jit=recorder)
+        return [quick for _, quick in recorder.full_calls]
 
     vector = pf.spec((256, 256), pf.bfloat16)
     assert kernels_asking_for_quick(lambda x: pf.gelu(x) * 2, vector) == [True]
     assert kernels_asking_for_quick(lambda x: pf.softmax(x, -1), vector) == [True]
     assert kernels_asking_for_quick(lambda a, b: pf.matmul(a, b), vector, vector) == [False]
+
+
+def test_compile_hands_the_compact_form_first_and_pairs_it_with_the_ptx() -> None:
+    from pyfuse.frontend.compile import compile_fusion
+
+    recorder = _JitRecorder()
+    vector = pf.spec((256, 256), pf.bfloat16)
+    fusion = pf.fuse(lambda x, y: pf.gelu(x * y), name="pairs").trace(vector, vector)
+    compiled = compile_fusion(fusion, HOPPER, jit=recorder)
+    assert recorder.compacts == ["pairs_k0"]
+    assert recorder.full_calls == [("pairs_k0", True)]
+    assert recorder.paired == ["pairs_k0"]  # the compact start goes with its own kernel's PTX
+    assert "emit_compact" in compiled.timings
+    matmul = pf.fuse(lambda a, b: pf.matmul(a, b)).trace(vector, vector)
+    recorder = _JitRecorder()
+    compile_fusion(matmul, HOPPER, jit=recorder)
+    assert recorder.compacts == [] and recorder.paired == [None]
 
 
 def test_a_process_exiting_during_the_optimized_build_still_stores_it(tmp_path: Path) -> None:
@@ -590,3 +629,111 @@ def test_a_process_exiting_during_the_optimized_build_still_stores_it(tmp_path: 
     assert result.stdout == "returning\n"
     with knobs.overrides(cache_dir=tmp_path):
         assert cache.read_entry(_entry()) == FakeDriver().cubin
+
+
+# ---- the compact form's quick build ---------------------------------------------------------
+
+
+def _linked(fake: FakeDriver) -> list[tuple[int, bytes]]:
+    """(optimization level, PTX) of every link so far, in order."""
+    levels = fake.link_levels()
+    sources = [c[2] for c in fake.calls if c[0] == "cuLinkAddData"]
+    return list(zip(levels, sources, strict=True))
+
+
+def test_a_first_call_builds_the_compact_form_quickly_and_the_ptx_optimized(
+    cache_dir: Path, fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake.optimized_gate = threading.Event()
+    fused, x, jit_threads = _gpu_function(fake, monkeypatch, fn=lambda x: pf.gelu(x) * 2)
+    fused(x)
+    (compiled,) = fused.__dict__["_pyfuse_runtime"].compiled.values()
+    (kernel,) = compiled.kernels
+    quick_function = _function_loaded_by(fake, fake.quick_cubin)
+    assert [launch["function"] for launch in fake.launches] == [quick_function]
+    fake.optimized_gate.set()
+    cache.wait_for_jits()
+    # One job on one thread: the compact form at -O0 (the real emitter's, gelu over a vector
+    # of four), then the kernel's PTX (this test's stand-in text) at -O4, stored.
+    (quick, optimized) = _linked(fake)
+    assert quick[0] == 0 and b"compact form" in quick[1] and b"ld.local" in quick[1]
+    assert optimized == (4, kernel.ptx.encode() + b"\0")  # the driver gets C strings
+    assert jit_threads == [f"pyfuse-jit-{kernel.name}"] * 2
+    assert cache.read_entry(_entry(kernel.ptx)) == fake.cubin
+    assert compiled.runtime.loaded[0].sources == [cache.FROM_QUICK_JIT]
+    fused(x)  # swaps the optimized module in
+    assert compiled.runtime.loaded[0].sources == [cache.FROM_JIT] and not cache._ahead
+
+
+def test_a_compact_job_ends_after_its_quick_build_when_the_ptx_is_cached(
+    cache_dir: Path, fake: FakeDriver
+) -> None:
+    cache.write_entry(_entry(), fake.cubin)
+    job = cache.jit_compact("// compact\n", "k", device=0)
+    assert job is not None
+    cache.jit_ahead(PTX, "k", device=0, arch="sm_90a", quick=True, compact=job)
+    assert job.finished.wait(5)
+    assert fake.link_levels() == [0] and not job.ok and not cache._ahead
+    _, source = cache.load_module(PTX, "k", device=0, arch="sm_90a")
+    assert source == cache.FROM_CACHE
+
+
+def test_a_compact_job_ends_when_another_job_builds_the_same_ptx(
+    cache_dir: Path, fake: FakeDriver
+) -> None:
+    cache.jit_ahead(PTX, "k", device=0, arch="sm_90a", quick=False)
+    job = cache.jit_compact("// compact\n", "k", device=0)
+    assert job is not None
+    cache.jit_ahead(PTX, "k", device=0, arch="sm_90a", quick=True, compact=job)
+    cache.wait_for_jits()
+    assert job.finished.is_set() and not job.ok
+    assert sorted(fake.link_levels()) == [0, 4]  # its quick build, the other's optimized one
+
+
+def test_a_failed_emission_abandons_the_compact_job(
+    cache_dir: Path, fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pyfuse.frontend import compile as compile_module
+
+    fused, x, _ = _gpu_function(fake, monkeypatch, fn=lambda x: pf.gelu(x) * 2)
+
+    def refuse(kernel: Any, target: Any) -> str:
+        raise pf.ScheduleError("no rule for this kernel")
+
+    monkeypatch.setattr(compile_module, "emit_ptx", refuse)
+    with pytest.raises(pf.ScheduleError, match="no rule"):
+        fused(x)
+    start = time.perf_counter()
+    cache.wait_for_jits()  # the job ends after its quick build, not after _PTX_WAIT_S
+    assert time.perf_counter() - start < 5
+    assert fake.link_levels() == [0] and not cache._ahead
+
+
+def test_a_compact_job_stops_waiting_for_its_ptx(
+    cache_dir: Path, fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cache, "_PTX_WAIT_S", 0.05)
+    job = cache.jit_compact("// compact\n", "k", device=0)
+    assert job is not None and job.finished.wait(5)
+    assert "did not follow" in job.error
+    # The PTX, when it comes after all, gets a job of its own.
+    cache.jit_ahead(PTX, "k", device=0, arch="sm_90a", quick=True, compact=job)
+    _, source = cache.load_module(PTX, "k", device=0, arch="sm_90a")
+    assert source == cache.FROM_JIT and fake.link_levels() == [0, 0, 4]
+
+
+def test_a_failed_compact_build_leaves_the_first_launch_to_the_optimized_one(
+    cache_dir: Path, fake: FakeDriver
+) -> None:
+    job = cache.jit_compact("// compact, bad\n", "k", device=0)
+    assert job is not None
+    cache.jit_ahead(PTX, "k", device=0, arch="sm_90a", quick=True, compact=job)
+    _, source, optimized = cache.load_for_launch(PTX, "k", device=0, arch="sm_90a", quick=True)
+    assert source == cache.FROM_JIT and optimized is None and job.ok
+    assert fake.link_levels() == [0, 4]
+
+
+def test_no_compact_job_when_quick_builds_are_off(cache_dir: Path, fake: FakeDriver) -> None:
+    with knobs.overrides(quick_jit=False):
+        assert cache.jit_compact("// compact\n", "k", device=0) is None
+    assert fake.link_levels() == []
