@@ -25,11 +25,15 @@ kernel the background thread first builds at ``-O0`` (on the H200's host: gelu 1
 against 26-39 ms at the default ``-O4``, softmax 49-72 against 76-106), and
 :func:`load_for_launch` gives the first launches that quick build with an
 :class:`OptimizedBuild`. The same thread then builds at ``-O4`` and stores that cubin; the
-launcher swaps it in at its first launch after it is ready. Both builds compute the same
+launcher swaps it in at its first launch after it is ready. Where the kernel has a compact
+form (``emit_compact_ptx``: element loops rolled, a fraction of the text), the quick build
+compiles that instead: :func:`jit_compact` starts it before the PTX is emitted, and
+:func:`jit_ahead` then hands the same job the PTX to optimize. Both builds compute the same
 bits: pyfuse's PTX states the rounding of every floating-point operation, so no level may
-contract or reorder them. Matmul kernels are not built twice (their first launch waits for
-the optimized build), nor is any kernel when ``PYFUSE_QUICK_JIT=0``. A process that exits
-while an optimized build runs waits for it, so the disk cache still gets the cubin.
+contract or reorder them, and the compact form runs the same instructions in the same
+order. Matmul kernels are not built twice (their first launch waits for the optimized
+build), nor is any kernel when ``PYFUSE_QUICK_JIT=0``. A process that exits while an
+optimized build runs waits for it, so the disk cache still gets the cubin.
 """
 
 from __future__ import annotations
