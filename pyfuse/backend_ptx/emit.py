@@ -17,12 +17,12 @@ Layout of the emitted kernel:
   register for all of them) and address math never wraps, even past 2**31 elements.
 
 Compact form (:func:`emit_compact_ptx`, the quick first build's source): element loops, the
-unrolled loops whose body only computes and stores elements (Store, Let, Assign, If), run as
-loops, and the register arrays they touch live in per-thread ``.local`` memory instead (a
-vector copy into or out of one moves its elements one by one). The arithmetic is the same
-instructions in the same order, so both forms compute the same bits; the compact one is a
-fraction of the text (gelu over bf16 vectors of 8: one copy of the math instead of 8), which
-ptxas builds in a fraction of the time.
+unrolled loops whose bodies only compute, store and copy elements (no sync, no shuffle), run
+as loops, and the register arrays they touch live in per-thread ``.local`` memory instead (a
+vector copy into or out of one moves the vector's bytes as they are). The arithmetic is the
+same instructions in the same order, so both forms compute the same bits; the compact one
+is a fraction of the text (gelu over bf16 vectors of 8: one copy of the math instead of 8),
+which ptxas builds in a fraction of the time.
 
 Scalar math (folding, dtype conversion, op expansions and their accuracy) is in
 :mod:`pyfuse.backend_ptx.emit_math`. The output is deterministic: the same kernel IR gives the
@@ -684,25 +684,48 @@ class _KernelEmitter:
         other: kir.Buffer,
         other_index: kir.KExpr,
     ) -> None:
-        """A vector copy whose local side is in local memory: the one vector access to global
-        or shared memory, through registers that move element by element to or from it."""
+        """A vector copy whose local side is in local memory: the vector's bytes move as they
+        are, one vector access on each side (element by element on the local side where its
+        address may not be aligned to the vector)."""
         dtype, width = local.dtype, stmt.width
-        registers = self.kb.regs(storage_class(dtype), width)
+        nbytes = width * dtype.itemsize
         with self.compact_only():
             home = self.local_address(local, local_index, width)
+        aligned = home.address.offset % nbytes == 0 and all(
+            coefficient * dtype.itemsize % nbytes == 0
+            for coefficient in self.affine(local_index)[0].values()
+        )
+        load = isinstance(stmt, kir.VectorLoad)
+        where = self.address(other, other_index, store=not load)
+        if aligned:
+            # Memory holds elements as the local array does (bool as a 0/1 byte): the words
+            # of the global access are the array's bytes.
+            words, kind = self.words(nbytes)
+            if dtype.itemsize >= 4:
+                words, kind = self.kb.regs(storage_class(dtype), width), memory_type(dtype)
+            if load:
+                self.kb.emit(memory.ld(where.space, kind, words, where.address, nc=where.read_only))
+                with self.compact_only():
+                    self.kb.emit(memory.st("local", kind, home.address, list(words)))
+            else:
+                with self.compact_only():
+                    self.kb.emit(memory.ld("local", kind, words, home.address))
+                self.kb.emit(memory.st(where.space, kind, where.address, list(words)))
+            return
         elements = [
             _Location("local", Address(home.address.base, home.address.offset + i * dtype.itemsize))
             for i in range(width)
         ]
-        if isinstance(stmt, kir.VectorLoad):
-            self.vector_load(self.address(other, other_index), registers, dtype)
+        if load:
+            registers = self.kb.regs(storage_class(dtype), width)
+            self.vector_load(where, registers, dtype)
             with self.compact_only():
                 for register, element in zip(registers, elements, strict=True):
                     self.store_memory(element, register, dtype)
             return
         with self.compact_only():
             loaded = tuple(self.load_memory(element, dtype) for element in elements)
-        self.vector_store(self.address(other, other_index, store=True), loaded, dtype)
+        self.vector_store(where, loaded, dtype)
 
     def words(self, nbytes: int) -> tuple[tuple[Reg, ...], str]:
         """Registers that carry ``nbytes`` of narrow elements, and their ld/st type."""

@@ -144,7 +144,40 @@ def test_compact_gelu_has_one_copy_of_the_math() -> None:
     # The global accesses stay the PTX's vector ones; each element then moves to local memory.
     for text in (full, compact):
         assert text.count("ld.global.nc.v4.b32") == 3 and text.count("st.global.v4.b32") == 1
-    assert len(compact.splitlines()) < len(full.splitlines()) / 2
+    # The vectors' bytes go to and from local memory as they are, one access each.
+    assert compact.count("st.local.v4.b32") == 3 and compact.count("ld.local.v4.b32") == 1
+    assert len(compact.splitlines()) < len(full.splitlines()) / 3
+
+
+def test_compact_vector_copy_at_an_unaligned_local_index(assemble_clean: Assemble) -> None:
+    """A vector of two f32 copied to local elements 1-2 (4 bytes into the array, not 8-byte
+    aligned) moves element by element on the local side."""
+    x = kir.Buffer("X", f32, MemoryType.GLOBAL, 64)
+    out = kir.Buffer("O", f32, MemoryType.GLOBAL, 64)
+    values = kir.Buffer("V", f32, MemoryType.LOCAL, 4)
+    i = kir.Var("i", dtypes.int32, 4)
+    one, zero = kir.Const(1, dtypes.int32), kir.Const(0, dtypes.int32)
+    body: list[kir.Stmt] = [
+        kir.Alloc(values),
+        kir.VectorLoad(values, zero, x, zero, 4),
+        kir.VectorLoad(values, one, x, kir.Const(8, dtypes.int32), 2),
+        kir.For(i, kir.Const(4, dtypes.int32), [
+            kir.Store(out, i, kir.Unary("gelu", kir.Load(values, i, f32), f32)),
+        ], unroll=True),
+    ]  # fmt: skip
+    kernel = kir.Kernel(
+        name="unaligned", params=[kir.TensorParam("X", f32, kir.ParamRole.INPUT, 0, (64,)),
+                                  kir.TensorParam("O", f32, kir.ParamRole.OUTPUT, 0, (64,))],
+        buffers={b.name: b for b in (x, out, values)}, body=body, grid=(1, 1, 1),
+        block=(1, 1, 1),
+    )  # fmt: skip
+    assemble_clean(emit_ptx(kernel, HOPPER))
+    compact = emit_compact_ptx(kernel, HOPPER)
+    assert compact is not None
+    ptxas.assemble(compact, options=["-O0"])
+    assert compact.count("st.local.v4.f32") == 1  # elements 0-3: aligned, one access
+    assert "ld.global.nc.v2.f32" in compact  # the global side stays one vector access
+    assert "st.local.f32 [%rd4+4], %f4;" in compact and "st.local.f32 [%rd4+8], %f5;" in compact
 
 
 def test_light_loops_stay_unrolled() -> None:
