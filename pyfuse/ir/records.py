@@ -5,10 +5,14 @@ Why: the standard library's ``dataclass`` compiles each generated method (``__in
 own source string, a separate ``exec`` each. pyfuse declares some seventy record classes, and
 the first compile of a new fusion loads most of them: on Python 3.11 and 3.12 that was 35 ms of
 a 56 ms compiler import and 25 ms of the runtime's (measured with ``time.perf_counter`` around
-``dataclasses._process_class``). ``record`` lets the standard library collect the fields (so
-``dataclasses.fields``, ``replace``, ``astuple`` and ``is_dataclass`` keep working) but asks it
-for no methods. It compiles ``__init__`` alone (its speed matters: the passes build IR nodes
-by the thousand); the other methods are closures over the field names.
+``dataclasses._process_class``). ``record`` collects the fields as dataclass does, into the
+same ``dataclasses.Field`` objects (so ``dataclasses.fields``, ``replace``, ``astuple`` and
+``is_dataclass`` keep working), in half of dataclass's time (which also looks for methods to
+write; on Python 3.14, where annotations are read differently, dataclass collects them as
+before). It compiles ``__init__`` alone (its speed matters: the passes build IR nodes by the
+thousand), at the class's first construction: a first call loads most record classes and
+builds only about half of them. The other methods are closures over the field names. So a
+record's ``inspect.signature`` reads ``(*args, **kwargs)`` until its first construction.
 
 Supported: ``frozen``, ``eq``, ``repr``; fields with defaults, ``field(default_factory=...)``,
 ``field(repr=False)``, ``field(compare=False)``, ``field(hash=...)`` and ``field(init=False)``
@@ -25,9 +29,14 @@ dataclass must not inherit from each other: their frozen checks would disagree.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
+import inspect
 import operator
+import re
 import reprlib
+import sys
+import typing
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
@@ -102,24 +111,16 @@ def _build(cls: _Class, *, frozen: bool, eq: bool, repr_: bool) -> _Class:
                 raise TypeError(f"cannot overwrite attribute {name} in class {cls.__name__}")
     has_doc = bool(own.get("__doc__"))
     if not has_doc:
-        # dataclass documents a class without a docstring by its signature: here that of
-        # object.__init__, which inspect parses from text at the cost of a regex compile
-        # (16 ms). The docstring is written below, from the fields.
+        # dataclass (which _fields_of may call) documents a class without a docstring by its
+        # signature: here that of object.__init__, which inspect parses from text at the cost
+        # of a regex compile (16 ms). The docstring is written below, from the fields.
         cls.__doc__ = cls.__name__
-    dataclasses.dataclass(cls, init=False, repr=False, eq=False)
-    fields = dataclasses.fields(cls)
-    if any(f.kw_only is True for f in fields):
-        raise TypeError(f"record {cls.__qualname__}: kw_only fields are not supported")
-    # fields() leaves out ClassVar and InitVar pseudo-fields; an InitVar would need an
-    # __init__ parameter that is not a field.
-    named = {f.name for f in fields}
-    for name, pseudo in cls.__dataclass_fields__.items():  # type: ignore[attr-defined]
-        if name not in named and "InitVar" in str(pseudo.type):
-            raise TypeError(f"record {cls.__qualname__}: InitVar fields are not supported")
+    fields = _fields_of(cls)
+    _check_order(cls, fields)
 
     made: dict[str, Callable[..., Any]] = {}
     if "__init__" not in keep:
-        made["__init__"] = _compiled_init(cls, fields, frozen)
+        made["__init__"] = _lazy_init(cls, fields, frozen)
         if not has_doc:  # as dataclass does: the class's signature (here without types)
             cls.__doc__ = f"{cls.__name__}({', '.join(f.name for f in fields if f.init)})"
     if repr_ and "__repr__" not in keep:
@@ -139,7 +140,125 @@ def _build(cls: _Class, *, frozen: bool, eq: bool, repr_: bool) -> _Class:
     if eq and not frozen and not explicit_hash:
         cls.__hash__ = None  # type: ignore[assignment]  # mutable and compared: unhashable
     cls.__record_options__ = {"frozen": frozen, "eq": eq, "repr": repr_}  # type: ignore[attr-defined]
+    if isinstance(cls, abc.ABCMeta):  # as dataclass: a method written here may be an abstract one
+        abstract: type = cls
+        abc.update_abstractmethods(abstract)
     return cls
+
+
+# dataclasses' mark of a regular field (private, the same from Python 3.7 to 3.13): fields()
+# and replace() look for it. Python 3.14 reads annotations differently; there, and wherever the
+# mark is missing, records let dataclass collect their fields as before.
+_FIELD_MARK = getattr(dataclasses, "_FIELD", None) if sys.version_info < (3, 14) else None
+# An annotation (a string under ``from __future__ import annotations``) of one of dataclass's
+# pseudo-fields, with or without its module: ClassVar, InitVar, KW_ONLY.
+_PSEUDO_FIELD = re.compile(r"^\s*(?:\w+\s*\.\s*)?(ClassVar|InitVar|KW_ONLY)\b")
+
+
+@dataclasses.dataclass(init=False, repr=False, eq=False)
+class _Params:
+    """Its ``__dataclass_params__`` (frozen=False, eq=False) is every record's."""
+
+
+def _fields_of(cls: type) -> tuple[dataclasses.Field[Any], ...]:
+    """The fields of ``cls`` as dataclass collects them (its bases' first, then its own in
+    annotation order), set up so that ``dataclasses.fields``, ``replace``, ``astuple`` and
+    ``is_dataclass`` work; dataclass's own pass costs twice as long (it also looks for
+    methods to write, of which a record asks for none)."""
+    if _FIELD_MARK is None:
+        dataclasses.dataclass(cls, init=False, repr=False, eq=False)
+        fields = dataclasses.fields(cls)
+        if any(f.kw_only is True for f in fields):
+            raise TypeError(f"record {cls.__qualname__}: kw_only fields are not supported")
+        if any("InitVar" in str(f.type) for f in cls.__dataclass_fields__.values()):  # type: ignore[attr-defined]
+            raise TypeError(f"record {cls.__qualname__}: InitVar fields are not supported")
+        return fields
+    collected: dict[str, dataclasses.Field[Any]] = {}
+    for base in cls.__mro__[-1:0:-1]:
+        for f in base.__dict__.get("__dataclass_fields__", {}).values():
+            if f._field_type is _FIELD_MARK:  # type: ignore[attr-defined]
+                collected[f.name] = f
+    annotations: dict[str, Any] = inspect.get_annotations(cls)  # its own, as written
+    for name, annotation in annotations.items():
+        pseudo = _pseudo_field(annotation)
+        if pseudo == "ClassVar":
+            continue
+        if pseudo is not None:
+            raise TypeError(f"record {cls.__qualname__}: {pseudo} fields are not supported")
+        default = getattr(cls, name, dataclasses.MISSING)
+        if isinstance(default, dataclasses.Field):
+            f = default
+        else:
+            f = dataclasses.field(default=default)
+        f.name, f.type = name, annotation
+        f._field_type = _FIELD_MARK  # type: ignore[attr-defined]
+        if f.kw_only is True:
+            raise TypeError(f"record {cls.__qualname__}: kw_only fields are not supported")
+        f.kw_only = False
+        if f.default is not dataclasses.MISSING and type(f.default).__hash__ is None:
+            raise ValueError(
+                f"mutable default {type(f.default)} for field {name} is not allowed: "
+                "use default_factory"
+            )
+        if isinstance(cls.__dict__.get(name), dataclasses.Field):
+            # As dataclass: the class attribute is the default, not the Field describing it.
+            if f.default is dataclasses.MISSING:
+                delattr(cls, name)
+            else:
+                setattr(cls, name, f.default)
+        collected[name] = f
+    for name, value in cls.__dict__.items():
+        if isinstance(value, dataclasses.Field) and name not in annotations:
+            raise TypeError(f"{name!r} is a field but has no type annotation")
+    type.__setattr__(cls, "__dataclass_fields__", collected)
+    type.__setattr__(cls, "__dataclass_params__", _Params.__dataclass_params__)  # type: ignore[attr-defined]
+    if "__match_args__" not in cls.__dict__:
+        type.__setattr__(cls, "__match_args__", tuple(f.name for f in collected.values() if f.init))
+    return tuple(collected.values())
+
+
+def _pseudo_field(annotation: Any) -> str | None:
+    """Which pseudo-field ``annotation`` declares (ClassVar, InitVar, KW_ONLY), if any."""
+    if isinstance(annotation, str):
+        match = _PSEUDO_FIELD.match(annotation)
+        return match.group(1) if match else None
+    if annotation is typing.ClassVar or typing.get_origin(annotation) is typing.ClassVar:
+        return "ClassVar"
+    if isinstance(annotation, dataclasses.InitVar) or annotation is dataclasses.InitVar:
+        return "InitVar"
+    if annotation is dataclasses.KW_ONLY:
+        return "KW_ONLY"
+    return None
+
+
+def _check_order(cls: type, fields: tuple[dataclasses.Field[Any], ...]) -> None:
+    """As dataclass: an ``__init__`` parameter without a default may not follow one with."""
+    seen_default = False
+    for f in fields:
+        if not f.init:
+            continue
+        has_default = f.default is not dataclasses.MISSING
+        if not has_default and f.default_factory is dataclasses.MISSING and seen_default:
+            raise TypeError(f"non-default argument {f.name!r} follows default argument")
+        seen_default = seen_default or has_default or f.default_factory is not dataclasses.MISSING
+
+
+def _lazy_init(
+    cls: type, fields: tuple[dataclasses.Field[Any], ...], frozen: bool
+) -> Callable[..., None]:
+    """An ``__init__`` that compiles the real one at the first construction and puts it in
+    its place: a first call loads some seventy record classes and builds about half of them."""
+
+    def first_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        compiled = _compiled_init(cls, fields, frozen)
+        compiled.__module__ = cls.__module__
+        compiled.__name__ = "__init__"
+        compiled.__qualname__ = f"{cls.__qualname__}.__init__"
+        if cls.__dict__.get("__init__") is first_init:
+            type.__setattr__(cls, "__init__", compiled)
+        compiled(self, *args, **kwargs)
+
+    return first_init
 
 
 # Only __init__ is compiled from source: its speed matters (the passes build IR nodes by

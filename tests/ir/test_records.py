@@ -293,3 +293,60 @@ def test_edge_cases_dataclass_handles_too() -> None:
 
             def __setattr__(self, name: str, value: Any) -> None:
                 object.__setattr__(self, name, value)
+
+
+def test_init_is_compiled_at_the_first_construction() -> None:
+    @record(frozen=True)
+    class Lazy:
+        a: int
+        b: int = 2
+
+    class Plain(Lazy):  # a subclass that is not a record constructs through Lazy's __init__
+        pass
+
+    stand_in = Lazy.__dict__["__init__"]
+    assert stand_in.__qualname__.endswith("Lazy.__init__") and stand_in.__module__ == __name__
+    assert (Plain(1).a, Plain(1).b) == (1, 2)
+    compiled = Lazy.__dict__["__init__"]
+    assert compiled is not stand_in and compiled.__qualname__.endswith("Lazy.__init__")
+    assert Lazy(3, 4) == Lazy(3, 4) and Lazy.__dict__["__init__"] is compiled
+    with pytest.raises(TypeError):
+        Lazy()  # type: ignore[call-arg]
+
+
+def test_fields_collect_as_dataclass_collects_them() -> None:
+    """Bases' fields first, a redeclared one in its place; the Field objects, the class
+    attributes, ``__match_args__`` and pattern matching as dataclass leaves them."""
+
+    def declare(decorate: Any) -> tuple[type, type]:
+        @decorate
+        class Base:
+            a: int
+            b: list[int] = field(default_factory=list)
+            c: int = field(default=3, repr=False)
+
+        @decorate
+        class Child(Base):
+            d: str = "d"
+            a: int = 0
+
+        return Base, Child
+
+    (standard_base, standard), (our_base, ours) = declare(dataclass), declare(record)
+    assert _fields(ours) == _fields(standard)
+    types = [[f.type for f in dataclasses.fields(cls)] for cls in (ours, standard)]
+    assert types[0] == types[1] == ["int", "list[int]", "int", "str"]
+    assert ours.__match_args__ == standard.__match_args__ == ("a", "b", "c", "d")
+    assert our_base.c == standard_base.c == 3 and not hasattr(our_base, "b")
+    assert dataclasses.is_dataclass(ours) and dataclasses.replace(ours(), d="e").d == "e"
+    match ours(5):
+        case ours(a, b, c, d):  # type: ignore[misc]
+            assert (a, b, c, d) == (5, [], 3, "d")
+
+
+def test_field_mistakes_raise_as_under_dataclass() -> None:
+    for decorate in (dataclass, record):
+        with pytest.raises(ValueError, match="mutable default"):
+            decorate(type("Mutable", (), {"__annotations__": {"x": "list[int]"}, "x": []}))
+        with pytest.raises(TypeError, match="no type annotation"):
+            decorate(type("Unannotated", (), {"__annotations__": {}, "x": field(default=1)}))
