@@ -131,10 +131,10 @@ class _Location:
 
 # Statements an element loop's body may hold: each computes, stores or copies elements, and
 # none needs the copies of an unrolled body to differ in constants (syncs and shuffles do).
+# No Let or Assign: a variable bound in one copy and read in the next would be read, in the
+# one rolled body, as it was bound before the loop.
 _ELEMENTWISE = (
     kir.Store,
-    kir.Let,
-    kir.Assign,
     kir.If,
     kir.For,
     kir.Alloc,
@@ -697,12 +697,14 @@ class _KernelEmitter:
         )
         load = isinstance(stmt, kir.VectorLoad)
         where = self.address(other, other_index, store=not load)
-        if aligned:
-            # Memory holds elements as the local array does (bool as a 0/1 byte): the words
-            # of the global access are the array's bytes.
-            words, kind = self.words(nbytes)
+        if aligned and not dtype.is_bool:
+            # Memory holds elements as the local array does: the words of the global access
+            # are the array's bytes. (Bools go element by element, through predicates, so a
+            # byte other than 0 or 1 in memory reads as 1, as in the PTX.)
             if dtype.itemsize >= 4:
                 words, kind = self.kb.regs(storage_class(dtype), width), memory_type(dtype)
+            else:
+                words, kind = self.words(nbytes)
             if load:
                 self.kb.emit(memory.ld(where.space, kind, words, where.address, nc=where.read_only))
                 with self.compact_only():

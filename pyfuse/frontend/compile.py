@@ -13,6 +13,7 @@ from typing import Protocol
 
 from pyfuse import knobs
 from pyfuse.backend_ptx.emit import emit_compact_ptx, emit_ptx
+from pyfuse.errors import ScheduleError
 from pyfuse.frontend import variant_cache
 from pyfuse.frontend.compiled import Compiled, Kernel
 from pyfuse.ir.fusion import Fusion
@@ -60,6 +61,16 @@ class JitHooks(Protocol):
         """A kernel's PTX; ``quick``: its first launches may run a quick (-O0) build."""
 
 
+def _compact_form(kernel_ir: KernelIR, target: TargetInfo) -> str | None:
+    """The kernel's compact form, or None where it has none or the emitter cannot write it
+    (an IR shape only the PTX's unrolling handles): it only speeds the first launches up,
+    and the PTX's emission, next, reports any real fault of the kernel."""
+    try:
+        return emit_compact_ptx(kernel_ir, target)
+    except (ScheduleError, ValueError):
+        return None
+
+
 def _dump(stage: str, text: str) -> None:
     print(f"==== pyfuse {stage} ====\n{text}", file=sys.stderr)
 
@@ -95,11 +106,11 @@ def compile_fusion(
         # never measured, and ptxas may serialize a wgmma pipeline it does not schedule.
         quick = stages.plan.scheduler != MATMUL_SCHEDULER
         started = None
-        if jit is not None and quick:
+        if jit is not None and quick and knobs.quick_jit():
             # The compact form first: its quick build, a fraction of the PTX's, then runs
             # while the PTX is emitted.
             start = time.perf_counter()
-            compact = emit_compact_ptx(kernel_ir, target)
+            compact = _compact_form(kernel_ir, target)
             compact_seconds += time.perf_counter() - start
             if compact is not None:
                 started = jit.compact(kernel_ir.name, compact)

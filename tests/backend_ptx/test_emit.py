@@ -180,6 +180,64 @@ def test_compact_vector_copy_at_an_unaligned_local_index(assemble_clean: Assembl
     assert "st.local.f32 [%rd4+4], %f4;" in compact and "st.local.f32 [%rd4+8], %f5;" in compact
 
 
+def _heavy_loop_kernel(
+    body_of: Callable[[kir.Var, kir.Buffer, kir.Buffer], list[kir.Stmt]], dtype: DType = f32
+) -> kir.Kernel:
+    """One thread: a vector of four ``dtype`` X elements into local V, then an unrolled loop
+    over i with the given body (heavy enough, with a gelu, to be worth a compact form)."""
+    x = kir.Buffer("X", dtype, MemoryType.GLOBAL, 4)
+    out = kir.Buffer("O", f32, MemoryType.GLOBAL, 4)
+    values = kir.Buffer("V", dtype, MemoryType.LOCAL, 4)
+    i = kir.Var("i", dtypes.int32, 4)
+    zero = kir.Const(0, dtypes.int32)
+    body: list[kir.Stmt] = [
+        kir.Alloc(values), kir.VectorLoad(values, zero, x, zero, 4),
+        kir.For(i, kir.Const(4, dtypes.int32), body_of(i, values, out), unroll=True),
+    ]  # fmt: skip
+    return kir.Kernel(
+        name="heavy", params=[kir.TensorParam("X", dtype, kir.ParamRole.INPUT, 0, (4,)),
+                              kir.TensorParam("O", f32, kir.ParamRole.OUTPUT, 0, (4,))],
+        buffers={b.name: b for b in (x, out, values)}, body=body, grid=(1, 1, 1),
+        block=(1, 1, 1),
+    )  # fmt: skip
+
+
+def test_loops_that_bind_variables_stay_unrolled() -> None:
+    """A Let (or Assign) in an element loop could be read by the next copy of its body; run
+    as one loop body, that read would see the binding from before the loop."""
+
+    def gelu_of(i: kir.Var, values: kir.Buffer, out: kir.Buffer) -> list[kir.Stmt]:
+        return [kir.Store(out, i, kir.Unary("gelu", kir.Load(values, i, f32), f32))]
+
+    assert emit_compact_ptx(_heavy_loop_kernel(gelu_of), HOPPER) is not None
+    carried = kir.Var("x", f32, 1)
+
+    def carrying(i: kir.Var, values: kir.Buffer, out: kir.Buffer) -> list[kir.Stmt]:
+        return [
+            kir.Store(out, i, kir.Unary("gelu", carried, f32)),
+            kir.Let(carried, kir.Load(values, i, f32)),
+        ]
+
+    kernel = _heavy_loop_kernel(carrying)
+    kernel.body.insert(0, kir.Let(carried, kir.Const(1.0, f32)))
+    assert emit_compact_ptx(kernel, HOPPER) is None
+
+
+def test_bool_vectors_move_element_by_element() -> None:
+    """A bool vector reaches local memory one byte at a time through a predicate, so a byte
+    other than 0 or 1 in memory reads as 1, as in the PTX."""
+
+    def select(i: kir.Var, flags: kir.Buffer, out: kir.Buffer) -> list[kir.Stmt]:
+        value = kir.Unary("gelu", kir.Cast(kir.Load(flags, i, boolean), f32), f32)
+        return [kir.Store(out, i, value)]
+
+    compact = emit_compact_ptx(_heavy_loop_kernel(select, boolean), HOPPER)
+    assert compact is not None
+    ptxas.assemble(compact, options=["-O0"])
+    assert "ld.global.nc.b32" in compact and compact.count("st.local.u8") == 4
+    assert "st.local.b32" not in compact
+
+
 def test_light_loops_stay_unrolled() -> None:
     """A compact form that would not be much shorter than the PTX is not made: moving a
     select's four int32 elements through local memory costs more lines than it saves."""

@@ -584,6 +584,29 @@ def test_matmul_kernels_are_not_built_quickly() -> None:
     assert kernels_asking_for_quick(lambda a, b: pf.matmul(a, b), vector, vector) == [False]
 
 
+def test_no_compact_form_is_emitted_with_quick_builds_off_or_when_it_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pyfuse.frontend import compile as compile_module
+
+    vector = pf.spec((256, 256), pf.bfloat16)
+    fusion = pf.fuse(lambda x, y: pf.gelu(x * y), name="off").trace(vector, vector)
+    recorder = _JitRecorder()
+    with knobs.overrides(quick_jit=False):
+        compiled = compile_module.compile_fusion(fusion, HOPPER, jit=recorder)
+    assert recorder.compacts == [] and "emit_compact" not in compiled.timings
+
+    def refuse(kernel: Any, target: Any) -> str:
+        raise pf.ScheduleError("an IR shape only unrolling handles")
+
+    # The compact form only speeds first launches up: its failure leaves the compile whole.
+    monkeypatch.setattr(compile_module, "emit_compact_ptx", refuse)
+    recorder = _JitRecorder()
+    compiled = compile_module.compile_fusion(fusion, HOPPER, jit=recorder)
+    assert recorder.compacts == [] and recorder.full_calls == [("off_k0", True)]
+    assert recorder.paired == [None] and compiled.ptx
+
+
 def test_compile_hands_the_compact_form_first_and_pairs_it_with_the_ptx() -> None:
     from pyfuse.frontend.compile import compile_fusion
 
