@@ -17,12 +17,13 @@ Layout of the emitted kernel:
   register for all of them) and address math never wraps, even past 2**31 elements.
 
 Compact form (:func:`emit_compact_ptx`, the quick first build's source): element loops, the
-unrolled loops whose bodies only compute, store and copy elements (no sync, no shuffle), run
-as loops, and the register arrays they touch live in per-thread ``.local`` memory instead (a
-vector copy into or out of one moves the vector's bytes as they are). The arithmetic is the
-same instructions in the same order, so both forms compute the same bits; the compact one
-is a fraction of the text (gelu over bf16 vectors of 8: one copy of the math instead of 8),
-which ptxas builds in a fraction of the time.
+unrolled loops whose bodies only compute, store and copy elements (no sync, shuffle or
+variable binding), run as loops, and the register arrays they touch live in per-thread
+``.local`` memory instead (a vector copy into or out of one moves the vector's bytes as they
+are; bools go byte by byte). The arithmetic is the same instructions in the same order, so
+both forms compute the same bits; the compact one is a fraction of the text (gelu over bf16
+vectors of 8: one copy of the math instead of 8), which ptxas builds in a fraction of the
+time.
 
 Scalar math (folding, dtype conversion, op expansions and their accuracy) is in
 :mod:`pyfuse.backend_ptx.emit_math`. The output is deterministic: the same kernel IR gives the
