@@ -168,7 +168,7 @@ class _ElementLoops:
             stmt = pending.pop()
             if isinstance(stmt, kir.For) and stmt.unroll and _elementwise(stmt.body):
                 # The outermost element loop: it and every unrolled loop inside it run as loops.
-                loops += [s for s in _ordered(stmt.body) if isinstance(s, kir.For) and s.unroll]
+                loops += [s for s in kir.walk(stmt.body) if isinstance(s, kir.For) and s.unroll]
                 loops.append(stmt)
                 for buffer in _local_buffers(stmt.body):
                     buffers.setdefault(id(buffer), buffer)
@@ -179,14 +179,14 @@ class _ElementLoops:
 
 
 def _elementwise(body: list[kir.Stmt]) -> bool:
-    return all(isinstance(stmt, _ELEMENTWISE) for stmt in _ordered(body))
+    return all(isinstance(stmt, _ELEMENTWISE) for stmt in kir.walk(body))
 
 
 def _local_buffers(body: list[kir.Stmt]) -> list[kir.Buffer]:
     """The LOCAL buffers that ``body`` (element-wise statements) allocates, reads or writes,
     in the order they appear."""
     found: list[kir.Buffer] = []
-    for stmt in _ordered(body):
+    for stmt in kir.walk(body):
         expressions: list[kir.KExpr] = []
         if isinstance(stmt, kir.Alloc):
             found.append(stmt.buffer)
@@ -196,8 +196,6 @@ def _local_buffers(body: list[kir.Stmt]) -> list[kir.Buffer]:
         elif isinstance(stmt, kir.VectorLoad | kir.VectorStore):
             found += [stmt.target, stmt.source]
             expressions += [stmt.target_index, stmt.source_index]
-        elif isinstance(stmt, kir.Let | kir.Assign):
-            expressions.append(stmt.value)
         elif isinstance(stmt, kir.If):
             expressions.append(stmt.condition)
         elif isinstance(stmt, kir.For):
@@ -214,18 +212,6 @@ def _local_buffers(body: list[kir.Stmt]) -> list[kir.Buffer]:
             elif isinstance(expr, kir.Select):
                 expressions += [expr.condition, expr.if_true, expr.if_false]
     return [buffer for buffer in found if buffer.memory == MemoryType.LOCAL]
-
-
-def _ordered(body: list[kir.Stmt]) -> list[kir.Stmt]:
-    """Every statement of ``body`` in program order (depth first)."""
-    found: list[kir.Stmt] = []
-    pending = list(reversed(body))
-    while pending:
-        stmt = pending.pop()
-        found.append(stmt)
-        for inner in reversed(list(stmt.children())):
-            pending.extend(reversed(inner))
-    return found
 
 
 def _assigned(kernel: kir.Kernel) -> frozenset[str]:

@@ -555,12 +555,17 @@ class Kernel:
 
     def walk(self) -> Iterator[Stmt]:
         """Every statement, depth first."""
-        stack = list(reversed(self.body))
-        while stack:
-            stmt = stack.pop()
-            yield stmt
-            for block in reversed(list(stmt.children())):
-                stack.extend(reversed(block))
+        return walk(self.body)
+
+
+def walk(body: Sequence[Stmt]) -> Iterator[Stmt]:
+    """Every statement of ``body``, nested ones included, depth first in program order."""
+    stack = list(reversed(body))
+    while stack:
+        stmt = stack.pop()
+        yield stmt
+        for block in reversed(list(stmt.children())):
+            stack.extend(reversed(block))
 
 
 # ---- Hopper matmul -------------------------------------------------------------------------

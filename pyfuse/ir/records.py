@@ -116,7 +116,7 @@ def _build(cls: _Class, *, frozen: bool, eq: bool, repr_: bool) -> _Class:
         # of a regex compile (16 ms). The docstring is written below, from the fields.
         cls.__doc__ = cls.__name__
     fields = _fields_of(cls)
-    _check_order(cls, fields)
+    _check_order(fields)
 
     made: dict[str, Callable[..., Any]] = {}
     if "__init__" not in keep:
@@ -133,10 +133,7 @@ def _build(cls: _Class, *, frozen: bool, eq: bool, repr_: bool) -> _Class:
     if frozen:
         made.update(_frozen_methods(cls, frozenset(f.name for f in fields)))
     for name, method in made.items():
-        method.__module__ = cls.__module__
-        method.__name__ = name
-        method.__qualname__ = f"{cls.__qualname__}.{name}"
-        setattr(cls, name, method)
+        setattr(cls, name, _named(method, cls, name))
     if eq and not frozen and not explicit_hash:
         cls.__hash__ = None  # type: ignore[assignment]  # mutable and compared: unhashable
     cls.__record_options__ = {"frozen": frozen, "eq": eq, "repr": repr_}  # type: ignore[attr-defined]
@@ -231,7 +228,7 @@ def _pseudo_field(annotation: Any) -> str | None:
     return None
 
 
-def _check_order(cls: type, fields: tuple[dataclasses.Field[Any], ...]) -> None:
+def _check_order(fields: tuple[dataclasses.Field[Any], ...]) -> None:
     """As dataclass: an ``__init__`` parameter without a default may not follow one with."""
     seen_default = False
     for f in fields:
@@ -243,6 +240,14 @@ def _check_order(cls: type, fields: tuple[dataclasses.Field[Any], ...]) -> None:
         seen_default = seen_default or has_default or f.default_factory is not dataclasses.MISSING
 
 
+def _named(method: Callable[..., Any], cls: type, name: str) -> Callable[..., Any]:
+    """``method`` named as ``cls``'s method ``name`` (module, name, qualified name)."""
+    method.__module__ = cls.__module__
+    method.__name__ = name
+    method.__qualname__ = f"{cls.__qualname__}.{name}"
+    return method
+
+
 def _lazy_init(
     cls: type, fields: tuple[dataclasses.Field[Any], ...], frozen: bool
 ) -> Callable[..., None]:
@@ -250,10 +255,7 @@ def _lazy_init(
     its place: a first call loads some seventy record classes and builds about half of them."""
 
     def first_init(self: Any, *args: Any, **kwargs: Any) -> None:
-        compiled = _compiled_init(cls, fields, frozen)
-        compiled.__module__ = cls.__module__
-        compiled.__name__ = "__init__"
-        compiled.__qualname__ = f"{cls.__qualname__}.__init__"
+        compiled = _named(_compiled_init(cls, fields, frozen), cls, "__init__")
         if cls.__dict__.get("__init__") is first_init:
             type.__setattr__(cls, "__init__", compiled)
         compiled(self, *args, **kwargs)
@@ -325,7 +327,7 @@ def _compiled_init(
     me = "__record_self__" if any(f.name == "self" for f in fields) else "self"
     parameters = [me]
     body: list[str] = []
-    seen_default = False
+    # The parameters' order was checked when the class was made (_check_order).
     for f in fields:
         has_default = f.default is not dataclasses.MISSING
         has_factory = f.default_factory is not dataclasses.MISSING
@@ -338,11 +340,8 @@ def _compiled_init(
                 parameters.append(f"{f.name}=__default_{f.name}__")
             elif has_factory:
                 parameters.append(f"{f.name}=__use_factory__")
-            elif seen_default:
-                raise TypeError(f"non-default argument {f.name!r} follows default argument")
             else:
                 parameters.append(f.name)
-            seen_default = seen_default or has_default or has_factory
             if has_factory:
                 value = f"__factory_{f.name}__() if {f.name} is __use_factory__ else {f.name}"
             else:
