@@ -35,7 +35,7 @@ def random_inputs(specs: Sequence[pf.Spec], seed: int) -> list[np.ndarray]:
 def _in_spec_layout(array: np.ndarray, spec: pf.Spec | None) -> np.ndarray:
     """The array laid out in memory as ``spec`` says (row-major or column-major)."""
     if spec is None or spec.is_contiguous:
-        return np.ascontiguousarray(array)
+        return np.require(array, requirements='C')  # keeps 0-d arrays 0-d
     fortran = np.asfortranarray(array)
     element_strides = tuple(s // fortran.itemsize for s in fortran.strides)
     if element_strides != spec.strides:

@@ -88,20 +88,14 @@ def compile_fusion(
     dump = knobs.dump()
     if "ir" in dump:
         _dump("ir", str(fusion))
-    result = pipeline.run(fusion, target, matmul)
-    timings = dict(result.timings)
-    kernels = []
+    built: dict[int, Kernel] = {}
     emit_seconds = compact_seconds = 0.0
-    for stages, sources, sinks in zip(
-        result.kernels, result.segmented.sources, result.segmented.sinks, strict=True
-    ):
-        kernel_ir = stages.kernel_ir
-        if "scheduled" in dump:
-            _dump("scheduled", stages.scheduled_ir)
-        if "kernel" in dump:
-            from pyfuse.ir.kernel_printer import kernel_to_str  # loads only for this dump
 
-            _dump("kernel", kernel_to_str(kernel_ir))
+    def emit(index: int, stages: pipeline.KernelStages) -> None:
+        """One kernel's PTX (and, first, its compact form for the quick JIT); inside the
+        pipeline, so a kernel the emitter cannot write takes a simpler plan."""
+        nonlocal emit_seconds, compact_seconds
+        kernel_ir = stages.kernel_ir
         # A matmul kernel's first launch waits for its optimized build: its -O0 build was
         # never measured, and ptxas may serialize a wgmma pipeline it does not schedule.
         quick = stages.plan.scheduler != MATMUL_SCHEDULER
@@ -124,22 +118,38 @@ def compile_fusion(
         emit_seconds += time.perf_counter() - start
         if jit is not None:
             jit.full(kernel_ir.name, ptx, quick, started)
-        if "ptx" in dump:
-            _dump("ptx", ptx)
-        kernels.append(
-            Kernel(
-                name=kernel_ir.name,
-                scheduler=stages.plan.scheduler,
-                ptx=ptx,
-                ir=stages.scheduled_ir,
-                grid=kernel_ir.grid,
-                block=kernel_ir.block,
-                smem_bytes=kernel_ir.smem_bytes,
-                params=dict(stages.plan.params),
-                arguments=_arguments(kernel_ir, sources, sinks),
-                built_ir=kernel_ir,
-            )
+        built[index] = Kernel(
+            name=kernel_ir.name,
+            scheduler=stages.plan.scheduler,
+            ptx=ptx,
+            ir=stages.scheduled_ir,
+            grid=kernel_ir.grid,
+            block=kernel_ir.block,
+            smem_bytes=kernel_ir.smem_bytes,
+            params=dict(stages.plan.params),
+            arguments=[],  # set below, once segmentation is final
+            built_ir=kernel_ir,
         )
+
+    result = pipeline.run(fusion, target, matmul, emit)
+    timings = dict(result.timings)
+    kernels = []
+    for index, (stages, sources, sinks) in enumerate(
+        zip(result.kernels, result.segmented.sources, result.segmented.sinks, strict=True)
+    ):
+        kernel_ir = stages.kernel_ir
+        if "scheduled" in dump:
+            _dump("scheduled", stages.scheduled_ir)
+        if "kernel" in dump:
+            from pyfuse.ir.kernel_printer import kernel_to_str  # loads only for this dump
+
+            _dump("kernel", kernel_to_str(kernel_ir))
+        kernel = built[index]
+        if "ptx" in dump:
+            _dump("ptx", kernel.ptx)
+        kernel.params = dict(stages.plan.params)  # a fallback's note comes after emission
+        kernel.arguments = _arguments(kernel_ir, sources, sinks)
+        kernels.append(kernel)
     timings["emit"] = emit_seconds
     if compact_seconds:
         timings["emit_compact"] = compact_seconds

@@ -37,10 +37,13 @@ def cache_before(
     fusion: Fusion, tv: TensorView, memory_type: MemoryType = MemoryType.LOCAL
 ) -> TensorView:
     """Make ``tv``'s definition write a new tensor ``cache`` and define ``tv = set(cache)``.
-    ``cache`` takes ``tv``'s logical domain (reductions included); ``tv`` gets fresh axes."""
+    ``cache`` takes ``tv``'s logical domain (reductions included); ``tv`` gets fresh axes.
+    Exprs that read ``tv`` read ``cache`` instead: an output the kernel also uses
+    (a residual returned and normalized) is not read back from global memory."""
     definition = tv.definition
     if definition is None:
         raise ValueError(f"T{tv.name} is a fusion input and has no definition to cache")
+    readers = list(fusion.uses_in_fusion(tv))
     with fusion:
         cache = TensorView(tv.logical, tv.dtype, root=tv.root, memory_type=memory_type)
         fresh: list[IterDomain] = new_axes_like(tv.no_reductions)
@@ -53,4 +56,6 @@ def cache_before(
         cache.definition = definition
         tv.definition = None
         LoadStoreOp(tv, cache)
+    for reader in readers:
+        reader.replace_input(tv, cache)
     return cache

@@ -138,8 +138,14 @@ def _narrow(value: Array | np.generic | float, dtype: DType) -> Array:
         return array if array.dtype == np.bool_ else array != 0
     if dtype.is_integer:
         if array.dtype.kind == "f":
-            # Truncate toward zero, then wrap like a C cast (torch's behaviour in range).
-            array = np.trunc(array).astype(np.int64)
+            # Truncate toward zero, saturating out of range and NaN giving 0: torch's cast on
+            # the GPU (``cvt.rzi`` rounds so), which the kernels do too.
+            info = np.iinfo(target)
+            wide = np.nan_to_num(np.trunc(array.astype(np.float64)), nan=0.0)
+            high = wide >= float(info.max)  # float(info.max) may round up past the range
+            low = wide <= float(info.min)
+            inside = np.where(high | low, 0.0, wide).astype(np.int64)
+            array = np.where(high, info.max, np.where(low, info.min, inside))
         return array.astype(target, copy=False)
     if dtype.itemsize < 4:
         # ml_dtypes rounds float64 -> bf16 through float32 anyway; do it for f16 too, so both

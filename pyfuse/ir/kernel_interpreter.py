@@ -225,7 +225,8 @@ class _Machine:
     def _bind_global(self, name: str, array: Array) -> Array:
         flat = np.ravel(array, order="K")
         buffer = self.kernel.buffers.get(name)
-        if not np.shares_memory(flat, array) or (buffer and flat.dtype != buffer.dtype.numpy()):
+        copied = array.size > 0 and not np.shares_memory(flat, array)
+        if copied or (buffer and flat.dtype != buffer.dtype.numpy()):
             raise InputError(f"array for buffer {name} must be contiguous and of its dtype")
         return flat
 

@@ -10,6 +10,7 @@ in the promoted type, with explicit :class:`CastOp` s on the operands that diffe
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from pyfuse.errors import FusionError
@@ -301,11 +302,22 @@ def reduce(
         # An expanded broadcast has one stored value; reduce a materialized copy.
         x = materialize(x)
     trivial = [d for d in axes_to_reduce if x.no_reductions[d].is_broadcast]
-    if trivial and len(trivial) == len(axes_to_reduce):
-        # Reducing only size-1 axes changes no value: squeeze them (keep them for keepdim).
+    if op != ReductionOpType.SUM:
+        for d in axes_to_reduce:
+            if x.shape[d] == 0:
+                raise FusionError(
+                    f"{op.value} of an empty dim: dim {d} of shape {list(x.shape)} has size 0 "
+                    "and the reduction has no identity"
+                )
+    if len(trivial) == len(axes_to_reduce):
+        # Reducing only size-1 axes (or none: a 0-d tensor) changes no value: squeeze them
+        # (keep them for keepdim).
         dtype = x.dtype if op != ReductionOpType.SUM or x.dtype.is_floating else dtypes.int64
         result = cast(x, dtype) if dtype != x.dtype else set_copy(x)
-        return result if keepdim else squeeze(result, trivial)
+        return result if keepdim or not trivial else squeeze(result, trivial)
+    # Size-1 axes among the reduced ones are left out of the reduction and squeezed after:
+    # a reduction axis of one element would only add a loop (or a grid dimension) of one trip.
+    real = [d for d in axes_to_reduce if d not in trivial]
     result_dtype = x.dtype
     math_input = x
     if op == ReductionOpType.SUM:
@@ -316,7 +328,7 @@ def reduce(
             math_input = cast(x, dtypes.float32)
     axes = []
     for index, axis in enumerate(math_input.no_reductions):
-        if index in axes_to_reduce:
+        if index in real:
             axes.append(IterDomain(axis.logical_extent, IterType.REDUCTION))
         else:
             axes.append(
@@ -326,8 +338,11 @@ def reduce(
     ReductionOp(op, out, math_input)
     result = cast(out, result_dtype)
     if keepdim:
-        flags = [index in axes_to_reduce for index in range(x.ndim)]
+        flags = [index in real for index in range(x.ndim)]
         result = broadcast(result, flags)
+    elif trivial:
+        kept = [index for index in range(x.ndim) if index not in real]
+        result = squeeze(result, [kept.index(d) for d in trivial])
     return result
 
 
@@ -338,7 +353,9 @@ def mean(x: TensorView, dims: int | Sequence[int] | None, keepdim: bool = False)
     for dim in _reduction_dims(x, dims):
         count *= x.shape[dim]
     total = reduce(ReductionOpType.SUM, cast(x, _accumulate_dtype(x.dtype)), dims, keepdim)
-    return cast(binary(BinaryOpType.MUL, total, 1.0 / count), x.dtype)
+    # The mean of no elements is NaN, as in torch (0 * NaN).
+    scale = 1.0 / count if count else math.nan
+    return cast(binary(BinaryOpType.MUL, total, scale), x.dtype)
 
 
 def _accumulate_dtype(dtype: DType) -> DType:

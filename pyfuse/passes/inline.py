@@ -50,7 +50,14 @@ def _downstream(fusion: Fusion, start: TensorView, skip: Expr | None) -> set[int
 
 
 def persistent_limit(fusion: Fusion, tv: TensorView) -> int | None:
-    """The position a persistent tensor must stop at, or None when ``tv`` is not persistent."""
+    """The position a persistent tensor must stop at, or None when ``tv`` is not persistent.
+
+    Only a tensor read by two exprs can be needed by two loop nests: one with a single
+    consumer is computed inside that consumer's nest (which is itself persistent when the
+    value must outlive the reduction). Inlining it there also gives it the consumer's loop
+    extents: a rank-1 weight kept on a nest of its own would run its own, shorter loop."""
+    if len(fusion.uses_in_fusion(tv)) < 2:
+        return None
     limit: int | None = None
     for expr in fusion.exprs():
         if not isinstance(expr, ReductionOp):

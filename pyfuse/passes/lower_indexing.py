@@ -16,7 +16,7 @@ from pyfuse.ir import kernel_ir as k
 from pyfuse.ir.dtypes import DType
 from pyfuse.ir.exprs import Expr, ReshapeOp
 from pyfuse.ir.id_model import IdMappingMode, IdModel, tensor_transforms
-from pyfuse.ir.iterdomain import IterDomain, Merge, ParallelType, Split, Swizzle
+from pyfuse.ir.iterdomain import IterDomain, Merge, ParallelType, Reorder, Split, Swizzle
 from pyfuse.ir.tensor import MemoryType, TensorView, memory_strides
 
 
@@ -51,20 +51,20 @@ class IndexDerivation:
         if cached is not None:
             return cached
         ref_loop = self.reference.loop
-        positions: list[int | None] = []
+        # The strictest relation first for every axis (see transform_replay._logical_map):
+        # a looser match taken early would steal the position another axis maps to exactly.
+        found: dict[int, int] = {}
         used: set[int] = set()
-        for axis in tv.loop:
-            found = None
-            for mode in (IdMappingMode.EXACT, IdMappingMode.BROADCAST, IdMappingMode.PERMISSIVE):
+        for mode in (IdMappingMode.EXACT, IdMappingMode.BROADCAST, IdMappingMode.PERMISSIVE):
+            for index, axis in enumerate(tv.loop):
+                if index in found:
+                    continue
                 for position, ref_axis in enumerate(ref_loop):
                     if position not in used and self.id_model.mapped(axis, ref_axis, mode):
-                        found = position
+                        found[index] = position
+                        used.add(position)
                         break
-                if found is not None:
-                    break
-            if found is not None:
-                used.add(found)
-            positions.append(found)
+        positions: list[int | None] = [found.get(index) for index in range(len(tv.loop))]
         self.ref_positions[id(tv)] = positions
         return positions
 
@@ -75,7 +75,13 @@ class IndexDerivation:
         for position, axis in enumerate(ref.loop):
             index[id(axis)] = by_position.get(position, k.const(0, self.index_dtype))
         zero = k.const(0, self.index_dtype)
-        for transform in reversed(tensor_transforms(ref)):
+        # Loop to logical first (the history, last step first), then logical to root (a
+        # reshaped reference's own steps), so a tensor read before the reshape finds its
+        # index among the root axes.
+        transforms = tensor_transforms(ref)
+        scheduled = len([step for step in ref.history if not isinstance(step, Reorder)])
+        ordered = [*reversed(transforms[:scheduled]), *reversed(transforms[scheduled:])]
+        for transform in ordered:
             if isinstance(transform, Split):
                 outer = index.get(id(transform.outer), zero)
                 inner = index.get(id(transform.inner), zero)
@@ -116,9 +122,10 @@ class IndexDerivation:
         return result
 
     def _mapped_reference_index(self, axis: IterDomain, ref_index: dict[int, k.KExpr]) -> k.KExpr:
+        ref_axes = [*self.reference.logical, *(self.reference.root or [])]
         for mode in (IdMappingMode.EXACT, IdMappingMode.BROADCAST):
-            for ref_axis in self.reference.logical:
-                if self.id_model.mapped(axis, ref_axis, mode):
+            for ref_axis in ref_axes:
+                if id(ref_axis) in ref_index and self.id_model.mapped(axis, ref_axis, mode):
                     return ref_index[id(ref_axis)]
         if axis.is_broadcast:
             return k.const(0, self.index_dtype)
@@ -147,12 +154,16 @@ class IndexDerivation:
     def _strides(self, tv: TensorView) -> list[tuple[IterDomain, int]]:
         """(axis, element stride) of each memory axis of ``tv``, outermost first."""
         if tv.alias_of is not None and not isinstance(tv.definition, ReshapeOp):
-            root_strides = [s for _, s in self._strides(tv.alias_of)]
+            # The allocation follows the producer's memory order, so the strides are the
+            # producer's (itself an alias in a chain: a reshaped view has its own axes).
+            definition = tv.definition
+            producer = definition.tensor_inputs[0] if definition is not None else tv.alias_of
+            root_strides = [s for _, s in self._strides(producer)]
             axes = [a for a in tv.maybe_allocation if not a.is_broadcast]
             if len(axes) != len(root_strides):
                 raise ScheduleError(
                     f"kernel {self.name}: alias T{tv.name} has {len(axes)} memory axes but "
-                    f"T{tv.alias_of.name} has {len(root_strides)}"
+                    f"T{producer.name} has {len(root_strides)}"
                 )
             return list(zip(axes, root_strides, strict=True))
         return memory_strides(tv)

@@ -17,6 +17,9 @@
     ── lowering (per kernel) ────────────────────────────────────────────────────────────
     remove_broadcasts     (matmul) operand broadcasts/permutes aliased: TMA reads the inputs
     lower / lower_matmul  kernel IR: loops, allocations, indices, predicates, syncs
+    ── fallback ─────────────────────────────────────────────────────────────────────────
+    a kernel whose plan fails (scheduling, lowering, or the frontend's emission) is built
+    again by a simpler plan (fallback.py), or cut into one kernel per expr
 
 Emission (kernel IR -> PTX) belongs to ``backend_ptx``; the frontend runs it after this.
 The matmul-only passes (pattern translation, the matmul scheduler and lowering) are imported
@@ -47,9 +50,17 @@ from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.verify import verify_fusion
 from pyfuse.passes import inline, schedule_pointwise, schedule_reduction
 from pyfuse.passes.decompose_matmul import decompose_matmuls, decompose_unschedulable_mmas
+from pyfuse.passes.fallback import (
+    ATTEMPTS,
+    Attempt,
+    attempts_for,
+    failure_summary,
+    has_mma,
+    mmas_to_multiply_sum,
+)
 from pyfuse.passes.lower import kernel_name, lower
 from pyfuse.passes.plan import MATMUL_SCHEDULER, KernelPlan, SegmentedFusion
-from pyfuse.passes.segment import segment
+from pyfuse.passes.segment import cut, replan, segment
 from pyfuse.passes.skip_intermediates import skip_intermediates
 from pyfuse.passes.split_k import split_k
 from pyfuse.passes.split_reductions import split_long_reductions
@@ -93,13 +104,20 @@ def _check(fusion: Fusion, after: str, boundary: bool) -> None:
         verify_fusion(fusion, after=after)
 
 
-def schedule_kernel(plan: KernelPlan, target: TargetInfo, matmul: MatmulParams | None) -> IdModel:
+def schedule_kernel(
+    plan: KernelPlan,
+    target: TargetInfo,
+    matmul: MatmulParams | None,
+    attempt: Attempt = ATTEMPTS[0],
+) -> IdModel:
     """Run the plan's scheduler on its fusion in place and record its choices; returns the
-    IdModel validation built of the scheduled fusion, for lowering to reuse."""
+    IdModel validation built of the scheduled fusion, for lowering to reuse. ``attempt``
+    says what the scheduler may use (a fallback plan's limits, passes/fallback.py)."""
     fusion = plan.fusion
     with fusion:
-        skip_intermediates(fusion)
-        _check(fusion, "skip_intermediates", boundary=False)
+        if attempt.alias_inputs:
+            skip_intermediates(fusion)
+            _check(fusion, "skip_intermediates", boundary=False)
         if plan.scheduler == MATMUL_SCHEDULER:
             from pyfuse.passes import schedule_matmul  # loads with the first matmul kernel
 
@@ -108,10 +126,12 @@ def schedule_kernel(plan: KernelPlan, target: TargetInfo, matmul: MatmulParams |
             plan.params.update(asdict(matmul_params))
         elif plan.scheduler == schedule_pointwise.NAME:
             plan.reference = schedule_pointwise.reference_output(fusion)
-            params = schedule_pointwise.schedule(fusion, target)
+            params = schedule_pointwise.schedule(fusion, target, attempt.vectorize)
             plan.params.update(params.as_dict())
         elif plan.scheduler == schedule_reduction.NAME:
-            reference, reduction_params = schedule_reduction.schedule(fusion, target)
+            reference, reduction_params = schedule_reduction.schedule(
+                fusion, target, attempt.vectorize
+            )
             plan.reference = reference
             plan.params.update(reduction_params.as_dict())
         else:
@@ -120,6 +140,71 @@ def schedule_kernel(plan: KernelPlan, target: TargetInfo, matmul: MatmulParams |
         inline.inline_most(fusion)
         _check(fusion, "inline", boundary=True)
         return validate(fusion)
+
+
+def _lower_kernel(plan: KernelPlan, name: str, target: TargetInfo, id_model: IdModel) -> Kernel:
+    if plan.scheduler == MATMUL_SCHEDULER:
+        # The matmul lowering loads with the first matmul kernel, not with pyfuse.
+        from pyfuse.passes.lower_matmul import lower_matmul
+        from pyfuse.passes.remove_broadcasts import remove_broadcasts
+
+        with plan.fusion:
+            remove_broadcasts(plan.fusion)
+        return lower_matmul(plan, name, target)
+    return lower(plan, name, id_model)
+
+
+# What a compile does with a lowered kernel before it counts as built (the frontend emits
+# its PTX): a failure there falls back like one of the pipeline's own.
+EmitHook = Callable[[int, "KernelStages"], None]
+
+
+def _build_kernel(
+    fusion: Fusion,
+    segmented: SegmentedFusion,
+    index: int,
+    target: TargetInfo,
+    matmul: MatmulParams | None,
+    timer: _Timer,
+    emit: EmitHook | None,
+) -> KernelStages | Exception:
+    """Kernel ``index`` scheduled, lowered and (through ``emit``) emitted by the first plan
+    that works (passes/fallback.py), or the first plan's error when none does."""
+    name = kernel_name(fusion.name, index)
+    failures: list[tuple[Attempt, Exception]] = []
+    for attempt in attempts_for(has_mma(segmented.kernels[index].fusion)):
+        try:
+            if failures:
+                rewrite = None if attempt.tensor_cores else mmas_to_multiply_sum
+                plan = replan(fusion, segmented, index, target, rewrite)
+            else:
+                plan = segmented.kernels[index]
+            with timer.stage("schedule"):
+                id_model = schedule_kernel(plan, target, matmul, attempt)
+                scheduled = scheduled_to_str(plan.fusion)
+            with timer.stage("lower"):
+                kernel = _lower_kernel(plan, name, target, id_model)
+            stages = KernelStages(plan, scheduled, kernel)
+            if emit is not None:
+                emit(index, stages)
+        except Exception as error:  # any failure of a plan: the next, simpler one runs
+            failures.append((attempt, error))
+            continue
+        if failures:
+            plan.fallback = "; ".join(
+                f"{failed.name}: {failure_summary(error)}" for failed, error in failures
+            )
+            plan.params["fallback"] = attempt.name
+            if matmul is not None and not attempt.tensor_cores:
+                # The user asked for these params: say why they were not used.
+                warnings.warn(
+                    f"pyfuse: kernel {name} runs as multiply+sum: its tensor-core plan with "
+                    f"{matmul} failed ({failure_summary(failures[0][1])})",
+                    UserWarning,
+                    stacklevel=2,
+                )
+        return stages
+    return failures[0][1]
 
 
 Pass = Callable[[Fusion], object]
@@ -132,8 +217,15 @@ def _has_pattern_ops(fusion: Fusion) -> bool:
     return any(isinstance(expr, _PATTERN_OPS) for expr in fusion.exprs())
 
 
-def run(fusion: Fusion, target: TargetInfo, matmul: MatmulParams | None = None) -> PipelineResult:
-    """All passes on a copy of ``fusion``: math IR to one kernel IR per kernel."""
+def run(
+    fusion: Fusion,
+    target: TargetInfo,
+    matmul: MatmulParams | None = None,
+    emit: EmitHook | None = None,
+) -> PipelineResult:
+    """All passes on a copy of ``fusion``: math IR to one kernel IR per kernel. A kernel
+    whose plan fails (``emit``, given, is part of the plan) takes a simpler one
+    (passes/fallback.py); only a fusion no plan can build raises."""
     timer = _Timer()
     fusion, _ = fusion.clone()
     _check(fusion, "trace", boundary=True)
@@ -176,23 +268,18 @@ def run(fusion: Fusion, target: TargetInfo, matmul: MatmulParams | None = None) 
         segmented = segment(fusion, target)
 
     kernels: list[KernelStages] = []
-    for index, plan in enumerate(segmented.kernels):
-        # ── scheduling
-        with timer.stage("schedule"):
-            id_model = schedule_kernel(plan, target, matmul)
-            scheduled = scheduled_to_str(plan.fusion)
-        # ── lowering
-        with timer.stage("lower"):
-            name = kernel_name(fusion.name, index)
-            if plan.scheduler == MATMUL_SCHEDULER:
-                # The matmul lowering loads with the first matmul kernel, not with pyfuse.
-                from pyfuse.passes.lower_matmul import lower_matmul
-                from pyfuse.passes.remove_broadcasts import remove_broadcasts
-
-                with plan.fusion:
-                    remove_broadcasts(plan.fusion)
-                kernel = lower_matmul(plan, name, target)
-            else:
-                kernel = lower(plan, name, id_model)
-        kernels.append(KernelStages(plan, scheduled, kernel))
+    index = 0
+    while index < len(segmented.kernels):
+        built = _build_kernel(fusion, segmented, index, target, matmul, timer, emit)
+        if isinstance(built, Exception):
+            if len(segmented.groups[index]) <= 1:
+                raise built
+            # No plan fits the whole segment: one kernel per expr, and build them all again
+            # (the kernels' names and arguments change with the cut).
+            with timer.stage("segment"):
+                segmented = cut(fusion, segmented, index, target)
+            kernels, index = [], 0
+            continue
+        kernels.append(built)
+        index += 1
     return PipelineResult(math_ir, segmented, kernels, timer.timings)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import field
 
+from pyfuse.ir.exprs import Expr
 from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.records import record
 from pyfuse.ir.tensor import TensorView
@@ -33,6 +34,8 @@ class KernelPlan:
     params: dict[str, object] = field(default_factory=dict)
     # Why other schedulers declined this segment (scheduler name -> reason).
     declined: dict[str, str] = field(default_factory=dict)
+    # Set when the first plan failed: the simpler plan taken and why the others failed.
+    fallback: str | None = None
 
 
 @record(eq=False)
@@ -45,3 +48,5 @@ class SegmentedFusion:
     sources: list[list[tuple[str, int | str]]]
     sinks: list[list[tuple[str, int | str]]]
     intermediates: dict[str, TensorView]
+    # Each kernel's exprs, in the segmented fusion: a failed kernel is cut along them.
+    groups: list[list[Expr]] = field(default_factory=list)

@@ -205,10 +205,12 @@ def rows_per_thread(point: BreakPoint, vector: int, threads: int, target: Target
     return 1
 
 
-def choose_params(fusion: Fusion, reference: TensorView, target: TargetInfo) -> PointwiseParams:
+def choose_params(
+    fusion: Fusion, reference: TensorView, target: TargetInfo, vectorize: bool = True
+) -> PointwiseParams:
     axes = reference.no_reductions
     vector = 1
-    if axes:
+    if axes and vectorize:
         vector = vector_width(fusion, axes[-1], axes[-1].logical_extent, target)
     threads = THREADS
     point = choose_break_point(fusion, reference, vector, threads, target)
@@ -226,13 +228,14 @@ def choose_params(fusion: Fusion, reference: TensorView, target: TargetInfo) -> 
     return PointwiseParams(vector, threads, unroll)
 
 
-def schedule(fusion: Fusion, target: TargetInfo) -> PointwiseParams:
-    """Schedule ``fusion`` in place (see the module docstring)."""
+def schedule(fusion: Fusion, target: TargetInfo, vectorize: bool = True) -> PointwiseParams:
+    """Schedule ``fusion`` in place (see the module docstring); ``vectorize=False`` moves
+    one element per access (a fallback plan's)."""
     reason = decline_reason(fusion)
     if reason is not None:
         raise ValueError(f"pointwise scheduler cannot take this fusion: {reason}")
     reference = reference_output(fusion)
-    params = choose_params(fusion, reference, target)
+    params = choose_params(fusion, reference, target, vectorize)
     cache_inputs_and_outputs(fusion)
 
     if not reference.loop:

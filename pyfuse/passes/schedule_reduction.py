@@ -125,7 +125,8 @@ def decline_reason(fusion: Fusion, target: TargetInfo) -> str | None:
     if not any(flags):
         return "the reductions reduce no axis of the reference"
     for tv in fusion.outputs:
-        if tv.numel > reference.numel:
+        # (An empty reduced tensor leaves its outputs at the reduction's identity.)
+        if tv.numel > reference.numel > 0:
             return f"output T{tv.name} is larger than the reduced tensor"
     uncovered = uncovered_axis(fusion, reference)
     if uncovered is not None:
@@ -166,14 +167,18 @@ def _power_of_two_at_least(value: int) -> int:
 
 
 def choose_params(
-    fusion: Fusion, reference: TensorView, flags: list[bool], target: TargetInfo
+    fusion: Fusion,
+    reference: TensorView,
+    flags: list[bool],
+    target: TargetInfo,
+    vectorize: bool = True,
 ) -> ReductionParams:
     persistent = _is_persistent(fusion)
     cols = _extent(reference, flags, True)
     if _is_inner(reference, flags):
         innermost = reference.no_reductions[-1]
         vector = 1
-        if flags[-1]:
+        if flags[-1] and vectorize:
             # A vector must stay inside one run of the innermost axis.
             vector = vector_width(fusion, innermost, innermost.logical_extent, target)
         vectors = -(-cols // vector)
@@ -187,8 +192,11 @@ def choose_params(
     return ReductionParams("outer", threads, 1, cols, persistent)
 
 
-def schedule(fusion: Fusion, target: TargetInfo) -> tuple[TensorView, ReductionParams]:
-    """Schedule ``fusion`` in place; returns the reference tensor and the params."""
+def schedule(
+    fusion: Fusion, target: TargetInfo, vectorize: bool = True
+) -> tuple[TensorView, ReductionParams]:
+    """Schedule ``fusion`` in place; returns the reference tensor and the params.
+    ``vectorize=False`` moves one element per access (a fallback plan's)."""
     reason = decline_reason(fusion, target)
     if reason is not None:
         raise ValueError(f"reduction scheduler cannot take this fusion: {reason}")
@@ -196,7 +204,7 @@ def schedule(fusion: Fusion, target: TargetInfo) -> tuple[TensorView, ReductionP
     id_model = IdModel(fusion)
     flags = _reduced_flags(fusion, reference, id_model)
     assert flags is not None  # checked by decline_reason
-    params = choose_params(fusion, reference, flags, target)
+    params = choose_params(fusion, reference, flags, target, vectorize)
     cache_inputs_and_outputs(fusion)
     # The reference must be a computed tensor: an input read by a reduction now has a cache.
     reference = reference_tensor(fusion)

@@ -38,6 +38,14 @@ def vector_width(
     width = max(1, target.vector_bytes // widest)
     while width > 1 and inner_extent % width:
         width //= 2
+    # A vector must also start aligned in every row: a padded row (``base[:, :128]`` of a
+    # ``(4, 131)`` buffer) starts 131 elements after the last, so only widths dividing every
+    # outer stride keep each row's vectors aligned.
+    for tv in globals_:
+        source = tv.alias_of if tv.alias_of is not None else tv
+        for stride in source.strides or ():
+            while width > 1 and stride % width:
+                width //= 2
     id_model = IdModel(fusion)
     if not all(holds_innermost(tv, innermost, id_model) for tv in globals_):
         return 1

@@ -20,10 +20,12 @@ import copy
 from collections.abc import Callable, Sequence
 
 from pyfuse.errors import ScheduleError
+from pyfuse.ir import ops as ir_ops
 from pyfuse.ir.exprs import Expr, MmaOp
 from pyfuse.ir.fusion import Fusion
+from pyfuse.ir.id_model import IdMappingMode, IdModel
 from pyfuse.ir.target import TargetInfo
-from pyfuse.ir.tensor import TensorView
+from pyfuse.ir.tensor import MemoryType, TensorView, new_axes_like
 from pyfuse.passes import schedule_pointwise, schedule_reduction
 from pyfuse.passes.plan import MATMUL_SCHEDULER, KernelPlan, SegmentedFusion
 from pyfuse.passes.skip_intermediates import is_metadata_op, metadata_source
@@ -92,8 +94,64 @@ def sub_fusion(
     for tv in outputs:
         twin = memo[id(tv)]
         assert isinstance(twin, TensorView)
-        copied.add_output(twin)
+        copied.add_output(materialize_expanded(copied, twin))
+    for position, original in separate_self_mapped_inputs(copied):
+        boundary.insert(position, boundary[original])
     return copied, boundary, list(outputs)
+
+
+def materialize_expanded(fusion: Fusion, tv: TensorView) -> TensorView:
+    """``tv``, or a copy of it whose expanded broadcast axes are real axes: a kernel writes
+    every element of its outputs, and a loop over an expanded broadcast has one trip."""
+    if not any(axis.expanded_extent is not None for axis in tv.no_reductions):
+        return tv
+    tv.memory_type = MemoryType.LOCAL  # computed in registers; the copy is the output
+    with fusion:
+        return ir_ops.materialize(tv)
+
+
+def _self_mapped(fusion: Fusion) -> TensorView | None:
+    """A tensor two of whose axes the IdModel maps to each other (``x + x.T`` ties ``x``'s
+    rows to its columns): no loop structure indexes it right, since every index is derived
+    from one reference through that relation."""
+    id_model = IdModel(fusion)
+    for tv in fusion.tensors():
+        axes = [a for a in tv.logical if not a.is_broadcast or a.expanded_extent is not None]
+        for i, first in enumerate(axes):
+            for second in axes[i + 1 :]:
+                if id_model.mapped(first, second, IdMappingMode.BROADCAST):
+                    return tv
+    return None
+
+
+def separate_self_mapped_inputs(fusion: Fusion) -> list[tuple[int, int]]:
+    """Where one input read along two paths ties axes together (see :func:`_self_mapped`),
+    every use of that input past the first reads a twin input of its own, which the launch
+    binds to the same memory. Returns (position of the twin in ``fusion.inputs``, position
+    of the input it duplicates), in order of insertion."""
+    if _self_mapped(fusion) is None:
+        return []
+    added: list[tuple[int, int]] = []
+    for index, tv in enumerate(list(fusion.inputs)):
+        uses = fusion.uses_in_fusion(tv)
+        for use in uses[1:]:
+            with fusion:  # numbered in this fusion, after its own tensors
+                twin = _twin_input(tv)
+            use.replace_input(tv, twin)
+            fusion.inputs.append(twin)
+            twin.memory_type = tv.memory_type
+            added.append((len(fusion.inputs) - 1, index))
+    return added
+
+
+def _twin_input(tv: TensorView) -> TensorView:
+    """A fresh input tensor with ``tv``'s shape, dtype and memory layout."""
+    twin = TensorView(new_axes_like(tv.logical), tv.dtype)
+    twin.strides = tv.strides
+    if tv.allocation is not None:
+        axes = [twin.logical[tv.logical.index(axis)] for axis in tv.allocation]
+        twin.set_allocation(axes, tv.contiguity)
+    return twin
 
 
 def _group_outputs(fusion: Fusion, group: Sequence[Expr], rest: Sequence[Expr]) -> list[TensorView]:
@@ -226,6 +284,41 @@ def _feeds_only(use: Expr, mma: MmaOp, chain: list[Expr]) -> bool:
     return use is mma or any(use is e for e in chain)
 
 
+def replan(
+    fusion: Fusion,
+    segmented: SegmentedFusion,
+    index: int,
+    target: TargetInfo,
+    rewrite: Callable[[Fusion], object] | None = None,
+) -> KernelPlan:
+    """A fresh plan for kernel ``index`` (its scheduler's work on the last one is undone),
+    its fusion first rewritten by ``rewrite`` where given; the kernel keeps its arguments."""
+    groups = segmented.groups
+    rest = [e for later in groups[index + 1 :] for e in later]
+    outputs = _group_outputs(fusion, groups[index], rest)
+    name = segmented.kernels[index].fusion.name
+    kernel_fusion, _, _ = sub_fusion(fusion, groups[index], outputs, name)
+    if rewrite is not None:
+        rewrite(kernel_fusion)
+    chosen, reasons = pick_scheduler(kernel_fusion, target)
+    if chosen is None:
+        detail = "; ".join(f"{n}: {r}" for n, r in reasons.items())
+        raise ScheduleError(f"no scheduler accepts kernel {name} ({detail})")
+    plan = KernelPlan(kernel_fusion, chosen, declined=reasons)
+    segmented.kernels[index] = plan
+    return plan
+
+
+def cut(
+    fusion: Fusion, segmented: SegmentedFusion, index: int, target: TargetInfo
+) -> SegmentedFusion:
+    """``segmented`` with kernel ``index`` cut into one kernel per expr (an MMA keeps its
+    operand views), the last resort when no plan for the whole kernel works."""
+    groups = segmented.groups
+    pieces = [unit for unit in _units(groups[index])]
+    return _plans(fusion, [*groups[:index], *pieces, *groups[index + 1 :]], target)
+
+
 def _plans(fusion: Fusion, groups: list[list[Expr]], target: TargetInfo) -> SegmentedFusion:
     kernels: list[KernelPlan] = []
     sources: list[list[tuple[str, int | str]]] = []
@@ -248,7 +341,7 @@ def _plans(fusion: Fusion, groups: list[list[Expr]], target: TargetInfo) -> Segm
             if not fusion.is_output(tv):
                 intermediates[f"T{tv.name}"] = tv
         sinks.append(kernel_sinks)
-    return SegmentedFusion(kernels, sources, sinks, intermediates)
+    return SegmentedFusion(kernels, sources, sinks, intermediates, [list(g) for g in groups])
 
 
 def _location(fusion: Fusion, tv: TensorView) -> tuple[str, int | str]:

@@ -30,6 +30,7 @@ Returns the aliased tensors in topological order. Running it again changes nothi
 
 from __future__ import annotations
 
+from pyfuse.ir.caching import cache_before
 from pyfuse.ir.exprs import (
     BroadcastOp,
     ExpandOp,
@@ -51,6 +52,7 @@ def skip_intermediates(fusion: Fusion) -> list[TensorView]:
     """Alias the metadata ops right after ``fusion``'s inputs (see the module doc)."""
     root_of: dict[int, TensorView] = {id(inp): inp for inp in fusion.inputs}
     aliased: list[TensorView] = []
+    _copy_viewed_outputs(fusion)
     for expr in fusion.exprs():
         if not is_metadata_op(expr):
             continue
@@ -69,6 +71,21 @@ def skip_intermediates(fusion: Fusion) -> list[TensorView]:
         root_of[id(consumer)] = root
         aliased.append(consumer)
     return aliased
+
+
+def _copy_viewed_outputs(fusion: Fusion) -> None:
+    """An output that is a view of an input (``return x.reshape(-1)``, ``return x.T``) is
+    written as a copy of that view: the view becomes an alias read in place, and the kernel's
+    loop runs over the output, whose every index the view derives (reading the input's cache
+    in registers instead would leave the input's axes outside the output's loop)."""
+    for expr in fusion.exprs():
+        output = expr.output
+        if not fusion.is_output(output) or not is_metadata_op(expr):
+            continue
+        if isinstance(expr, LoadStoreOp) or metadata_source(output).definition is not None:
+            continue
+        if view_allocation(expr, expr.tensor_inputs[0]) is not None:
+            cache_before(fusion, output)
 
 
 def global_intermediates(fusion: Fusion) -> list[str]:

@@ -27,17 +27,26 @@ from pyfuse.ir.tensor import TensorView
 def _logical_map(
     reference: TensorView, target: TensorView, id_model: IdModel
 ) -> dict[int, IterDomain]:
-    """reference logical axis id -> the target logical axis it maps to."""
+    """reference logical axis id -> the target logical axis it maps to.
+
+    The strictest relation is matched first for every axis, then looser ones for the axes
+    still unmatched: PERMISSIVE alone can tie a broadcast of the reference to an unrelated
+    iteration axis of the target (``x[M, 1] + sum(x.T, 1, keepdim=True)`` maps the size-1
+    axis to ``M`` through the add), and taking the first such candidate would give the
+    target the wrong loop."""
     mapping: dict[int, IterDomain] = {}
     taken: set[int] = set()
-    for ref_axis in reference.logical:
-        for candidate in target.logical:
-            if id(candidate) in taken:
+    for mode in (IdMappingMode.EXACT, IdMappingMode.BROADCAST, IdMappingMode.PERMISSIVE):
+        for ref_axis in reference.logical:
+            if id(ref_axis) in mapping:
                 continue
-            if id_model.mapped(ref_axis, candidate, IdMappingMode.PERMISSIVE):
-                mapping[id(ref_axis)] = candidate
-                taken.add(id(candidate))
-                break
+            for candidate in target.logical:
+                if id(candidate) in taken:
+                    continue
+                if id_model.mapped(ref_axis, candidate, mode):
+                    mapping[id(ref_axis)] = candidate
+                    taken.add(id(candidate))
+                    break
     return mapping
 
 
@@ -67,6 +76,12 @@ def replay_like(target: TensorView, reference: TensorView, id_model: IdModel) ->
                 target.merge(outer_index, inner_index)
                 applied_merge = target.history[-1]
                 assert isinstance(applied_merge, Merge)
+                if applied_merge.output.is_iteration and (outer.is_broadcast or inner.is_broadcast):
+                    # A broadcast merged with what the reference iterates runs the
+                    # reference's trips (loop promotion): a tensor computed in a nest of its
+                    # own (a persistent one, kept before a reduction) needs a value at every
+                    # position its consumers read, not one per broadcast element.
+                    applied_merge.output.extent = step.output.extent
                 mapping[id(step.output)] = applied_merge.output
             elif outer is not None or inner is not None:
                 present = outer if outer is not None else inner

@@ -727,9 +727,10 @@ def test_a_failed_emission_abandons_the_compact_job(
     with pytest.raises(pf.ScheduleError, match="no rule"):
         fused(x)
     start = time.perf_counter()
-    cache.wait_for_jits()  # the job ends after its quick build, not after _PTX_WAIT_S
+    cache.wait_for_jits()  # each job ends after its quick build, not after _PTX_WAIT_S
     assert time.perf_counter() - start < 5
-    assert fake.link_levels() == [0] and not cache._ahead
+    # Each fallback plan (passes/fallback.py) started a quick build and abandoned it.
+    assert set(fake.link_levels()) == {0} and not cache._ahead
 
 
 def test_a_compact_job_stops_waiting_for_its_ptx(

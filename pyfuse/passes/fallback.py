@@ -1,0 +1,93 @@
+"""Fallback plans: what the pipeline tries when a kernel's first plan fails.
+
+A segment a scheduler accepted can still fail later: its schedule breaks an invariant the
+validator checks, the lowering or the emitter meets a shape it cannot handle, a TMA box
+cannot be made. A valid fusion must still run, so the pipeline tries, in order, the plans
+of :data:`ATTEMPTS` that apply to the kernel, each on a fresh copy of its segment:
+
+1. the scheduler's own choice;
+2. the same scheduler with one element per access (no vectors: nothing assumes alignment
+   or divisibility of the innermost extent);
+3. no aliases: metadata ops after inputs are computed, not read in place (their
+   allocation domains are what lowering indexes through);
+4. both;
+5. for a matmul kernel: its MMAs as multiply + sum in fp32 (the reduction path, which
+   needs neither TMA nor wgmma), without vectors or aliases.
+
+When every plan fails, the pipeline cuts the segment into one kernel per expr
+(:func:`pyfuse.passes.segment.cut`) and starts over; a segment of one expr whose plans all
+fail raises the first plan's error. The plan taken records on ``KernelPlan.fallback``
+which plans failed and why, and ``params["fallback"]`` names it (``Kernel.params`` shows it).
+
+Expects a segment fresh from :func:`pyfuse.passes.segment.replan`. Guarantees: every plan
+computes the segment's values (only the schedule or, for 5, the matmul's accumulation
+order changes).
+"""
+
+from __future__ import annotations
+
+from pyfuse.ir import dtypes
+from pyfuse.ir import ops as ir_ops
+from pyfuse.ir.exprs import BinaryOpType, MmaOp, ReductionOpType
+from pyfuse.ir.fusion import Fusion
+from pyfuse.ir.naming import source_location
+from pyfuse.ir.records import record
+
+
+@record(frozen=True)
+class Attempt:
+    """One plan for a kernel: what the scheduler may use."""
+
+    name: str
+    alias_inputs: bool = True
+    vectorize: bool = True
+    tensor_cores: bool = True
+
+
+ATTEMPTS = (
+    Attempt("default"),
+    Attempt("no vectors", vectorize=False),
+    Attempt("no aliases", alias_inputs=False),
+    Attempt("no aliases or vectors", alias_inputs=False, vectorize=False),
+    Attempt("multiply+sum", alias_inputs=False, vectorize=False, tensor_cores=False),
+)
+
+
+def attempts_for(has_mma: bool) -> list[Attempt]:
+    """The plans that apply to a kernel with (or without) MMAs, first plan first."""
+    if has_mma:
+        # A matmul kernel's schedule has no vector or alias switch: its fallback is the
+        # reduction path.
+        return [ATTEMPTS[0], ATTEMPTS[-1]]
+    return [attempt for attempt in ATTEMPTS if attempt.tensor_cores]
+
+
+def has_mma(fusion: Fusion) -> bool:
+    return any(isinstance(expr, MmaOp) for expr in fusion.exprs())
+
+
+def mmas_to_multiply_sum(fusion: Fusion) -> int:
+    """Rewrite every MmaOp of ``fusion`` in place as ``sum_K(a * b)`` in fp32 (its operands
+    are broadcast to ``[..., M, N, K]`` already); returns how many were rewritten."""
+    count = 0
+    for expr in fusion.exprs():
+        if not isinstance(expr, MmaOp):
+            continue
+        out = expr.output
+        with fusion, source_location(expr.source):
+            a = ir_ops.cast(expr.a, dtypes.float32)
+            b = ir_ops.cast(expr.b, dtypes.float32)
+            product = ir_ops.binary(BinaryOpType.MUL, a, b)
+            axes = [i for i, axis in enumerate(out.logical) if axis.is_reduction]
+            result = ir_ops.reduce(ReductionOpType.SUM, product, axes)
+        fusion.replace_uses(out, result)  # output slots too: an output keeps its place
+        expr.unlink()
+        count += 1
+    return count
+
+
+def failure_summary(error: BaseException) -> str:
+    """The first line of an error, for the record of failed plans."""
+    text = str(error).strip().splitlines()
+    first = text[0] if text else ""
+    return f"{type(error).__name__}: {first}"
