@@ -68,7 +68,6 @@ def decompose_unschedulable_mmas(fusion: Fusion, target: TargetInfo) -> int:
     target of such a call has ``vector_bytes`` below 16) into multiply + sum, so they still
     run — on the reduction path — instead of failing. Returns how many were rewritten."""
     from pyfuse.ir.exprs import MmaOp
-    from pyfuse.ir.id_model import IdModel
 
     mmas = [expr for expr in fusion.exprs() if isinstance(expr, MmaOp)]
     if not mmas:
@@ -76,19 +75,16 @@ def decompose_unschedulable_mmas(fusion: Fusion, target: TargetInfo) -> int:
     from pyfuse.passes import schedule_matmul  # loads with the first MMA
 
     count = 0
-    id_model: IdModel | None = None  # of the fusion as it is: built again after a rewrite
     for expr in mmas:
         unloadable = target.vector_bytes < schedule_matmul.TMA_ALIGNMENT  # unaligned inputs
         for name, operand in (("A", expr.a), ("B", expr.b)):
             root = schedule_matmul.operand_root(fusion, operand)
             if unloadable or root is None:
                 continue  # a computed operand: segmentation gives it a kernel of its own
-            id_model = id_model or IdModel(fusion)
-            reason = schedule_matmul.operand_load_reason(fusion, expr, name, root, id_model)
+            reason = schedule_matmul.operand_load_reason(fusion, expr, name, root)
             unloadable = reason is not None
         if not unloadable:
             continue
-        id_model = None
         out = expr.output
         with fusion, source_location(expr.source):
             a = ir_ops.cast(expr.a, dtypes.float32)

@@ -39,10 +39,10 @@ from pyfuse.passes.lower import _Lowering
 from pyfuse.passes.plan import KernelPlan
 from pyfuse.passes.schedule_matmul import (
     BARRIER_BYTES,
-    SWIZZLE_BYTES,
     WGMMA_M,
     operand_memory,
     operand_memory_roles,
+    operand_swizzle_bytes,
 )
 
 THREADS_PER_WARPGROUP = 128
@@ -125,19 +125,27 @@ class _MatmulLowering(_Lowering):
         if not self.fusion.is_input(root):
             raise ScheduleError(f"kernel {self.name}: operand T{cache.name} does not view an input")
         buffer = self._buffer(root)
-        # The input's memory as the MMA reads it (through a split-K reshape, if any).
+        # The input's memory as the MMA reads it (through a split-K reshape, if any), with
+        # the roles of this use: one input may be read as both operands.
         memory = operand_memory(self.fusion, source) or root
-        collapsed = operand_memory_roles(self.mmas[0], memory, self.id_model)
+        mma = next(m for m in self.mmas if cache is m.a or cache is m.b)
+        collapsed = operand_memory_roles(mma, source, memory)
         if collapsed is None:
             raise ScheduleError(f"kernel {self.name}: operand T{cache.name}'s memory has no roles")
         tile = {"m": self.matmul.tile_m, "n": self.matmul.tile_n, "k": self.matmul.tile_k}
-        # The contiguous box dim spans at most the swizzle (128 bytes); a wider tile takes
-        # several copies side by side.
-        span = SWIZZLE_BYTES // cache.dtype.itemsize
+        # The contiguous box dim is one swizzle row, the widest that tiles the contiguous
+        # tile; a wider tile takes several copies side by side.
+        contiguous_tile = tile[collapsed[-1][2]] or 1
+        swizzle_bytes = operand_swizzle_bytes(contiguous_tile, cache.dtype.itemsize)
+        if swizzle_bytes is None:
+            raise ScheduleError(
+                f"kernel {self.name}: operand T{cache.name}'s contiguous tile of "
+                f"{contiguous_tile} elements is no whole number of swizzle rows"
+            )
         # Boxes are whole tiles even past a small extent: TMA zero-fills what lies outside,
         # which is what ragged (and tiny) M, N and K need.
         box = [tile.get(role, 1) or 1 for _, _, role in collapsed]
-        box[-1] = min(box[-1], span)
+        box[-1] = swizzle_bytes // cache.dtype.itemsize
         stage_bytes = cache.dtype.itemsize
         for _, _, role in collapsed:
             stage_bytes *= tile.get(role, 1) or 1
@@ -148,7 +156,7 @@ class _MatmulLowering(_Lowering):
             strides=tuple(stride for _, stride, _ in collapsed),
             box=tuple(box),
             roles=tuple(role for _, _, role in collapsed),
-            swizzle_bytes=SWIZZLE_BYTES,
+            swizzle_bytes=swizzle_bytes,
             smem_offset=offset,
             stage_bytes=_align(stage_bytes, SMEM_ALIGN),
             stage_tile_bytes=stage_bytes,
