@@ -21,7 +21,8 @@ through global memory.
 
 Guarantees: math unchanged up to fp32 summation order; a matmul left alone has a reason in
 the returned list (K not a multiple of ``8 S`` — each part's row must stay 16-byte aligned
-for TMA —, operands that are not stored row-major, 1-D operands, dtypes wgmma does not take).
+for TMA —, operands that are not stored row-major, 1-D operands, an M, N or K of 1 — a
+decode step's ``[1, K]`` input is no tensor-core matmul —, dtypes wgmma does not take).
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ def auto_parts(expr: MatmulOp | LinearOp, target: TargetInfo) -> int:
     a, b = (expr.a, expr.b) if isinstance(expr, MatmulOp) else (expr.x, expr.weight)
     if a.dtype not in SPLIT_DTYPES or len(a.shape) < 2 or len(b.shape) < 2:
         return 1
+    if _size_one_dims(expr):
+        return 1
     m, k = a.shape[-2], a.shape[-1]
     n = b.shape[-1] if isinstance(expr, MatmulOp) else b.shape[-2]
     batch = expr.output.numel // max(1, m * n)
@@ -96,6 +99,16 @@ def auto_parts(expr: MatmulOp | LinearOp, target: TargetInfo) -> int:
     return parts
 
 
+def _size_one_dims(expr: MatmulOp | LinearOp) -> list[str]:
+    """The dims of M, N and K of extent 1 (broadcast axes): translation leaves such a matmul
+    to the multiply-sum decomposition, which a split would only make longer."""
+    if isinstance(expr, MatmulOp):
+        m, k, n = expr.a.shape[-2], expr.a.shape[-1], expr.b.shape[-1]
+    else:
+        m, k, n = expr.x.shape[-2], expr.x.shape[-1], expr.weight.shape[-2]
+    return [name for name, extent in (("M", m), ("N", n), ("K", k)) if extent == 1]
+
+
 def _split(fusion: Fusion, expr: MatmulOp | LinearOp, parts: int) -> str | None:
     """Rewrite ``expr`` with ``parts`` parts of K, or say why not."""
     if isinstance(expr, MatmulOp):
@@ -108,6 +121,12 @@ def _split(fusion: Fusion, expr: MatmulOp | LinearOp, parts: int) -> str | None:
         return f"operands are {a.dtype.name}; split-K runs on the bf16/f16 tensor-core path"
     if len(a.shape) < 2 or len(b.shape) < 2:
         return "1-D operands"
+    size_one = _size_one_dims(expr)
+    if size_one:
+        return (
+            f"{' and '.join(size_one)} = 1: the matmul is not one for the tensor cores "
+            "(it runs as multiply + sum)"
+        )
     k = a.shape[-1]
     if k % (parts * K_ALIGNMENT):
         return f"K = {k} is not a multiple of {parts} parts of {K_ALIGNMENT} elements"
