@@ -9,8 +9,10 @@ Guarantees: the kernel body is one :class:`MatmulMainLoop`:
 - one :class:`TmaOperand` per distinct operand, described from the *input's* memory (the
   alias chain is followed, so broadcast and permute ops cost nothing): dims in memory order
   with their M/N/K/batch roles (adjacent dims of one role whose strides allow it are
-  collapsed into one), element strides, the box (``tile_m``/``tile_n`` x ``tile_k``), a
-  128-byte swizzle, and its place in the circular shared-memory buffer;
+  collapsed into one; roles per use, so one input may be both operands), element strides,
+  the box (``tile_m``/``tile_n`` x ``tile_k``, the contiguous dim one swizzle row), the
+  swizzle (128, 64 or 32 bytes, ``operand_swizzle_bytes``), and its place in the circular
+  shared-memory buffer;
 - one accumulator register buffer per MMA;
 - an epilogue run per accumulator element with ``row``/``col``/``batch_index`` bound: every
   epilogue expr lowered with the pointwise machinery of :mod:`pyfuse.passes.lower` (indices
@@ -48,7 +50,7 @@ from pyfuse.passes.schedule_matmul import (
 )
 
 THREADS_PER_WARPGROUP = 128
-SMEM_ALIGN = 1024  # a 128-byte-swizzled tile starts on its 1024-byte pattern boundary
+SMEM_ALIGN = 1024  # every swizzled tile starts on its pattern boundary (1024 bytes at most)
 
 
 def _align(value: int, alignment: int) -> int:

@@ -13,8 +13,9 @@ from a fusion input, and an epilogue of pointwise ops only. Guarantees, on succe
 - a persistent schedule merges the tile loops and splits them by the SM count
   (``[tiles/SMs (serial), SMs (BIDx)]``); both compose;
 - each distinct operand gets a shared-memory cache loaded by TMA (``LoadStoreKind.TMA_LOAD``)
-  with its box axes marked ``Bulk``, a 128-byte-swizzled allocation (the XOR of the row in
-  the 8-row atom with the 16-byte chunk, as a ``Swizzle`` in its allocation transforms) and
+  with its box axes marked ``Bulk``, a swizzled allocation (128, 64 or 32 bytes, the widest
+  whose rows tile the contiguous tile; the XOR of the 128-byte line in the 8-row atom with
+  the 16-byte chunk, as a ``Swizzle`` in its allocation transforms) and
   ``circular_buffer_stages = stages``; it is inlined inside the K-tile loop;
 - the epilogue tensors replay the accumulator's tile structure and inline into it;
 - ``params`` holds the full :class:`MatmulParams` (user fields kept, the rest chosen here);
