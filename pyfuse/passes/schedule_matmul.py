@@ -30,6 +30,7 @@ unrelated outputs in the epilogue.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 
@@ -291,6 +292,8 @@ def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo)
     given = user or MatmulParams()
     tile_m = given.tile_m or tile_m
     tile_n = _mn_major_tile_n(fusion, mmas, given.tile_n or tile_n, itemsize, given.tile_n)
+    if given.tile_n is not None and given.tile_n != tile_n:
+        given = dataclasses.replace(given, tile_n=tile_n)  # rounded up, with a warning
     tile_k = given.tile_k or tile_k
     a_count = len({id(m.a) for m in mmas})
     b_count = len(operands) - a_count

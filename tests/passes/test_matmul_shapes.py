@@ -275,3 +275,36 @@ def test_decode_of_a_long_k_runs_on_the_reduction_path() -> None:
     require_ptxas()
     for kernel in compiled.kernels:
         assert ptxas.assemble(kernel.ptx).problems() == []
+
+
+def test_a_requested_tile_n_is_rounded_to_whole_swizzle_rows_for_an_n_major_b() -> None:
+    specs = [S((1024, 512), bf16), S((512, 96), bf16)]
+    with pytest.warns(UserWarning, match="tile_n=40.* rounded up to 48"):
+        compiled = pf.fuse(lambda a, b: a @ b, matmul=pf.MatmulParams(tile_n=40)).compile(*specs)
+    assert _main_loop(compiled).tile_n == 48
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        pf.MatmulParams(cluster_m=2, persistent=True),
+        pf.MatmulParams(cluster_n=2),
+        pf.MatmulParams(tile_k=32),
+        pf.MatmulParams(tile_k=48),
+    ],
+    ids=["cluster2x1", "cluster1x2", "tile_k32", "tile_k48"],
+)
+def test_narrow_swizzles_under_clusters_and_short_k_tiles_assemble(params: pf.MatmulParams) -> None:
+    """Multicast slices of 64- and 32-byte-swizzled boxes, K-major tiles of 64- and 32-byte
+    rows (tile_k 32, 48)."""
+    require_ptxas()
+    for fn, specs in (
+        (lambda a, b: a @ b, [S((1024, 512), bf16), S((512, 96), bf16)]),
+        (lambda a: a @ a, [S((512, 512), bf16)]),
+    ):
+        compiled = _compile(fn, specs, params)
+        loop = _main_loop(compiled)
+        for operand in loop.operands:
+            matmul_host.operand_layout(loop, operand)  # the layout checks pass
+        for kernel in compiled.kernels:
+            assert ptxas.assemble(kernel.ptx).problems() == []
