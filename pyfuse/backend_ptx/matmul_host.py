@@ -5,8 +5,8 @@
   the wgmma descriptor fields (LBO, SBO, k-step offsets) that read it; the checks refuse a
   layout the descriptors would misread instead of computing a wrong product.
 - :func:`register_split`: the ``setmaxnreg`` counts of the producer and the consumers.
-- :func:`tensor_map_plans` / :func:`encode_tensor_maps`: one tiled, 128-byte-swizzled
-  tensor map per operand, dims in the operand's memory order, encoded from the buffers'
+- :func:`tensor_map_plans` / :func:`encode_tensor_maps`: one tiled, swizzled tensor map
+  per operand, dims in the operand's memory order, encoded from the buffers'
   device addresses and cached by those addresses (a launch with the same tensors encodes
   nothing).
 
@@ -28,13 +28,21 @@ every sharer's shared memory: whole boxes when the boxes divide evenly, else eac
 along its outer dim in whole swizzle atoms. Tiles past a ragged edge are computed on
 zero-filled operands and store nothing, so every CTA of a cluster walks the same tiles.
 
-**Operand layouts** (128-byte swizzle, every box on a 1024-byte boundary, base offset 0):
+**Operand layouts.** Each operand's swizzle (``TmaOperand.swizzle_bytes``, ``W`` = 128, 64
+or 32 bytes: ``w = W / 2`` bf16/f16 elements a row) is the widest whose rows tile its
+contiguous tile extent; the tensor map and the wgmma descriptor use the same one. Every box
+starts on a 1024-byte boundary (a multiple of every swizzle pattern, ``8 W`` bytes), so the
+descriptors' base offset is 0 (PTX ISA, "Matrix Descriptor Format"; the canonical layouts
+of "Shared Memory Matrix Layout" give the LBO/SBO below):
 
-- K-major (K contiguous: one 128-byte row per M/N index, ``tile_k / 64`` boxes along K):
-  LBO 16 (unused), SBO 1024 (8 rows); k-step ``j`` starts ``32 j`` bytes into its box.
-- MN-major (M/N contiguous: boxes of 64 M/N elements by ``tile_k`` K rows side by side):
-  LBO = one box's bytes (the next 64 M/N elements), SBO 1024 (8 K rows); k-step ``j``
-  starts ``16 j`` K rows (``2048 j`` bytes) in; wgmma's transpose bit is 1.
+- K-major (K contiguous: one ``W``-byte row per M/N index, ``tile_k / w`` boxes along K):
+  LBO 16 (unused), SBO ``8 W`` (8 rows); k-step ``j`` starts ``32 j`` bytes into its box
+  (``16 j`` elements, in the box ``16 j // w``).
+- MN-major (M/N contiguous: boxes of ``w`` M/N elements by ``tile_k`` K rows side by side):
+  LBO = one box's bytes (the next ``w`` M/N elements), SBO ``8 W`` (8 K rows); k-step ``j``
+  starts ``16 j`` K rows (``16 j W`` bytes) in; wgmma's transpose bit is 1. A B tile of N
+  columns is ``tile_n / w`` boxes: N = 16 takes one 32-byte-swizzled box, 96 three 64-byte
+  ones (the 128-byte swizzle was checked on the H200; 64 and 32 follow the same tables).
 """
 
 from __future__ import annotations
@@ -52,8 +60,12 @@ from pyfuse.ir.kernel_ir import Kernel, MatmulMainLoop, TmaOperand
 from pyfuse.ir.records import record
 from pyfuse.ir.target import HOPPER, TargetInfo
 
-SWIZZLE = smem_desc.Swizzle.B128
-ATOM_ROWS = 8  # a 128B-swizzle atom is 8 rows of 128 bytes
+# The swizzles an operand tile may use, by the bytes of one swizzled row (TmaOperand's
+# ``swizzle_bytes``): the tensor map and the wgmma descriptor of the operand both take it.
+SWIZZLES = {
+    s.span_bytes: s for s in (smem_desc.Swizzle.B128, smem_desc.Swizzle.B64, smem_desc.Swizzle.B32)
+}
+ATOM_ROWS = 8  # a swizzle atom is 8 rows of one swizzle span
 WGMMA_K = 16
 # wgmma operand types, by pyfuse dtype (also the TMA dtype names).
 WGMMA_TYPES = {dtypes.bfloat16: "bf16", dtypes.float16: "f16"}
@@ -143,6 +155,7 @@ class OperandLayout:
     loads: tuple[tuple[int, tuple[int, ...]], ...] = ()
     slice_bytes: int = 0
     slice_coords: tuple[int, ...] = ()
+    swizzle: smem_desc.Swizzle = smem_desc.Swizzle.B128
 
     @property
     def k_major(self) -> bool:
@@ -165,15 +178,20 @@ def operand_layout(stmt: MatmulMainLoop, operand: TmaOperand) -> OperandLayout:
     roles = operand.roles
     if operand.dtype not in WGMMA_TYPES:
         raise _fail(stmt, operand, f"is {operand.dtype.name}; wgmma reads bf16 or f16")
-    if operand.swizzle_bytes != SWIZZLE.span_bytes:
-        raise _fail(stmt, operand, f"uses a {operand.swizzle_bytes}-byte swizzle, not 128")
+    swizzle = SWIZZLES.get(operand.swizzle_bytes)
+    if swizzle is None:
+        raise _fail(
+            stmt,
+            operand,
+            f"uses a {operand.swizzle_bytes}-byte swizzle; wgmma reads {sorted(SWIZZLES)}",
+        )
     mn_roles = [r for r in roles if r in ("m", "n")]
     if len(mn_roles) != 1 or roles.count("k") != 1:
         raise _fail(stmt, operand, f"needs one M or N dim and one K dim, has roles {roles}")
     role = mn_roles[0]
     rows = stmt.tile_m if role == "m" else stmt.tile_n
     itemsize = operand.dtype.itemsize
-    span = SWIZZLE.span_bytes // itemsize
+    span = swizzle.span_bytes // itemsize
     box = dict(zip(roles, operand.box, strict=True))
     for dim_role, extent in zip(roles, operand.box, strict=True):
         if dim_role == "batch" and extent != 1:
@@ -182,7 +200,7 @@ def operand_layout(stmt: MatmulMainLoop, operand: TmaOperand) -> OperandLayout:
         raise _fail(
             stmt,
             operand,
-            f"box {list(operand.box)}: the contiguous dim must be one {SWIZZLE.span_bytes}-byte "
+            f"box {list(operand.box)}: the contiguous dim must be one {swizzle.span_bytes}-byte "
             f"swizzle row ({span} elements); TMA zero-fills past the tensor's end, so the box "
             "must not be clipped to a smaller extent",
         )
@@ -193,13 +211,13 @@ def operand_layout(stmt: MatmulMainLoop, operand: TmaOperand) -> OperandLayout:
         k_steps = tuple(
             (k // span) * box_bytes + (k % span) * itemsize for k in range(0, stmt.tile_k, WGMMA_K)
         )
-        lbo, sbo = smem_desc.k_major(SWIZZLE)
-        rows64_bytes = 64 * SWIZZLE.span_bytes
+        lbo, sbo = smem_desc.k_major(swizzle)
+        rows64_bytes = 64 * swizzle.span_bytes
     else:
         wanted = {role: span, "k": stmt.tile_k}
         copies = rows // span
-        k_steps = tuple(k * SWIZZLE.span_bytes for k in range(0, stmt.tile_k, WGMMA_K))
-        lbo, sbo = box_bytes, ATOM_ROWS * SWIZZLE.span_bytes
+        k_steps = tuple(k * swizzle.span_bytes for k in range(0, stmt.tile_k, WGMMA_K))
+        lbo, sbo = box_bytes, ATOM_ROWS * swizzle.span_bytes
         rows64_bytes = box_bytes * 64 // span
     for dim_role, extent in wanted.items():
         if box[dim_role] != extent:
@@ -218,7 +236,7 @@ def operand_layout(stmt: MatmulMainLoop, operand: TmaOperand) -> OperandLayout:
             f"stage tile of {operand.stage_tile_bytes} bytes is not {copies} boxes of "
             f"{box_bytes} bytes",
         )
-    pattern = SWIZZLE.pattern_bytes
+    pattern = swizzle.pattern_bytes
     if operand.smem_offset % pattern or operand.stage_bytes % pattern or box_bytes % pattern:
         raise _fail(
             stmt,
@@ -244,6 +262,7 @@ def operand_layout(stmt: MatmulMainLoop, operand: TmaOperand) -> OperandLayout:
         loads,
         slice_bytes,
         slice_coords,
+        swizzle,
     )
 
 
@@ -321,13 +340,14 @@ def tensor_map_plans(kernel: Kernel) -> list[tma_host.TensorMapPlan]:
     stmt = find_main_loop(kernel)
     plans = []
     for operand in stmt.operands:
+        layout = operand_layout(stmt, operand)
         plans.append(
             tma_host.plan_tiled(
                 WGMMA_TYPES[operand.dtype],
                 operand.shape,
                 operand.strides,
-                operand_layout(stmt, operand).load_box,
-                swizzle=SWIZZLE,
+                layout.load_box,
+                swizzle=layout.swizzle,
                 l2_promotion=tma_host.L2Promotion.B256,
             )
         )

@@ -20,8 +20,9 @@ One CTA is ``consumer_warpgroups + 1`` warpgroups (``block = (128, C + 1, 1)``):
 
 The tile order (which tiles a CTA computes, persistent or not, with the grid swizzle), the
 operands' shared-memory layouts and the descriptor fields that read them (K-major and
-MN-major, 128-byte swizzle) are host-side facts in :mod:`pyfuse.backend_ptx.matmul_host`;
-this module emits the code that follows them, the same tile walk in both roles.
+MN-major; a 128-, 64- or 32-byte swizzle per operand) are host-side facts in
+:mod:`pyfuse.backend_ptx.matmul_host`; this module emits the code that follows them, the
+same tile walk in both roles.
 
 The caller (``emit.py``) builds the KernelBuilder with :func:`matmul_directives`, declares
 :func:`tensor_map_params_for`'s params, allocates the accumulators with
@@ -48,7 +49,6 @@ from pyfuse.backend_ptx.instructions import (
     wgmma,
 )
 from pyfuse.backend_ptx.matmul_host import (
-    SWIZZLE,
     WARPGROUP,
     WGMMA_K,
     WGMMA_TYPES,
@@ -605,7 +605,7 @@ class _MainLoop:
                 )
             self.base_descriptors.append(
                 smem_desc.emit_descriptor(
-                    kb, address, lbo=layout.lbo, sbo=layout.sbo, swizzle=SWIZZLE
+                    kb, address, lbo=layout.lbo, sbo=layout.sbo, swizzle=layout.swizzle
                 )
             )
         self.ring = _Ring(kb, stmt.stages)

@@ -28,6 +28,14 @@ def _contract(a: TensorView, b_nk: TensorView, out_dtype: dtypes.DType) -> Tenso
     return ir_ops.reduce(ReductionOpType.SUM, product, -1)
 
 
+def _outer(a: TensorView, b_n: TensorView, out_dtype: dtypes.DType) -> TensorView:
+    """``a [..., M, 1]`` times ``b_n [..., N]`` (a matmul of K = 1, its K squeezed from b):
+    the outer product, one pointwise multiply, with no size-1 sum left for a scheduler."""
+    math = dtypes.float32 if out_dtype.itemsize < 4 else out_dtype
+    b_row = ir_ops.unsqueeze(ir_ops.cast(b_n, math), -2)  # [..., 1, N]
+    return ir_ops.binary(BinaryOpType.MUL, ir_ops.cast(a, math), b_row)
+
+
 def decompose_matmuls(fusion: Fusion) -> int:
     """Rewrite every remaining MatmulOp/LinearOp in place; returns how many were rewritten."""
     count = 0
@@ -40,7 +48,10 @@ def decompose_matmuls(fusion: Fusion) -> int:
                 a, b = expr.a, expr.b
                 a2 = ir_ops.unsqueeze(a, 0) if a.ndim == 1 else a
                 b2 = ir_ops.unsqueeze(b, 1) if b.ndim == 1 else b
-                result = _contract(a2, ir_ops.transpose(b2, -1, -2), out.dtype)
+                if a2.shape[-1] == 1:  # K = 1: b2 is [..., 1, N]
+                    result = _outer(a2, ir_ops.squeeze(b2, b2.ndim - 2), out.dtype)
+                else:
+                    result = _contract(a2, ir_ops.transpose(b2, -1, -2), out.dtype)
                 if a.ndim == 1:
                     result = ir_ops.squeeze(result, result.ndim - 2)
                 if b.ndim == 1:
@@ -48,7 +59,10 @@ def decompose_matmuls(fusion: Fusion) -> int:
             else:
                 x, weight, bias = expr.x, expr.weight, expr.bias
                 x2 = ir_ops.unsqueeze(x, 0) if x.ndim == 1 else x
-                result = _contract(x2, weight, out.dtype)
+                if x2.shape[-1] == 1:  # K = 1: the weight is [N, 1]
+                    result = _outer(x2, ir_ops.squeeze(weight, 1), out.dtype)
+                else:
+                    result = _contract(x2, weight, out.dtype)
                 if bias is not None:
                     result = ir_ops.binary(
                         BinaryOpType.ADD, result, ir_ops.cast(bias, result.dtype)
@@ -68,7 +82,6 @@ def decompose_unschedulable_mmas(fusion: Fusion, target: TargetInfo) -> int:
     target of such a call has ``vector_bytes`` below 16) into multiply + sum, so they still
     run — on the reduction path — instead of failing. Returns how many were rewritten."""
     from pyfuse.ir.exprs import MmaOp
-    from pyfuse.ir.id_model import IdModel
 
     mmas = [expr for expr in fusion.exprs() if isinstance(expr, MmaOp)]
     if not mmas:
@@ -76,19 +89,16 @@ def decompose_unschedulable_mmas(fusion: Fusion, target: TargetInfo) -> int:
     from pyfuse.passes import schedule_matmul  # loads with the first MMA
 
     count = 0
-    id_model: IdModel | None = None  # of the fusion as it is: built again after a rewrite
     for expr in mmas:
         unloadable = target.vector_bytes < schedule_matmul.TMA_ALIGNMENT  # unaligned inputs
         for name, operand in (("A", expr.a), ("B", expr.b)):
             root = schedule_matmul.operand_root(fusion, operand)
             if unloadable or root is None:
                 continue  # a computed operand: segmentation gives it a kernel of its own
-            id_model = id_model or IdModel(fusion)
-            reason = schedule_matmul.operand_load_reason(fusion, expr, name, root, id_model)
+            reason = schedule_matmul.operand_load_reason(fusion, expr, name, root)
             unloadable = reason is not None
         if not unloadable:
             continue
-        id_model = None
         out = expr.output
         with fusion, source_location(expr.source):
             a = ir_ops.cast(expr.a, dtypes.float32)

@@ -9,8 +9,10 @@ Guarantees: the kernel body is one :class:`MatmulMainLoop`:
 - one :class:`TmaOperand` per distinct operand, described from the *input's* memory (the
   alias chain is followed, so broadcast and permute ops cost nothing): dims in memory order
   with their M/N/K/batch roles (adjacent dims of one role whose strides allow it are
-  collapsed into one), element strides, the box (``tile_m``/``tile_n`` x ``tile_k``), a
-  128-byte swizzle, and its place in the circular shared-memory buffer;
+  collapsed into one; roles per use, so one input may be both operands), element strides,
+  the box (``tile_m``/``tile_n`` x ``tile_k``, the contiguous dim one swizzle row), the
+  swizzle (128, 64 or 32 bytes, ``operand_swizzle_bytes``), and its place in the circular
+  shared-memory buffer;
 - one accumulator register buffer per MMA;
 - an epilogue run per accumulator element with ``row``/``col``/``batch_index`` bound: every
   epilogue expr lowered with the pointwise machinery of :mod:`pyfuse.passes.lower` (indices
@@ -32,6 +34,8 @@ from pyfuse.errors import ScheduleError
 from pyfuse.ir import dtypes
 from pyfuse.ir import kernel_ir as k
 from pyfuse.ir.exprs import Expr, LoadStoreKind, LoadStoreOp, MmaOp
+from pyfuse.ir.id_model import IdMappingMode
+from pyfuse.ir.iterdomain import IdTransform, IterDomain, Merge, Split
 from pyfuse.ir.params import MatmulParams
 from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.tensor import MemoryType, TensorView, Val
@@ -39,14 +43,14 @@ from pyfuse.passes.lower import _Lowering
 from pyfuse.passes.plan import KernelPlan
 from pyfuse.passes.schedule_matmul import (
     BARRIER_BYTES,
-    SWIZZLE_BYTES,
     WGMMA_M,
     operand_memory,
     operand_memory_roles,
+    operand_swizzle_bytes,
 )
 
 THREADS_PER_WARPGROUP = 128
-SMEM_ALIGN = 1024  # a 128-byte-swizzled tile starts on its 1024-byte pattern boundary
+SMEM_ALIGN = 1024  # every swizzled tile starts on its pattern boundary (1024 bytes at most)
 
 
 def _align(value: int, alignment: int) -> int:
@@ -78,9 +82,86 @@ class _MatmulLowering(_Lowering):
         self.sizes = {"m": 1, "n": 1, "k": 1, "batch": 1}
         for axis, role in zip(self.reference.logical, self.roles, strict=True):
             self.sizes[role] *= axis.logical_extent
-        # Adjacent accumulator columns pair up when N is even: then a pair is in bounds
-        # together and 4-byte aligned, and each output takes one 2-element store.
-        self.paired = self.sizes["n"] % 2 == 0
+        # Adjacent accumulator columns pair up when N is even and every output stores them
+        # side by side (not transposed, not split between rows by a reshape): then a pair is
+        # in bounds together and 4-byte aligned, and each output takes one 2-element store.
+        self.paired = self.sizes["n"] % 2 == 0 and all(
+            self._columns_adjacent(out) for out in self.fusion.outputs
+        )
+
+    def _columns_adjacent(self, out: TensorView) -> bool:
+        """Whether accumulator columns ``col`` and ``col + 1`` (``col`` even) land in adjacent
+        elements of ``out``: its contiguous memory axis is the innermost N axis, or the inner
+        part of a reshape of it (a split's inner axis, a merge's output) with even extents."""
+        strides = self._strides(out)
+        if not strides or strides[-1][1] != 1:
+            return False
+        n_axes = [a for a, r in zip(self.reference.logical, self.roles, strict=True) if r == "n"]
+        steps: list[tuple[IterDomain, IterDomain]] = []  # (view axis, the axis it keeps)
+        for tv in self.fusion.tensors():
+            for transform in _root_to_logical(tv):
+                if isinstance(transform, Split):
+                    steps.append((transform.inner, transform.input))
+                elif isinstance(transform, Merge):
+                    steps.append((transform.output, transform.inner))
+        axis = strides[-1][0]
+        for _ in range(len(steps) + 1):
+            if axis.extent % 2:
+                return False
+            if self.id_model.mapped(axis, n_axes[-1], IdMappingMode.EXACT):
+                return True
+            exact = IdMappingMode.EXACT
+            kept = [src for made, src in steps if self.id_model.mapped(axis, made, exact)]
+            if not kept:
+                return False
+            axis = kept[0]
+        return False
+
+    # -- epilogue tensors reshaped from the accumulator ----------------------------------------
+    def _logical_index(self, tv: TensorView, ref_index: dict[int, k.KExpr]) -> dict[int, k.KExpr]:
+        """As for any kernel when ``tv``'s axes map to the accumulator's; else (an epilogue
+        reshape of the result, split heads, and what is computed from it) derived from the
+        producers computed in this kernel, through the op's axis pairs and the reshape's
+        root-to-logical splits and merges."""
+        definition = tv.definition
+        if definition is None or self._covered(tv) or self.fusion.is_input(tv):
+            return super()._logical_index(tv, ref_index)
+        zero = k.const(0, self.index_dtype)
+        result: dict[int, k.KExpr] = {}
+        for producer in definition.tensor_inputs:
+            if self.fusion.is_input(producer) or producer.alias_of is not None:
+                continue  # read in place, indexed from this consumer
+            produced = self._logical_index(producer, ref_index)
+            for p_axis, c_axis in definition.logical_pairs(producer):
+                if id(p_axis) in produced:
+                    result.setdefault(id(c_axis), produced[id(p_axis)])
+        for axis in tv.maybe_root:
+            result.setdefault(id(axis), zero)  # a broadcast axis
+        for transform in _root_to_logical(tv):
+            if isinstance(transform, Split):
+                value = result[id(transform.input)]
+                extent = k.const(transform.inner.extent, self.index_dtype)
+                result[id(transform.outer)] = k.floordiv(value, extent)
+                result[id(transform.inner)] = k.mod(value, extent)
+            elif isinstance(transform, Merge):
+                extent = k.const(transform.inner.extent, self.index_dtype)
+                outer, inner = result[id(transform.outer)], result[id(transform.inner)]
+                result[id(transform.output)] = k.add(k.mul(outer, extent), inner)
+        for axis in tv.logical:
+            result.setdefault(id(axis), zero)
+        return result
+
+    def _covered(self, tv: TensorView) -> bool:
+        """Every real logical axis of ``tv`` maps to an axis of the accumulator."""
+        return all(
+            axis.is_broadcast
+            or any(
+                self.id_model.mapped(axis, ref_axis, mode)
+                for ref_axis in self.reference.logical
+                for mode in (IdMappingMode.EXACT, IdMappingMode.BROADCAST)
+            )
+            for axis in tv.logical
+        )
 
     # -- the accumulator's logical indices come from the fragment coordinates ------------------
     def _reference_indices(self, by_position: dict[int, k.KExpr]) -> dict[int, k.KExpr]:
@@ -125,19 +206,27 @@ class _MatmulLowering(_Lowering):
         if not self.fusion.is_input(root):
             raise ScheduleError(f"kernel {self.name}: operand T{cache.name} does not view an input")
         buffer = self._buffer(root)
-        # The input's memory as the MMA reads it (through a split-K reshape, if any).
+        # The input's memory as the MMA reads it (through a split-K reshape, if any), with
+        # the roles of this use: one input may be read as both operands.
         memory = operand_memory(self.fusion, source) or root
-        collapsed = operand_memory_roles(self.mmas[0], memory, self.id_model)
+        mma = next(m for m in self.mmas if cache is m.a or cache is m.b)
+        collapsed = operand_memory_roles(mma, source, memory)
         if collapsed is None:
             raise ScheduleError(f"kernel {self.name}: operand T{cache.name}'s memory has no roles")
         tile = {"m": self.matmul.tile_m, "n": self.matmul.tile_n, "k": self.matmul.tile_k}
-        # The contiguous box dim spans at most the swizzle (128 bytes); a wider tile takes
-        # several copies side by side.
-        span = SWIZZLE_BYTES // cache.dtype.itemsize
+        # The contiguous box dim is one swizzle row, the widest that tiles the contiguous
+        # tile; a wider tile takes several copies side by side.
+        contiguous_tile = tile[collapsed[-1][2]] or 1
+        swizzle_bytes = operand_swizzle_bytes(contiguous_tile, cache.dtype.itemsize)
+        if swizzle_bytes is None:
+            raise ScheduleError(
+                f"kernel {self.name}: operand T{cache.name}'s contiguous tile of "
+                f"{contiguous_tile} elements is no whole number of swizzle rows"
+            )
         # Boxes are whole tiles even past a small extent: TMA zero-fills what lies outside,
         # which is what ragged (and tiny) M, N and K need.
         box = [tile.get(role, 1) or 1 for _, _, role in collapsed]
-        box[-1] = min(box[-1], span)
+        box[-1] = swizzle_bytes // cache.dtype.itemsize
         stage_bytes = cache.dtype.itemsize
         for _, _, role in collapsed:
             stage_bytes *= tile.get(role, 1) or 1
@@ -148,7 +237,7 @@ class _MatmulLowering(_Lowering):
             strides=tuple(stride for _, stride, _ in collapsed),
             box=tuple(box),
             roles=tuple(role for _, _, role in collapsed),
-            swizzle_bytes=SWIZZLE_BYTES,
+            swizzle_bytes=swizzle_bytes,
             smem_offset=offset,
             stage_bytes=_align(stage_bytes, SMEM_ALIGN),
             stage_tile_bytes=stage_bytes,
@@ -331,6 +420,33 @@ class _MatmulLowering(_Lowering):
         self.col_current = col
         consumer_index = self._logical_index(out, self._reference_indices({}))
         return self._global_offset(out, consumer_index)
+
+
+def _root_to_logical(tv: TensorView) -> list[IdTransform]:
+    """The splits and merges from a reshape output's root to its logical domain, in an order
+    that computes every input before its use (none for a tensor without a root)."""
+    if tv.root is None:
+        return []
+    known = {id(axis) for axis in tv.root}
+    pending: list[IdTransform] = []
+    stack = list(tv.logical)
+    while stack:
+        axis = stack.pop()
+        definition = axis.definition
+        if id(axis) in known or definition is None or definition in pending:
+            continue
+        pending.append(definition)
+        stack.extend(definition.inputs)
+    ordered: list[IdTransform] = []
+    while pending:
+        ready = [t for t in pending if all(id(axis) in known for axis in t.inputs)]
+        if not ready:
+            break  # not reached from the root: nothing to derive
+        for transform in ready:
+            pending.remove(transform)
+            ordered.append(transform)
+            known.update(id(axis) for axis in transform.outputs)
+    return ordered
 
 
 def lower_matmul(plan: KernelPlan, name: str, target: TargetInfo) -> k.Kernel:

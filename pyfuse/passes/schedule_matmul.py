@@ -13,8 +13,9 @@ from a fusion input, and an epilogue of pointwise ops only. Guarantees, on succe
 - a persistent schedule merges the tile loops and splits them by the SM count
   (``[tiles/SMs (serial), SMs (BIDx)]``); both compose;
 - each distinct operand gets a shared-memory cache loaded by TMA (``LoadStoreKind.TMA_LOAD``)
-  with its box axes marked ``Bulk``, a 128-byte-swizzled allocation (the XOR of the row in
-  the 8-row atom with the 16-byte chunk, as a ``Swizzle`` in its allocation transforms) and
+  with its box axes marked ``Bulk``, a swizzled allocation (128, 64 or 32 bytes, the widest
+  whose rows tile the contiguous tile; the XOR of the 128-byte line in the 8-row atom with
+  the 16-byte chunk, as a ``Swizzle`` in its allocation transforms) and
   ``circular_buffer_stages = stages``; it is inlined inside the K-tile loop;
 - the epilogue tensors replay the accumulator's tile structure and inline into it;
 - ``params`` holds the full :class:`MatmulParams` (user fields kept, the rest chosen here);
@@ -29,14 +30,15 @@ unrelated outputs in the epilogue.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 
 from pyfuse.ir import dtypes
 from pyfuse.ir.caching import cache_after, cache_before
-from pyfuse.ir.exprs import Expr, LoadStoreKind, MmaOp, ReductionOp, ReshapeOp
+from pyfuse.ir.exprs import Expr, LoadStoreKind, LoadStoreOp, MmaOp, ReductionOp, ReshapeOp
 from pyfuse.ir.fusion import Fusion
-from pyfuse.ir.id_model import IdMappingMode, IdModel
+from pyfuse.ir.id_model import IdModel
 from pyfuse.ir.iterdomain import (
     IterDomain,
     Merge,
@@ -62,7 +64,10 @@ OPERAND_DTYPES = (dtypes.bfloat16, dtypes.float16)
 WGMMA_M = 64
 WGMMA_K = 16
 MAX_WGMMA_N = 256
-SWIZZLE_BYTES = 128
+SWIZZLE_BYTES = 128  # the widest swizzle: one row of the default K tile
+# The TMA/wgmma swizzle modes (bytes of one swizzled row), widest first; every operand tile
+# takes the widest whose rows tile its contiguous extent exactly.
+SWIZZLE_MODES = (128, 64, 32)
 TMA_ALIGNMENT = 16
 BARRIER_BYTES = 1024  # mbarriers and slack at the front of shared memory
 MAX_CLUSTER_CTAS = 8  # the portable cluster size
@@ -97,6 +102,26 @@ def operand_memory(fusion: Fusion, operand: TensorView) -> TensorView | None:
     return tv
 
 
+def operand_swizzle_bytes(contiguous_tile: int, itemsize: int) -> int | None:
+    """The swizzle of an operand tile whose contiguous dim spans ``contiguous_tile``
+    elements: the widest mode whose rows tile it exactly (several boxes side by side when
+    wider), None when no mode does (the tile is not a multiple of 32 bytes)."""
+    for mode in SWIZZLE_MODES:
+        if contiguous_tile * itemsize % mode == 0:
+            return mode
+    return None
+
+
+def contiguous_role(fusion: Fusion, mma: MmaOp, operand: TensorView) -> str | None:
+    """The role (m, n or k) of ``operand``'s contiguous memory dim, None when TMA cannot
+    load it."""
+    memory = operand_memory(fusion, operand)
+    if memory is None:
+        return None
+    dims = operand_memory_roles(mma, operand, memory)
+    return dims[-1][2] if dims else None
+
+
 def tma_reason(root: TensorView) -> str | None:
     """Why TMA cannot load ``root`` (None when it can)."""
     strides = memory_strides(root)
@@ -115,23 +140,41 @@ def tma_reason(root: TensorView) -> str | None:
     return None
 
 
+def operand_axis_roles(mma: MmaOp, operand: TensorView, memory: TensorView) -> dict[int, str]:
+    """The role (m, n, k or batch) of every axis on the metadata chain from ``memory`` to
+    ``operand`` (an input of ``mma``, or a cache of one), *for this use*: the operand's axes
+    take the roles of the MMA output axes at their positions, and each op of the chain hands
+    them back to its producer's axes. One tensor read as both operands (``a @ a``,
+    ``x @ x.T``) thus has one set of roles per operand, which the IdModel cannot give: it
+    maps such an input's axes to M, N and K at once."""
+    roles = {id(axis): role for axis, role in zip(operand.logical, mma.roles(), strict=True)}
+    tv = operand
+    while tv is not memory:
+        definition = tv.definition
+        if definition is None or not (
+            is_metadata_op(definition) or isinstance(definition, LoadStoreOp)
+        ):
+            break
+        producer = definition.tensor_inputs[0]
+        for producer_axis, consumer_axis in definition.logical_pairs(producer):
+            role = roles.get(id(consumer_axis))
+            if role is not None:
+                roles.setdefault(id(producer_axis), role)
+        tv = producer
+    return roles
+
+
 def operand_memory_roles(
-    mma: MmaOp, root: TensorView, id_model: IdModel
+    mma: MmaOp, operand: TensorView, memory: TensorView
 ) -> list[tuple[int, int, str]] | None:
-    """The memory dims of an operand's input as (extent, element stride, role), outermost
-    first, with adjacent dims of one role collapsed where their strides make one run; None
-    when some memory axis has no M/N/K/batch role (a reshaped view)."""
+    """The memory dims of ``memory`` (an operand's input, or the split-K view of it) as
+    (extent, element stride, role) for ``operand``'s use by ``mma``, outermost first, with
+    adjacent dims of one role collapsed where their strides make one run; None when some
+    memory axis has no M/N/K/batch role (a reshaped view)."""
     dims: list[tuple[int, int, str]] = []
-    roles = mma.roles()
-    for axis, stride in memory_strides(root):
-        role = None
-        for out_axis, out_role in zip(mma.output.logical, roles, strict=True):
-            if any(
-                id_model.mapped(axis, out_axis, m)
-                for m in (IdMappingMode.EXACT, IdMappingMode.BROADCAST)
-            ):
-                role = out_role
-                break
+    roles = operand_axis_roles(mma, operand, memory)
+    for axis, stride in memory_strides(memory):
+        role = roles.get(id(axis))
         if role is None:
             return None
         extent = axis.logical_extent
@@ -143,18 +186,26 @@ def operand_memory_roles(
     return dims
 
 
-def layout_reason(mma: MmaOp, root: TensorView, id_model: IdModel) -> str | None:
-    """Why one TMA box per tile cannot cover the operand read from ``root``: its M, N and K
-    axes must each be one run of memory."""
-    dims = operand_memory_roles(mma, root, id_model)
+def layout_reason(mma: MmaOp, operand: TensorView, memory: TensorView) -> str | None:
+    """Why one TMA box per tile cannot cover ``operand`` read from ``memory``: its M, N and
+    K axes must each be one run of memory, and its batch axes one run of the MMA's batch
+    (one batch coordinate indexes it) or broadcast."""
+    dims = operand_memory_roles(mma, operand, memory)
     if dims is None:
-        return f"T{root.name}'s memory axes do not all map to MMA axes"
-    for role in ("m", "n", "k"):
-        if sum(1 for _, _, r in dims if r == role) > 1:
+        return f"T{memory.name}'s memory axes do not all map to MMA axes"
+    own = "m" if operand is mma.a else "n"
+    for role in (own, "k"):
+        if sum(1 for _, _, r in dims if r == role) != 1:
             return (
-                f"T{root.name}'s {role.upper()} axes are not one run of memory "
+                f"T{memory.name}'s {role.upper()} axes are not one run of memory "
                 f"(dims {[(e, s, r) for e, s, r in dims]}); one TMA box cannot cover a tile"
             )
+    batch = [extent for extent, _, role in dims if role == "batch" and extent > 1]
+    if batch and (len(batch) > 1 or batch[0] != _extents(mma)["batch"]):
+        return (
+            f"T{memory.name}'s batch dims {batch} are not one run of the matmul's batch of "
+            f"{_extents(mma)['batch']}; one batch coordinate cannot index them"
+        )
     return None
 
 
@@ -175,16 +226,14 @@ def _downstream(fusion: Fusion, roots: list[TensorView]) -> list[Expr]:
     return found
 
 
-def operand_load_reason(
-    fusion: Fusion, mma: MmaOp, name: str, root: TensorView, id_model: IdModel
-) -> str | None:
+def operand_load_reason(fusion: Fusion, mma: MmaOp, name: str, root: TensorView) -> str | None:
     """Why TMA cannot load MMA operand ``name`` (``mma.a`` for "A", else ``mma.b``), which
     views input ``root``; None when it can."""
     operand = mma.a if name == "A" else mma.b
     memory = operand_memory(fusion, operand)
     if memory is None:
         return f"operand {name} reshapes T{root.name}, which is not row-major memory"
-    return tma_reason(memory) or layout_reason(mma, memory, id_model)
+    return tma_reason(memory) or layout_reason(mma, operand, memory)
 
 
 def decline_reason(fusion: Fusion, target: TargetInfo) -> str | None:
@@ -192,7 +241,6 @@ def decline_reason(fusion: Fusion, target: TargetInfo) -> str | None:
     if not mmas:
         return "no MMA"
     shape = _extents(mmas[0])
-    id_model = IdModel(fusion)
     for mma in mmas:
         if _extents(mma) != shape:
             return f"MMAs of different shapes {_extents(mma)} and {shape} need separate kernels"
@@ -209,7 +257,7 @@ def decline_reason(fusion: Fusion, target: TargetInfo) -> str | None:
                     "operands are loaded by TMA from global memory, so a prologue runs in its "
                     "own kernel"
                 )
-            reason = operand_load_reason(fusion, mma, name, root, id_model)
+            reason = operand_load_reason(fusion, mma, name, root)
             if reason is not None:
                 return reason
     epilogue = _downstream(fusion, [m.output for m in mmas])
@@ -243,7 +291,9 @@ def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo)
     itemsize = mmas[0].a.dtype.itemsize
     given = user or MatmulParams()
     tile_m = given.tile_m or tile_m
-    tile_n = given.tile_n or tile_n
+    tile_n = _mn_major_tile_n(fusion, mmas, given.tile_n or tile_n, itemsize, given.tile_n)
+    if given.tile_n is not None and given.tile_n != tile_n:
+        given = dataclasses.replace(given, tile_n=tile_n)  # rounded up, with a warning
     tile_k = given.tile_k or tile_k
     a_count = len({id(m.a) for m in mmas})
     b_count = len(operands) - a_count
@@ -268,6 +318,26 @@ def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo)
     _check_params(params, tile_n_limit=MAX_WGMMA_N)
     _warn_unused(params)
     return params
+
+
+def _mn_major_tile_n(
+    fusion: Fusion, mmas: list[MmaOp], tile_n: int, itemsize: int, requested: int | None
+) -> int:
+    """``tile_n``, rounded up to whole rows of the narrowest swizzle (32 bytes: 16 bf16/f16
+    elements) when a B operand is stored N-major, whose tile rows are N; a K-major B takes
+    any multiple of 8 (its rows are K)."""
+    if all(contiguous_role(fusion, mma, mma.b) != "n" for mma in mmas):
+        return tile_n
+    row = SWIZZLE_MODES[-1] // itemsize
+    rounded = ceil_div(tile_n, row) * row
+    if requested is not None and rounded != requested:
+        warnings.warn(
+            f"pyfuse: MatmulParams(tile_n={requested}) rounded up to {rounded}: an N-major B "
+            f"operand is loaded in rows of {SWIZZLE_MODES[-1]} bytes ({row} elements)",
+            UserWarning,
+            stacklevel=3,
+        )
+    return rounded
 
 
 def _cluster_m(
@@ -443,23 +513,35 @@ def _tile_axis(tv: TensorView, factor: int) -> IterDomain | None:
 
 
 def swizzle_operand_allocation(
-    operand: TensorView, rows: IterDomain, contiguous: IterDomain
+    operand: TensorView, rows: IterDomain, contiguous: IterDomain, swizzle_bytes: int
 ) -> None:
-    """Record the 128-byte swizzle of a shared-memory operand tile as its allocation: split the
-    rows into 8-row atoms and the contiguous axis into 16-byte chunks, and XOR the row in the
-    atom into the chunk index, which is how TMA writes the tile and wgmma reads it."""
+    """Record the swizzle of a shared-memory operand tile as its allocation, which is how TMA
+    writes the tile and wgmma reads it: boxes of one ``swizzle_bytes`` row side by side along
+    the contiguous axis (when the tile is wider), 16-byte chunks in a row, and the rows in
+    8-row atoms whose 128-byte lines (``128 / swizzle_bytes`` rows each) XOR their line number
+    into the chunk index."""
     chunk = TMA_ALIGNMENT // operand.dtype.itemsize
+    span = swizzle_bytes // operand.dtype.itemsize
+    boxes: list[IterDomain] = []
+    if swizzle_bytes != SWIZZLE_BYTES and contiguous.extent > span:
+        box_split = Split(contiguous, span)
+        boxes, contiguous = [box_split.outer], box_split.inner
     row_split = Split(rows, 8)
+    lines, line_rows = row_split.inner, []
+    if swizzle_bytes != SWIZZLE_BYTES:
+        line_split = Split(row_split.inner, SWIZZLE_BYTES // swizzle_bytes)
+        lines, line_rows = line_split.outer, [line_split.inner]
     chunk_split = Split(contiguous, chunk)
-    swizzle = Swizzle(row_split.inner, chunk_split.outer, SwizzleKind.XOR)
-    allocation = [row_split.outer, swizzle.outputs[0], swizzle.outputs[1], chunk_split.inner]
+    swizzle = Swizzle(lines, chunk_split.outer, SwizzleKind.XOR)
+    allocation = [
+        *boxes,
+        row_split.outer,
+        swizzle.outputs[0],
+        *line_rows,
+        swizzle.outputs[1],
+        chunk_split.inner,
+    ]
     operand.set_allocation(allocation, [True] * len(allocation))
-
-
-def _innermost_role(source: TensorView, roles_of: dict[int, str]) -> str:
-    """The MMA role (m, n or k) of the operand's contiguous memory axis."""
-    memory = [a for a in source.maybe_allocation if not a.is_broadcast]
-    return roles_of.get(id(memory[-1]), "k") if memory else "k"
 
 
 def schedule(
@@ -499,35 +581,25 @@ def schedule(
         replay_like(tv, reference, id_model)
 
     k_position = k_tile_position(reference)
-    roles_of = _operand_roles(fusion, mmas, id_model)
     for operand in smem_operands:
         operand.circular_buffer_stages = params.stages or 1
         for axis in operand.loop[k_position:]:
             axis.parallel_type = ParallelType.BULK
         source = operand.definition.tensor_inputs[0] if operand.definition else operand
-        row_role = "m" if any(m.a is operand for m in mmas) else "n"
+        reader = next(m for m in mmas if operand is m.a or operand is m.b)
+        row_role = "m" if operand is reader.a else "n"
         assert params.tile_m and params.tile_n and params.tile_k  # filled by choose_params
-        rows = _tile_axis(operand, params.tile_m if row_role == "m" else params.tile_n)
+        tiles = {"m": params.tile_m, "n": params.tile_n, "k": params.tile_k}
+        rows = _tile_axis(operand, tiles[row_role])
         k_tile = _tile_axis(operand, params.tile_k)
         if rows is None or k_tile is None:
             continue
-        if _innermost_role(source, roles_of) == "k":
-            swizzle_operand_allocation(operand, rows, k_tile)
+        role = contiguous_role(fusion, reader, source) or "k"
+        swizzle_bytes = operand_swizzle_bytes(tiles[role], operand.dtype.itemsize)
+        if swizzle_bytes is None:
+            continue
+        if role == "k":
+            swizzle_operand_allocation(operand, rows, k_tile, swizzle_bytes)
         else:
-            swizzle_operand_allocation(operand, k_tile, rows)
+            swizzle_operand_allocation(operand, k_tile, rows, swizzle_bytes)
     return reference, params
-
-
-def _operand_roles(fusion: Fusion, mmas: list[MmaOp], id_model: IdModel) -> dict[int, str]:
-    """Role of each logical axis of the MMA operands' sources (the aliased views)."""
-    roles_of: dict[int, str] = {}
-    for mma in mmas:
-        roles = mma.roles()
-        for operand in (mma.a, mma.b):
-            source = operand
-            for axis in source.logical:
-                for out_axis, role in zip(mma.output.logical, roles, strict=True):
-                    if id_model.mapped(axis, out_axis, IdMappingMode.EXACT):
-                        roles_of[id(axis)] = role
-    del fusion
-    return roles_of

@@ -21,7 +21,10 @@ through global memory.
 
 Guarantees: math unchanged up to fp32 summation order; a matmul left alone has a reason in
 the returned list (K not a multiple of ``8 S`` — each part's row must stay 16-byte aligned
-for TMA —, operands that are not stored row-major, 1-D operands, dtypes wgmma does not take).
+for TMA —, operands that are not stored row-major or that TMA cannot load — a row pitch of
+no multiple of 16 bytes, unaligned inputs: the parts would be decomposed —, 1-D operands,
+an M, N or K of 1 — a decode step's ``[1, K]`` input is no tensor-core matmul —, a batched
+B — the parts would be a second batch run —, dtypes wgmma does not take).
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ def split_k(fusion: Fusion, parts: int | None, target: TargetInfo = HOPPER) -> l
         count = parts if parts is not None else auto_parts(expr, target)
         if count <= 1:
             continue
-        reason = _split(fusion, expr, count)
+        reason = _split(fusion, expr, count, target)
         if parts is None:
             continue
         if reason is not None:
@@ -76,6 +79,8 @@ def auto_parts(expr: MatmulOp | LinearOp, target: TargetInfo) -> int:
     cost more than the idle SMs there.)"""
     a, b = (expr.a, expr.b) if isinstance(expr, MatmulOp) else (expr.x, expr.weight)
     if a.dtype not in SPLIT_DTYPES or len(a.shape) < 2 or len(b.shape) < 2:
+        return 1
+    if _size_one_dims(expr) or _batched_b(expr):
         return 1
     m, k = a.shape[-2], a.shape[-1]
     n = b.shape[-1] if isinstance(expr, MatmulOp) else b.shape[-2]
@@ -96,7 +101,24 @@ def auto_parts(expr: MatmulOp | LinearOp, target: TargetInfo) -> int:
     return parts
 
 
-def _split(fusion: Fusion, expr: MatmulOp | LinearOp, parts: int) -> str | None:
+def _batched_b(expr: MatmulOp | LinearOp) -> bool:
+    """A MatmulOp whose B has batch dims: an A batched alike would hold its batch and the
+    parts as two separate runs of memory, an unbatched A makes the batch an N dim of B split
+    from N by K. (A batched A against a 2-D B is fine: the batch is part of M.)"""
+    return isinstance(expr, MatmulOp) and any(extent > 1 for extent in expr.b.shape[:-2])
+
+
+def _size_one_dims(expr: MatmulOp | LinearOp) -> list[str]:
+    """The dims of M, N and K of extent 1 (broadcast axes): translation leaves such a matmul
+    to the multiply-sum decomposition, which a split would only make longer."""
+    if isinstance(expr, MatmulOp):
+        m, k, n = expr.a.shape[-2], expr.a.shape[-1], expr.b.shape[-1]
+    else:
+        m, k, n = expr.x.shape[-2], expr.x.shape[-1], expr.weight.shape[-2]
+    return [name for name, extent in (("M", m), ("N", n), ("K", k)) if extent == 1]
+
+
+def _split(fusion: Fusion, expr: MatmulOp | LinearOp, parts: int, target: TargetInfo) -> str | None:
     """Rewrite ``expr`` with ``parts`` parts of K, or say why not."""
     if isinstance(expr, MatmulOp):
         a, b, bias = expr.a, expr.b, None
@@ -108,9 +130,24 @@ def _split(fusion: Fusion, expr: MatmulOp | LinearOp, parts: int) -> str | None:
         return f"operands are {a.dtype.name}; split-K runs on the bf16/f16 tensor-core path"
     if len(a.shape) < 2 or len(b.shape) < 2:
         return "1-D operands"
+    if _batched_b(expr):
+        return (
+            "B is batched: the K parts would be a batch dim of each operand apart from its "
+            "batch (or, against an unbatched A, from N), which the kernel's one batch "
+            "coordinate per tile cannot index"
+        )
+    size_one = _size_one_dims(expr)
+    if size_one:
+        return (
+            f"{' and '.join(size_one)} = 1: the matmul is not one for the tensor cores "
+            "(it runs as multiply + sum)"
+        )
     k = a.shape[-1]
     if k % (parts * K_ALIGNMENT):
         return f"K = {k} is not a multiple of {parts} parts of {K_ALIGNMENT} elements"
+    unloadable = _tma_refusal(a, b, target)
+    if unloadable is not None:
+        return unloadable
     with fusion, source_location(expr.source):
         a_view = _k_view(a, k_last=True, parts=parts)
         b_view = _k_view(b, k_last=b_k_last, parts=parts)
@@ -129,6 +166,21 @@ def _split(fusion: Fusion, expr: MatmulOp | LinearOp, parts: int) -> str | None:
         result = ir_ops.cast(result, expr.output.dtype)
     fusion.replace_uses(expr.output, result)
     expr.unlink()
+    return None
+
+
+def _tma_refusal(a: TensorView, b: TensorView, target: TargetInfo) -> str | None:
+    """Why TMA could not load the operands' stored tensors (the tensor-core path would then
+    decompose the parts into multiply + sum, where a split only costs), or None."""
+    from pyfuse.passes.schedule_matmul import TMA_ALIGNMENT, tma_reason  # with the matmul
+
+    if target.vector_bytes < TMA_ALIGNMENT:
+        return "the inputs' addresses are not 16-byte aligned: TMA cannot load them"
+    for operand in (a, b):
+        stored, _ = _stored(operand)
+        reason = tma_reason(stored) if stored is not None else None
+        if reason is not None:
+            return f"TMA cannot load the operands ({reason})"
     return None
 
 

@@ -233,3 +233,85 @@ def test_split_k_linear_bias_gelu_and_a_k_it_cannot_split() -> None:
     with pytest.warns(UserWarning, match="not a multiple"):
         out = unsplit(a, b)
     _check(out, a.float() @ b.float(), 1000)
+
+
+# ---- issue 14: matmuls of every shape (narrow and odd N/K, one input as both operands, size-1
+# M/N/K, epilogue views of the result), against a float64 reference on fresh inputs, twice ----
+
+
+def _heads(x: Any, w: Any) -> Any:
+    return pf.transpose(pf.reshape(pf.linear(x, w), (2, 64, 4, 32)), 1, 2)
+
+
+def _heads_reference(x: Any, w: Any) -> Any:
+    return (x @ w.T).reshape(2, 64, 4, 32).transpose(1, 2)
+
+
+def _linear_reference(x: Any, w: Any, b: Any = None) -> Any:
+    out = x @ w.T
+    return out if b is None else out + b
+
+
+# name -> (function, reference on float64 tensors, input shapes; a shape with strides is
+# (shape, strides), carved from a larger buffer)
+SHAPE_CASES: dict[str, tuple[Any, Any, list[Any]]] = {
+    "mm_4096x16": (lambda a, b: a @ b, lambda a, b: a @ b, [(4096, 4096), (4096, 16)]),
+    "mm_128x64x40": (lambda a, b: a @ b, lambda a, b: a @ b, [(128, 64), (64, 40)]),
+    "mm_N96": (lambda a, b: a @ b, lambda a, b: a @ b, [(256, 128), (128, 96)]),
+    "tn_N96": (lambda a, b: a.T @ b, lambda a, b: a.T @ b, [(128, 256), (128, 96)]),
+    "mm_N24": (lambda a, b: a @ b, lambda a, b: a @ b, [(200, 72), (72, 24)]),
+    "mm_N8": (lambda a, b: a @ b, lambda a, b: a @ b, [(128, 256), (256, 8)]),
+    "mm_K40": (lambda a, b: a @ b, lambda a, b: a @ b, [(128, 40), (40, 128)]),
+    "linear_N40": (pf.linear, _linear_reference, [(128, 64), (40, 64)]),
+    "mm_aa": (lambda a: a @ a, lambda a: a @ a, [(128, 128)]),
+    "mm_aa96": (lambda a: a @ a, lambda a: a @ a, [(96, 96)]),
+    "x@x.T": (lambda x: x @ x.T, lambda x: x @ x.T, [(256, 128)]),
+    "x.T@x": (lambda x: x.T @ x, lambda x: x.T @ x, [(256, 128)]),
+    "residual": (
+        lambda x, w: pf.linear(x, w) + x,
+        lambda x, w: x @ w.T + x,
+        [(128, 128), (128, 128)],
+    ),
+    "mm_K1": (lambda a, b: a @ b, lambda a, b: a @ b, [(128, 1), (1, 128)]),
+    "bmm_K1": (lambda a, b: a @ b, lambda a, b: a @ b, [(3, 32, 1), (1, 40)]),
+    "decode_linear": (pf.linear, _linear_reference, [(1, 4096), (4096, 4096)]),
+    "decode_linear_bias": (pf.linear, _linear_reference, [(1, 4096), (4096, 4096), (4096,)]),
+    "matvec_rows": (lambda a, b: a @ b, lambda a, b: a @ b, [(1, 4096), (4096, 512)]),
+    "N7": (lambda a, b: a @ b, lambda a, b: a @ b, [(16, 4096), (4096, 7)]),
+    "linear_heads": (_heads, _heads_reference, [(2, 64, 128), (128, 128)]),
+    "transposed_output": (lambda a, b: (a @ b).T, lambda a, b: (a @ b).T, [(128, 64), (64, 256)]),
+    "batched_b_long_k": (lambda a, b: a @ b, lambda a, b: a @ b, [(3, 64, 4096), (3, 4096, 256)]),
+    "bmm_odd_strides": (
+        lambda a, b: a @ b,
+        lambda a, b: a @ b,
+        [((3, 64, 64), (64 * 65, 65, 1)), (3, 64, 64)],
+    ),
+}
+
+
+def _input(torch: Any, shape: Any) -> Any:
+    if isinstance(shape[0], tuple):
+        size, strides = shape
+        extent = 1 + sum((n - 1) * s for n, s in zip(size, strides, strict=True))
+        return _rand(torch, extent).as_strided(size, strides)
+    return _rand(torch, *shape)
+
+
+@pytest.mark.parametrize("case", sorted(SHAPE_CASES))
+def test_matmul_shapes_of_issue_14(case: str) -> None:
+    torch = _torch()
+    fn, reference, shapes = SHAPE_CASES[case]
+    fused = pf.fuse(fn)
+    k = max(_input_k(shapes), 1)
+    for _ in range(2):  # fresh inputs each time: a stale or racing result shows
+        args = [_input(torch, shape) for shape in shapes]
+        got = fused(*args)
+        want = reference(*(arg.double() for arg in args))
+        assert got.shape == want.shape, f"{case}: shape {tuple(got.shape)}"
+        _check(got, want, k)
+
+
+def _input_k(shapes: list[Any]) -> int:
+    """The contraction length of a case (the first input's last dim, or its first for a.T)."""
+    first = shapes[0][0] if isinstance(shapes[0][0], tuple) else shapes[0]
+    return int(max(first[-1], first[0]))
