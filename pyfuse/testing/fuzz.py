@@ -225,10 +225,10 @@ def shrink_failures(report: Report, *, gpu: bool, timeout: float, seconds_each: 
 
 def _repro(failure: Failure, gpu: bool) -> str:
     program = failure.shrunk or generate(failure.seed, failure.index)
-    state = "shrunk from" if failure.shrunk is not None else ""
+    state = "shrunk from " if failure.shrunk is not None else ""
     header = [
-        f"pyfuse fuzz {state} seed {failure.seed} index {failure.index}: {failure.outcome.cls}",
-        f"{failure.outcome.error_type} {failure.outcome.message}".strip()[:200],
+        f"pyfuse fuzz {state}seed {failure.seed} index {failure.index}: {failure.outcome.cls}",
+        f"first seen as: {failure.outcome.error_type} {failure.outcome.message}"[:200],
     ]
     return repro_script(program, header, gpu=gpu)
 

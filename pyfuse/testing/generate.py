@@ -12,7 +12,8 @@ multiple-of-8/16/64 extents, broadcast against each other, some strided (transpo
 column-major, row-padded, a broadcast stride 0).
 
 Validity is by construction (shapes broadcast, dims in range) and checked as the program is
-drawn: every candidate op is traced at once on symbolic tensors, and one that raises
+drawn (:class:`~pyfuse.testing.builder.Builder`): every candidate op is traced at once on
+symbolic tensors, and one that raises
 :class:`pyfuse.FusionError` or grows past the case's element budget is dropped and redrawn.
 So a program traces unless a later pyfuse change makes it invalid (the runner counts those
 as ``invalid``, not as failures). Most cases stay under ~20k elements per tensor, one in ten
@@ -22,22 +23,12 @@ under ~70k: the kernel-IR interpreter is vectorized but slow for large grids.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import numpy as np
 
-import pyfuse as pf
-from pyfuse.frontend.fuse import input_tensor
-from pyfuse.frontend.spec import contiguous_strides
-from pyfuse.ir.dtypes import DType
-from pyfuse.ir.fusion import Fusion
-from pyfuse.testing.program import DTYPE_SOURCE, Input, Op, Program, Value, short_name
-
-# Extents by kind: ragged (odd, primes), size 1, empty, and multiples of 8/16/64.
-_RAGGED = (3, 5, 7, 11, 13, 17, 31, 37, 61, 97, 127, 257)
-_ALIGNED = (8, 16, 24, 32, 64, 128, 192, 256, 512, 1024)
-_INPUT_DTYPES = ("f32", "f32", "f32", "bf16", "bf16", "f16", "i32", "bool")
-_FLOAT_DTYPES = ("f32", "bf16", "f16")
+from pyfuse.testing.builder import RAGGED, Builder, broadcasts
+from pyfuse.testing.program import DTYPE_SOURCE, Op, Program, short_name
 
 _UNARY = (
     ("neg", "pf.neg({0})"),
@@ -67,169 +58,10 @@ _COMPARISON_OPERATORS = ("<", "<=", ">", ">=", "==", "!=")
 _REDUCTIONS = ("sum", "max", "min", "mean")
 
 
-class _Builder:
-    """A program being drawn, traced as it grows so every op's shape and dtype is known."""
-
-    def __init__(self, rng: np.random.Generator, budget: int) -> None:
-        self.rng = rng
-        self.budget = budget
-        self.values: list[Value] = []
-        self.tensors: list[pf.Tensor] = []
-        self.fusion = Fusion("fuzz_generate")
-        self.rejected = 0
-        # Set when a candidate raised something other than FusionError: the program ends
-        # with that op (there is no tensor to build on), so the runner sees the bug.
-        self.broken = False
-
-    # -- drawing helpers -----------------------------------------------------------------
-    def chance(self, p: float) -> bool:
-        return bool(self.rng.random() < p)
-
-    def pick(self, options: Sequence[str]) -> str:
-        return str(options[int(self.rng.integers(len(options)))])
-
-    def extent(self) -> int:
-        roll = self.rng.random()
-        if roll < 0.45:
-            return int(self.rng.choice(_RAGGED))
-        if roll < 0.62:
-            return 1
-        if roll < 0.64:
-            return 0
-        if roll < 0.94:
-            return int(self.rng.choice(_ALIGNED))
-        return int(self.rng.integers(2, 40))
-
-    def shape(self, limit: int | None = None) -> tuple[int, ...]:
-        limit = limit or self.budget
-        rank = int(self.rng.choice([0, 1, 2, 3, 4], p=[0.05, 0.25, 0.4, 0.2, 0.1]))
-        dims = [self.extent() for _ in range(rank)]
-        while math.prod(dims) > limit:
-            largest = int(np.argmax(dims))
-            dims[largest] = max(1, dims[largest] // int(self.rng.integers(2, 9)))
-        return tuple(dims)
-
-    def strides(self, shape: tuple[int, ...]) -> tuple[int, ...] | None:
-        """Row-major mostly; else transposed, column-major, row-padded or broadcast (0)."""
-        if not shape or not self.chance(0.22):
-            return None
-        roll = self.rng.random()
-        order = list(range(len(shape)))  # memory order, outermost first
-        if roll < 0.45 and len(shape) >= 2:
-            while order == sorted(order):
-                order = [int(i) for i in self.rng.permutation(len(shape))]
-        pad = int(self.rng.choice([1, 3, 8, 13])) if roll >= 0.3 else 0
-        strides = [0] * len(shape)
-        running = 1
-        for position, axis in enumerate(reversed(order)):
-            strides[axis] = running
-            running *= max(shape[axis], 1)
-            if position == 0 and len(shape) >= 2:
-                running += pad * (1 if shape[axis] else 0)
-        if roll > 0.92:
-            wide = [axis for axis, extent in enumerate(shape) if extent > 1]
-            if wide:
-                strides[int(self.rng.choice(wide))] = 0
-        result = tuple(strides)
-        return None if result == contiguous_strides(shape) else result
-
-    def partner_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
-        """A shape that broadcasts with ``shape``: equal, a suffix, or with some dims 1."""
-        roll = self.rng.random()
-        if roll < 0.35 or not shape:
-            return shape
-        if roll < 0.6:
-            return shape[int(self.rng.integers(0, len(shape) + 1)) :]
-        out = list(shape)
-        for axis in range(len(out)):
-            if self.chance(0.5):
-                out[axis] = 1
-        if self.chance(0.2):
-            out.insert(0, int(self.rng.choice([1, 2, 3])))
-        return tuple(out)
-
-    def scalar(self, dtype: str) -> str:
-        roll = self.rng.random()
-        if roll < 0.15:
-            return self.pick(("True", "False"))
-        if roll < 0.45 or dtype in ("i32", "bool"):
-            return str(int(self.rng.integers(-3, 6)) or 2)
-        return repr(float(self.rng.choice([0.5, -1.5, 2.0, 0.1, 3.25, -0.75])))
-
-    # -- values --------------------------------------------------------------------------
-    def shape_of(self, index: int) -> tuple[int, ...]:
-        return tuple(self.tensors[index].shape)
-
-    def dtype_of(self, index: int) -> DType:
-        return self.tensors[index].dtype
-
-    def is_float(self, index: int) -> bool:
-        return self.dtype_of(index).is_floating
-
-    def computed(self, index: int) -> bool:
-        return isinstance(self.values[index], Op)
-
-    def choose(self, predicate: Callable[[int], bool] | None = None) -> int | None:
-        """A value, recent ones likelier; None when none satisfies ``predicate``."""
-        indices = [i for i in range(len(self.values)) if predicate is None or predicate(i)]
-        if not indices:
-            return None
-        weights = np.array([(1.0 + i) ** 2 for i in indices])
-        return int(self.rng.choice(indices, p=weights / weights.sum()))
-
-    def add_input(
-        self, shape: tuple[int, ...], dtype: str, strides: tuple[int, ...] | None = None
-    ) -> int:
-        value = Input(shape, dtype, strides)
-        with self.fusion:
-            tv = self.fusion.add_input(input_tensor(value.spec()))
-        self.values.append(value)
-        self.tensors.append(pf.Tensor(tv))
-        return len(self.values) - 1
-
-    def new_input(self, shape: tuple[int, ...], dtype: str | None = None) -> int:
-        dtype = dtype or self.pick(_INPUT_DTYPES)
-        return self.add_input(shape, dtype, self.strides(shape))
-
-    def op(self, name: str, template: str, args: Sequence[int], flips: bool = False) -> int | None:
-        """Trace the candidate now; keep it if it traces and fits the budget."""
-        candidate = Op(name, template, tuple(args), flips)
-        namespace: dict[str, object] = {"pf": pf}
-        namespace.update({f"v{arg}": self.tensors[arg] for arg in args})
-        try:
-            with self.fusion:
-                result = eval(candidate.expression(), namespace)  # pyfuse ops only
-        except pf.FusionError:
-            self.rejected += 1
-            return None
-        except Exception:  # a valid op pyfuse cannot trace: keep it, the runner reports it
-            self.broken = True
-            self.values.append(candidate)
-            self.tensors.append(self.tensors[args[0]])
-            return len(self.values) - 1
-        if not isinstance(result, pf.Tensor) or math.prod(result.shape) > self.budget:
-            self.rejected += 1
-            return None
-        self.values.append(candidate)
-        self.tensors.append(result)
-        return len(self.values) - 1
-
-    def flips_on(self, *indices: int) -> bool:
-        """Whether a discontinuous op on these operands may flip on a last-bit difference."""
-        return any(self.is_float(i) and self.computed(i) for i in indices)
-
-    def ops(self) -> list[Op]:
-        return [value for value in self.values if isinstance(value, Op)]
-
-    def rollback(self, mark: int) -> None:
-        del self.values[mark:]
-        del self.tensors[mark:]
-
-
 # ---- op families -----------------------------------------------------------------------------
 
 
-def _unary(b: _Builder) -> int | None:
+def _unary(b: Builder) -> int | None:
     x = b.choose()
     if x is None:
         return None
@@ -239,7 +71,7 @@ def _unary(b: _Builder) -> int | None:
     return b.op(name, template, [x])
 
 
-def _binary_operands(b: _Builder) -> tuple[int, int | None, str] | None:
+def _binary_operands(b: Builder) -> tuple[int, int | None, str] | None:
     """Two broadcastable values (the second sometimes a new input) or a value and a scalar."""
     x = b.choose()
     if x is None:
@@ -247,20 +79,13 @@ def _binary_operands(b: _Builder) -> tuple[int, int | None, str] | None:
     if b.chance(0.3):
         return x, None, b.scalar(short_name(b.dtype_of(x)))
     shape = b.shape_of(x)
-    y = b.choose(lambda i: i != x and _broadcasts(b.shape_of(i), shape))
+    y = b.choose(lambda i: i != x and broadcasts(b.shape_of(i), shape))
     if y is None or b.chance(0.3):
         y = b.new_input(b.partner_shape(shape))
     return (x, y, "") if b.chance(0.5) else (y, x, "")
 
 
-def _broadcasts(a: tuple[int, ...], c: tuple[int, ...]) -> bool:
-    for p, q in zip(reversed(a), reversed(c), strict=False):
-        if p != q and p != 1 and q != 1:
-            return False
-    return True
-
-
-def _binary(b: _Builder) -> int | None:
+def _binary(b: Builder) -> int | None:
     picked = _binary_operands(b)
     if picked is None:
         return None
@@ -295,27 +120,27 @@ def _binary(b: _Builder) -> int | None:
     return b.op(name, f"pf.{name}({lhs}, {rhs})", args, flips)
 
 
-def _logical(b: _Builder) -> int | None:
+def _logical(b: Builder) -> int | None:
     x = b.choose(lambda i: b.dtype_of(i).is_bool)
     if x is None:
         x = b.choose()
         if x is None:
             return None
         return b.op("gt", "({0} > 0)", [x], b.flips_on(x))
-    y = b.choose(lambda i: b.dtype_of(i).is_bool and _broadcasts(b.shape_of(i), b.shape_of(x)))
+    y = b.choose(lambda i: b.dtype_of(i).is_bool and broadcasts(b.shape_of(i), b.shape_of(x)))
     name = b.pick(("logical_and", "logical_or"))
     if y is None:
         return b.op(name, f"pf.{name}({{0}}, True)", [x])
     return b.op(name, f"pf.{name}({{0}}, {{1}})", [x, y])
 
 
-def _where(b: _Builder) -> int | None:
+def _where(b: Builder) -> int | None:
     x = b.choose()
     if x is None:
         return None
     shape = b.shape_of(x)
-    condition = b.choose(lambda i: b.dtype_of(i).is_bool and _broadcasts(b.shape_of(i), shape))
-    other = b.choose(lambda i: i != x and _broadcasts(b.shape_of(i), shape))
+    condition = b.choose(lambda i: b.dtype_of(i).is_bool and broadcasts(b.shape_of(i), shape))
+    other = b.choose(lambda i: i != x and broadcasts(b.shape_of(i), shape))
     false_side = "{2}" if other is not None and b.chance(0.6) else b.scalar("f32")
     args = [x] if condition is None else [condition, x]
     if condition is None:
@@ -329,7 +154,7 @@ def _where(b: _Builder) -> int | None:
     return b.op("where", template, args, flips)
 
 
-def _cast(b: _Builder) -> int | None:
+def _cast(b: Builder) -> int | None:
     x = b.choose()
     if x is None:
         return None
@@ -340,7 +165,7 @@ def _cast(b: _Builder) -> int | None:
     return b.op("cast", f"pf.cast({{0}}, {DTYPE_SOURCE[target]})", [x], flips)
 
 
-def _dims(b: _Builder, rank: int) -> str:
+def _dims(b: Builder, rank: int) -> str:
     if rank == 0 or b.chance(0.15):
         return "None"
     if b.chance(0.55):
@@ -351,7 +176,7 @@ def _dims(b: _Builder, rank: int) -> str:
     return "(" + ", ".join(str(d) for d in dims) + ("," if count == 1 else "") + ")"
 
 
-def _reduction(b: _Builder) -> int | None:
+def _reduction(b: Builder) -> int | None:
     x = b.choose()
     if x is None:
         return None
@@ -370,6 +195,11 @@ def _reduction(b: _Builder) -> int | None:
     return b.op(name, f"pf.{name}({source}, {dims}{keepdim})", [x])
 
 
+def _tuple(values: list[int]) -> str:
+    """A tuple literal: ``(3,)`` or ``(3, -1)``."""
+    return f"({values[0]},)" if len(values) == 1 else "(" + ", ".join(map(str, values)) + ")"
+
+
 def _reduced_axes(dims: str, rank: int) -> list[int]:
     if dims == "None":
         return list(range(rank))
@@ -378,7 +208,7 @@ def _reduced_axes(dims: str, rank: int) -> list[int]:
     return [d % rank for d in listed]
 
 
-def _reshape(b: _Builder) -> int | None:
+def _reshape(b: Builder) -> int | None:
     x = b.choose()
     if x is None:
         return None
@@ -407,13 +237,13 @@ def _reshape(b: _Builder) -> int | None:
     text = ", ".join(str(extent) for extent in target)
     roll = b.rng.random()
     if roll < 0.4:
-        return b.op("reshape", f"pf.reshape({{0}}, ({text},))", [x])
+        return b.op("reshape", f"pf.reshape({{0}}, {_tuple(target)})", [x])
     if roll < 0.7:
         return b.op("reshape", f"{{0}}.reshape({text})", [x])
     return b.op("reshape", f"{{0}}.view({text})", [x])
 
 
-def _layout_op(b: _Builder) -> int | None:
+def _layout_op(b: Builder) -> int | None:
     """permute, transpose, .T, unsqueeze, squeeze, broadcast_to / expand."""
     x = b.choose()
     if x is None:
@@ -437,7 +267,7 @@ def _layout_op(b: _Builder) -> int | None:
         if ones and b.chance(0.6):
             return b.op("squeeze", f"pf.squeeze({{0}}, {int(b.rng.choice(ones))})", [x])
         return b.op("squeeze", "pf.squeeze({0})", [x])
-    target = [int(b.rng.choice((*_RAGGED[:6], 8, 16))) if e == 1 else e for e in shape]
+    target = [int(b.rng.choice((*RAGGED[:6], 8, 16))) if e == 1 else e for e in shape]
     if b.chance(0.4):
         target.insert(0, int(b.rng.choice([2, 3, 5, 8])))
     if target == list(shape):
@@ -448,10 +278,10 @@ def _layout_op(b: _Builder) -> int | None:
         ]
         text = ", ".join(str(e) for e in target[: len(target) - rank] + kept)
         return b.op("broadcast_to", f"{{0}}.expand({text})", [x])
-    return b.op("broadcast_to", f"pf.broadcast_to({{0}}, ({', '.join(map(str, target))},))", [x])
+    return b.op("broadcast_to", f"pf.broadcast_to({{0}}, {_tuple(target)})", [x])
 
 
-def _two_axes(b: _Builder) -> int | None:
+def _two_axes(b: Builder) -> int | None:
     """One tensor read along two axes: ``x + x.T``, ``unsqueeze(v, 1) * v``."""
     if b.chance(0.5):
         x = b.choose(lambda i: len(b.shape_of(i)) == 2 and b.shape_of(i)[0] == b.shape_of(i)[1])
@@ -473,11 +303,11 @@ def _two_axes(b: _Builder) -> int | None:
     return b.op("two_axes", template, [v])
 
 
-def _float_source(b: _Builder, x: int) -> str:
+def _float_source(b: Builder, x: int) -> str:
     return "{0}" if b.is_float(x) else "pf.cast({0}, pf.float32)"
 
 
-def _normalization(b: _Builder) -> int | None:
+def _normalization(b: Builder) -> int | None:
     """softmax over a random dim; layer_norm and rms_norm with and without weight / bias."""
     x = b.choose(lambda i: len(b.shape_of(i)) >= 1)
     if x is None:
@@ -509,7 +339,7 @@ _MATMUL_N = (1, 8, 16, 24, 64, 100, 128, 256)
 _MATMUL_K = (8, 16, 32, 64, 72, 128, 256, 17, 33)
 
 
-def _matmul(b: _Builder) -> int | None:
+def _matmul(b: Builder) -> int | None:
     """matmul / linear of new inputs (sometimes a computed operand) and an optional epilogue."""
     dtype = b.pick(("bf16", "bf16", "bf16", "f32", "f16"))
     m, n, k = (int(b.rng.choice(options)) for options in (_MATMUL_M, _MATMUL_N, _MATMUL_K))
@@ -551,21 +381,21 @@ def _matmul(b: _Builder) -> int | None:
     return _epilogue(b, result, a) if b.chance(0.6) else result
 
 
-def _epilogue(b: _Builder, product: int, a: int) -> int | None:
+def _epilogue(b: Builder, product: int, a: int) -> int | None:
     """gelu / relu / a bias / the A operand again (``(a @ w) * a`` when the shapes allow)."""
     shape = b.shape_of(product)
     roll = b.rng.random()
     if roll < 0.3:
         name, template = (("gelu", "pf.gelu({0})"), ("relu", "pf.relu({0})"))[int(b.chance(0.5))]
         return b.op(name, template, [product]) or product
-    if roll < 0.6 and _broadcasts(b.shape_of(a), shape):
+    if roll < 0.6 and broadcasts(b.shape_of(a), shape):
         return b.op("mul", "({0} * {1})", [product, a]) or product
     bias = b.new_input(shape[-1:], short_name(b.dtype_of(product)))
     return b.op("add", b.pick(("({0} + {1})", "pf.gelu({0} + {1})")), [product, bias]) or product
 
 
 # Families and their weights: pointwise ops dominate, as in real fusions.
-_FAMILIES: tuple[tuple[Callable[[_Builder], int | None], float], ...] = (
+_FAMILIES: tuple[tuple[Callable[[Builder], int | None], float], ...] = (
     (_unary, 3.0),
     (_binary, 4.0),
     (_logical, 0.6),
@@ -585,7 +415,7 @@ def generate(seed: int, index: int) -> Program:
     """The ``index``-th program of ``seed``: the same pair always gives the same program."""
     rng = np.random.default_rng([seed, index])
     budget = 70_000 if rng.random() < 0.1 else 20_000
-    b = _Builder(rng, budget)
+    b = Builder(rng, budget)
     for _ in range(int(rng.choice([1, 1, 2, 2, 3]))):
         shape = b.shape() if not b.values else b.partner_shape(b.shape_of(0))
         b.new_input(shape)
@@ -603,7 +433,7 @@ def generate(seed: int, index: int) -> Program:
     return Program(tuple(b.values), _outputs(b))
 
 
-def _outputs(b: _Builder) -> tuple[int, ...]:
+def _outputs(b: Builder) -> tuple[int, ...]:
     """Every op nothing reads (the last four), so no op is dead code; sometimes also an
     intermediate (a multi-output fusion returning what it computed on the way) or an input."""
     last = len(b.values) - 1
