@@ -62,8 +62,10 @@ def run_kernel(
 ) -> None:
     """Execute ``kernel`` once over its whole grid.
 
-    ``arrays`` maps each global buffer name to a contiguous NumPy array of the buffer's dtype;
-    the kernel sees it flat, in memory order, and stores write into it in place. ``scalars``
+    ``arrays`` maps each global buffer name to a NumPy array of the buffer's dtype with
+    non-negative strides; the kernel sees the memory from its first element to its last, flat
+    (element offsets from the array's base, padding included: :func:`memory_span`), and stores
+    write into it in place. ``scalars``
     gives the values of :class:`~pyfuse.ir.kernel_ir.Param` expressions by name."""
     with np.errstate(all="ignore"):
         _Machine(kernel, arrays, scalars or {}).run()
@@ -78,9 +80,10 @@ def launch(
 ) -> None:
     """Bind arrays to ``kernel.params`` by role and index and run the kernel.
 
-    Each array must have its parameter's shape and dtype and be contiguous (C or Fortran); the
-    kernel sees its elements in memory order, so pass C-contiguous arrays for the row-major
-    layout lowering assumes. Outputs are written in place; inputs are bound read-only. An
+    Each array must have its parameter's shape and dtype; the kernel sees its memory, as
+    :func:`memory_span` gives it, so an input must be laid out as the spec it was traced with
+    says (row-major unless the spec gives strides; a strided view of a larger buffer for a
+    padded one). Outputs are written in place; inputs are bound read-only. An
     intermediate not given in ``intermediates`` (keyed by index) gets poisoned scratch."""
     pools: dict[kir.ParamRole, Mapping[int, Array]] = {
         kir.ParamRole.INPUT: dict(enumerate(inputs)),
@@ -104,6 +107,31 @@ def launch(
             array.flags.writeable = False
         arrays[param.buffer_name] = array
     run_kernel(kernel, arrays, scalars)
+
+
+def memory_span(array: Array) -> Array:
+    """The memory a kernel sees of ``array``: a flat view from its first element to its last,
+    so a strided array's padding and a transposed one's memory order are what a kernel indexes
+    (offsets are in elements from the base pointer, as the GPU's are)."""
+    if array.flags.c_contiguous or array.flags.f_contiguous:
+        flat = np.ravel(array, order="K")
+        if np.shares_memory(flat, array) or array.size == 0:
+            return flat
+    itemsize = array.itemsize
+    if any(stride < 0 or stride % itemsize for stride in array.strides):
+        raise InputError(
+            f"an array with byte strides {array.strides} cannot be bound: strides must be "
+            f"non-negative multiples of the item size {itemsize}"
+        )
+    if array.size == 0:
+        return np.empty(0, array.dtype)
+    last = 0
+    for extent, stride in zip(array.shape, array.strides, strict=True):
+        last += (extent - 1) * stride
+    span = last // itemsize + 1
+    return np.lib.stride_tricks.as_strided(
+        array, (span,), (itemsize,), writeable=array.flags.writeable
+    )
 
 
 # ---- math ----------------------------------------------------------------------------------
@@ -223,11 +251,10 @@ class _Machine:
         self.vars: dict[str, tuple[Array, Array]] = {}
 
     def _bind_global(self, name: str, array: Array) -> Array:
-        flat = np.ravel(array, order="K")
+        flat = memory_span(array)
         buffer = self.kernel.buffers.get(name)
-        copied = array.size > 0 and not np.shares_memory(flat, array)
-        if copied or (buffer and flat.dtype != buffer.dtype.numpy()):
-            raise InputError(f"array for buffer {name} must be contiguous and of its dtype")
+        if buffer and flat.dtype != buffer.dtype.numpy():
+            raise InputError(f"array for buffer {name} must be of its dtype {buffer.dtype.name}")
         return flat
 
     def run(self) -> None:

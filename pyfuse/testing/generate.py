@@ -1,0 +1,450 @@
+"""Random valid fusions, deterministic from ``(seed, index)``.
+
+:func:`generate` draws a :class:`~pyfuse.testing.program.Program` from the whole public op set:
+pointwise unary and binary ops (comparisons, ``where``, casts between f32/bf16/f16/int32/bool,
+``pow``, ``maximum``...) with tensors or Python scalars on either side, reductions over an
+int, a tuple of dims or None (keepdim both ways), ``broadcast_to``/``expand``, ``unsqueeze``,
+``squeeze``, ``permute``/``transpose``/``.T``, ``reshape``/``view`` (with -1 and flattening),
+softmax, layer_norm, rms_norm, matmul/linear (f32, bf16, f16; epilogues reusing an operand),
+one input read along two axes (``x + x.T``, ``unsqueeze(v, 1) * v``) and multi-output
+returns. Inputs are f32/bf16/f16/int32/bool with ragged, size-1, empty, 0-d and
+multiple-of-8/16/64 extents, broadcast against each other, some strided (transposed,
+column-major, row-padded, a broadcast stride 0).
+
+Validity is by construction (shapes broadcast, dims in range) and checked as the program is
+drawn (:class:`~pyfuse.testing.builder.Builder`): every candidate op is traced at once on
+symbolic tensors, and one that raises
+:class:`pyfuse.FusionError` or grows past the case's element budget is dropped and redrawn.
+So a program traces unless a later pyfuse change makes it invalid (the runner counts those
+as ``invalid``, not as failures). Most cases stay under ~20k elements per tensor, one in ten
+under ~70k: the kernel-IR interpreter is vectorized but slow for large grids.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from pyfuse.testing.builder import RAGGED, Builder, broadcasts
+from pyfuse.testing.program import DTYPE_SOURCE, Op, Program, short_name
+
+_UNARY = (
+    ("neg", "pf.neg({0})"),
+    ("neg", "-{0}"),
+    ("abs", "pf.abs({0})"),
+    ("exp", "pf.exp({0})"),
+    ("exp", "{0}.exp()"),
+    ("log", "pf.log({0})"),
+    ("log", "pf.log(pf.abs({0}) + 0.5)"),
+    ("tanh", "pf.tanh({0})"),
+    ("sigmoid", "pf.sigmoid({0})"),
+    ("relu", "pf.relu({0})"),
+    ("gelu", "pf.gelu({0})"),
+    ("gelu", 'pf.gelu({0}, approximate="tanh")'),
+    ("silu", "pf.silu({0})"),
+    ("sqrt", "pf.sqrt({0})"),
+    ("sqrt", "pf.sqrt(pf.abs({0}))"),
+    ("rsqrt", "pf.rsqrt(pf.abs({0}) + 1.0)"),
+    ("reciprocal", "pf.reciprocal({0})"),
+    ("sin", "pf.sin({0})"),
+    ("cos", "pf.cos({0})"),
+)
+_BINARY_FUNCTIONS = ("add", "sub", "mul", "div", "maximum", "minimum", "pow")
+_OPERATORS = ("+", "-", "*", "/")
+_COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
+_COMPARISON_OPERATORS = ("<", "<=", ">", ">=", "==", "!=")
+_REDUCTIONS = ("sum", "max", "min", "mean")
+
+
+# ---- op families -----------------------------------------------------------------------------
+
+
+def _unary(b: Builder) -> int | None:
+    x = b.choose()
+    if x is None:
+        return None
+    if b.dtype_of(x).is_bool:
+        return b.op("logical_not", "pf.logical_not({0})", [x])
+    name, template = _UNARY[int(b.rng.integers(len(_UNARY)))]
+    return b.op(name, template, [x])
+
+
+def _binary_operands(b: Builder) -> tuple[int, int | None, str] | None:
+    """Two broadcastable values (the second sometimes a new input) or a value and a scalar."""
+    x = b.choose()
+    if x is None:
+        return None
+    if b.chance(0.3):
+        return x, None, b.scalar(short_name(b.dtype_of(x)))
+    shape = b.shape_of(x)
+    y = b.choose(lambda i: i != x and broadcasts(b.shape_of(i), shape))
+    if y is None or b.chance(0.3):
+        y = b.new_input(b.partner_shape(shape))
+    return (x, y, "") if b.chance(0.5) else (y, x, "")
+
+
+def _binary(b: Builder) -> int | None:
+    picked = _binary_operands(b)
+    if picked is None:
+        return None
+    x, y, scalar = picked
+    comparison = b.chance(0.25)
+    if comparison:
+        name = b.pick(_COMPARISONS)
+        use_operator = b.chance(0.5)
+        symbol = _COMPARISON_OPERATORS[_COMPARISONS.index(name)] if use_operator else ""
+    else:
+        name = b.pick(_BINARY_FUNCTIONS + _OPERATORS)
+        use_operator = name in _OPERATORS
+        symbol = name if use_operator else ""
+        if use_operator:
+            name = _BINARY_FUNCTIONS[_OPERATORS.index(name)]
+    if name == "pow":
+        # Integer powers with negative exponents are errors in torch: keep pow to floats.
+        if not b.is_float(x):
+            return None
+        symbol, use_operator = ("**", True) if b.chance(0.4) else ("", False)
+        if y is not None and b.chance(0.5):
+            scalar, y = b.pick(("2", "2.0", "0.5", "3")), None
+    flips = comparison and b.flips_on(x, *(() if y is None else (y,)))
+    if y is None:
+        lhs, rhs, args = ("{0}", scalar, [x]) if b.chance(0.5) else (scalar, "{0}", [x])
+    else:
+        lhs, rhs, args = "{0}", "{1}", [x, y]
+    if use_operator and symbol:
+        if lhs == scalar and symbol in ("==", "!="):
+            lhs, rhs = rhs, lhs  # `2 == x` is Python's int.__eq__ first, then x's
+        return b.op(name, f"({lhs} {symbol} {rhs})", args, flips)
+    return b.op(name, f"pf.{name}({lhs}, {rhs})", args, flips)
+
+
+def _logical(b: Builder) -> int | None:
+    x = b.choose(lambda i: b.dtype_of(i).is_bool)
+    if x is None:
+        x = b.choose()
+        if x is None:
+            return None
+        return b.op("gt", "({0} > 0)", [x], b.flips_on(x))
+    y = b.choose(lambda i: b.dtype_of(i).is_bool and broadcasts(b.shape_of(i), b.shape_of(x)))
+    name = b.pick(("logical_and", "logical_or"))
+    if y is None:
+        return b.op(name, f"pf.{name}({{0}}, True)", [x])
+    return b.op(name, f"pf.{name}({{0}}, {{1}})", [x, y])
+
+
+def _where(b: Builder) -> int | None:
+    x = b.choose()
+    if x is None:
+        return None
+    shape = b.shape_of(x)
+    condition = b.choose(lambda i: b.dtype_of(i).is_bool and broadcasts(b.shape_of(i), shape))
+    other = b.choose(lambda i: i != x and broadcasts(b.shape_of(i), shape))
+    false_side = "{2}" if other is not None and b.chance(0.6) else b.scalar("f32")
+    args = [x] if condition is None else [condition, x]
+    if condition is None:
+        template = f"pf.where({{0}} > 0.25, {{0}}, {false_side.replace('{2}', '{1}')})"
+        flips = b.flips_on(x)
+    else:
+        template = f"pf.where({{0}}, {{1}}, {false_side})"
+        flips = False
+    if other is not None and "{" in false_side:
+        args.append(other)
+    return b.op("where", template, args, flips)
+
+
+def _cast(b: Builder) -> int | None:
+    x = b.choose()
+    if x is None:
+        return None
+    target = b.pick(("f32", "bf16", "f16", "i32", "bool", "f32"))
+    flips = target in ("i32", "bool") and b.flips_on(x)
+    if b.chance(0.3):
+        return b.op("cast", f"{{0}}.to({DTYPE_SOURCE[target]})", [x], flips)
+    return b.op("cast", f"pf.cast({{0}}, {DTYPE_SOURCE[target]})", [x], flips)
+
+
+def _dims(b: Builder, rank: int) -> str:
+    if rank == 0 or b.chance(0.15):
+        return "None"
+    if b.chance(0.55):
+        return str(int(b.rng.integers(-rank, rank)))
+    count = int(b.rng.integers(1, rank + 1))
+    dims = [int(d) for d in b.rng.permutation(rank)[:count]]
+    dims = [d - rank if b.chance(0.3) else d for d in dims]
+    return "(" + ", ".join(str(d) for d in dims) + ("," if count == 1 else "") + ")"
+
+
+def _reduction(b: Builder) -> int | None:
+    x = b.choose()
+    if x is None:
+        return None
+    shape = b.shape_of(x)
+    name = b.pick(_REDUCTIONS)
+    dims = _dims(b, len(shape))
+    reduced = _reduced_axes(dims, len(shape))
+    if name in ("max", "min") and any(shape[axis] == 0 for axis in reduced):
+        return None  # torch refuses max/min over an empty axis
+    source = "{0}"
+    if name == "mean" and not b.is_float(x):
+        source = "pf.cast({0}, pf.float32)"
+    keepdim = ", keepdim=True" if b.chance(0.4) else ""
+    if b.chance(0.3) and dims != "None":
+        return b.op(name, f"{source}.{name}({dims}{keepdim})", [x])
+    return b.op(name, f"pf.{name}({source}, {dims}{keepdim})", [x])
+
+
+def _tuple(values: list[int]) -> str:
+    """A tuple literal: ``(3,)`` or ``(3, -1)``."""
+    return f"({values[0]},)" if len(values) == 1 else "(" + ", ".join(map(str, values)) + ")"
+
+
+def _reduced_axes(dims: str, rank: int) -> list[int]:
+    if dims == "None":
+        return list(range(rank))
+    parsed = eval(dims)  # a literal this module wrote
+    listed = [parsed] if isinstance(parsed, int) else list(parsed)
+    return [d % rank for d in listed]
+
+
+def _reshape(b: Builder) -> int | None:
+    x = b.choose()
+    if x is None:
+        return None
+    shape = list(b.shape_of(x))
+    numel = math.prod(shape)
+    roll = b.rng.random()
+    if roll < 0.25 or len(shape) < 2:
+        target = [-1] if numel or b.chance(0.5) else [0]
+        if shape and roll > 0.15 and numel:
+            target = [numel]
+    elif roll < 0.5:
+        axis = int(b.rng.integers(0, len(shape) - 1))
+        target = [*shape[:axis], shape[axis] * shape[axis + 1], *shape[axis + 2 :]]
+    elif roll < 0.75:
+        axis = int(b.rng.integers(0, len(shape)))
+        factors = [f for f in range(2, shape[axis]) if shape[axis] % f == 0]
+        if not factors:
+            target = [*shape[:axis], 1, *shape[axis:]]
+        else:
+            factor = int(b.rng.choice(factors))
+            target = [*shape[:axis], factor, shape[axis] // factor, *shape[axis + 1 :]]
+    else:
+        target = [shape[0], -1] if shape[0] else [0, *shape[1:]]
+    if -1 not in target and numel and b.chance(0.3):
+        target[int(b.rng.integers(len(target)))] = -1
+    text = ", ".join(str(extent) for extent in target)
+    roll = b.rng.random()
+    if roll < 0.4:
+        return b.op("reshape", f"pf.reshape({{0}}, {_tuple(target)})", [x])
+    if roll < 0.7:
+        return b.op("reshape", f"{{0}}.reshape({text})", [x])
+    return b.op("reshape", f"{{0}}.view({text})", [x])
+
+
+def _layout_op(b: Builder) -> int | None:
+    """permute, transpose, .T, unsqueeze, squeeze, broadcast_to / expand."""
+    x = b.choose()
+    if x is None:
+        return None
+    shape = b.shape_of(x)
+    rank = len(shape)
+    roll = b.rng.random()
+    if roll < 0.3 and rank >= 2:
+        if b.chance(0.3):
+            return b.op("transpose", "{0}.T", [x])
+        if b.chance(0.5):
+            a, c = (int(d) for d in b.rng.choice(rank, 2, replace=False))
+            return b.op("transpose", f"pf.transpose({{0}}, {a}, {c - rank})", [x])
+        order = ", ".join(str(int(d)) for d in b.rng.permutation(rank))
+        return b.op("permute", f"pf.permute({{0}}, ({order}))", [x])
+    if roll < 0.5:
+        dim = int(b.rng.integers(-rank - 1, rank + 1))
+        return b.op("unsqueeze", f"pf.unsqueeze({{0}}, {dim})", [x])
+    if roll < 0.65:
+        ones = [axis for axis, extent in enumerate(shape) if extent == 1]
+        if ones and b.chance(0.6):
+            return b.op("squeeze", f"pf.squeeze({{0}}, {int(b.rng.choice(ones))})", [x])
+        return b.op("squeeze", "pf.squeeze({0})", [x])
+    target = [int(b.rng.choice((*RAGGED[:6], 8, 16))) if e == 1 else e for e in shape]
+    if b.chance(0.4):
+        target.insert(0, int(b.rng.choice([2, 3, 5, 8])))
+    if target == list(shape):
+        target.insert(0, 3)
+    if b.chance(0.4):
+        kept = [
+            -1 if e == s else e for e, s in zip(target[-rank:] if rank else [], shape, strict=True)
+        ]
+        text = ", ".join(str(e) for e in target[: len(target) - rank] + kept)
+        return b.op("broadcast_to", f"{{0}}.expand({text})", [x])
+    return b.op("broadcast_to", f"pf.broadcast_to({{0}}, {_tuple(target)})", [x])
+
+
+def _two_axes(b: Builder) -> int | None:
+    """One tensor read along two axes: ``x + x.T``, ``unsqueeze(v, 1) * v``."""
+    if b.chance(0.5):
+        x = b.choose(lambda i: len(b.shape_of(i)) == 2 and b.shape_of(i)[0] == b.shape_of(i)[1])
+        if x is None or b.chance(0.3):
+            n = int(b.rng.choice([1, 3, 7, 8, 16, 33, 64, 100]))
+            x = b.new_input((n, n))
+        template = b.pick(("({0} + {0}.T)", "({0} * pf.transpose({0}, 0, 1))", "({0}.T - {0})"))
+        return b.op("two_axes", template, [x])
+    v = b.choose(lambda i: len(b.shape_of(i)) == 1)
+    if v is None or b.chance(0.3):
+        v = b.new_input((int(b.rng.choice([1, 5, 13, 64, 100])),))
+    template = b.pick(
+        (
+            "(pf.unsqueeze({0}, 1) * {0})",
+            "({0} - pf.unsqueeze({0}, -1))",
+            "({0}.unsqueeze(0) + {0}.unsqueeze(1))",
+        )
+    )
+    return b.op("two_axes", template, [v])
+
+
+def _float_source(b: Builder, x: int) -> str:
+    return "{0}" if b.is_float(x) else "pf.cast({0}, pf.float32)"
+
+
+def _normalization(b: Builder) -> int | None:
+    """softmax over a random dim; layer_norm and rms_norm with and without weight / bias."""
+    x = b.choose(lambda i: len(b.shape_of(i)) >= 1)
+    if x is None:
+        return None
+    shape = b.shape_of(x)
+    source = _float_source(b, x)
+    kind = b.pick(("softmax", "softmax", "layer_norm", "rms_norm"))
+    if kind == "softmax":
+        dim = int(b.rng.integers(-len(shape), len(shape)))
+        return b.op("softmax", f"pf.softmax({source}, {dim})", [x])
+    if not b.chance(0.6):
+        return b.op(kind, f"pf.{kind}({source})", [x])
+    covered = int(b.rng.integers(1, min(2, len(shape)) + 1))
+    dtype = short_name(b.dtype_of(x)) if b.is_float(x) else "f32"
+    mark = len(b.values)
+    weight = b.new_input(shape[-covered:], dtype)
+    if kind == "layer_norm" and b.chance(0.5):
+        bias = b.new_input(shape[-covered:], dtype)
+        result = b.op(kind, f"pf.layer_norm({source}, {{1}}, {{2}})", [x, weight, bias])
+    else:
+        result = b.op(kind, f"pf.{kind}({source}, {{1}})", [x, weight])
+    if result is None:
+        b.rollback(mark)
+    return result
+
+
+_MATMUL_M = (1, 7, 16, 64, 100, 128, 200)
+_MATMUL_N = (1, 8, 16, 24, 64, 100, 128, 256)
+_MATMUL_K = (8, 16, 32, 64, 72, 128, 256, 17, 33)
+
+
+def _matmul(b: Builder) -> int | None:
+    """matmul / linear of new inputs (sometimes a computed operand) and an optional epilogue."""
+    dtype = b.pick(("bf16", "bf16", "bf16", "f32", "f16"))
+    m, n, k = (int(b.rng.choice(options)) for options in (_MATMUL_M, _MATMUL_N, _MATMUL_K))
+    # fp32 matmuls decompose into multiply + sum over [M, N, K], which the interpreter runs.
+    limit = 4 * b.budget if dtype == "f32" else 64 * b.budget
+    while m * n * k > limit:
+        m, n = max(1, m // 2), max(1, n // 2)
+    mark = len(b.values)
+    form = b.pick(("matmul", "matmul_t", "linear", "linear_bias", "batched", "vector"))
+    computed_a = b.choose(lambda i: len(b.shape_of(i)) == 2 and b.computed(i))
+    if computed_a is not None and b.chance(0.2):
+        a = computed_a
+        m, k = b.shape_of(a)
+        cast = DTYPE_SOURCE[dtype]
+        a_source = "{0}" if short_name(b.dtype_of(a)) == dtype else f"pf.cast({{0}}, {cast})"
+    else:
+        a_shape = (int(b.rng.choice([2, 3])), m, k) if form == "batched" else (m, k)
+        a = b.new_input(a_shape, dtype)
+        a_source = "{0}"
+    if form in ("matmul", "batched"):
+        w = b.new_input((k, n), dtype)
+        result = b.op("matmul", f"({a_source} @ {{1}})", [a, w])
+    elif form == "matmul_t":
+        w = b.new_input((n, k), dtype)
+        result = b.op("matmul", f"pf.matmul({a_source}, {{1}}.T)", [a, w])
+    elif form == "linear":
+        w = b.new_input((n, k), dtype)
+        result = b.op("linear", f"pf.linear({a_source}, {{1}})", [a, w])
+    elif form == "linear_bias":
+        w = b.new_input((n, k), dtype)
+        bias = b.new_input((n,), dtype)
+        result = b.op("linear", f"pf.linear({a_source}, {{1}}, {{2}})", [a, w, bias])
+    else:
+        v = b.new_input((k,), dtype)
+        result = b.op("matmul", f"({a_source} @ {{1}})", [a, v])
+    if result is None:
+        b.rollback(mark)
+        return None
+    return _epilogue(b, result, a) if b.chance(0.6) else result
+
+
+def _epilogue(b: Builder, product: int, a: int) -> int | None:
+    """gelu / relu / a bias / the A operand again (``(a @ w) * a`` when the shapes allow)."""
+    shape = b.shape_of(product)
+    roll = b.rng.random()
+    if roll < 0.3:
+        name, template = (("gelu", "pf.gelu({0})"), ("relu", "pf.relu({0})"))[int(b.chance(0.5))]
+        return b.op(name, template, [product]) or product
+    if roll < 0.6 and broadcasts(b.shape_of(a), shape):
+        return b.op("mul", "({0} * {1})", [product, a]) or product
+    bias = b.new_input(shape[-1:], short_name(b.dtype_of(product)))
+    return b.op("add", b.pick(("({0} + {1})", "pf.gelu({0} + {1})")), [product, bias]) or product
+
+
+# Families and their weights: pointwise ops dominate, as in real fusions.
+_FAMILIES: tuple[tuple[Callable[[Builder], int | None], float], ...] = (
+    (_unary, 3.0),
+    (_binary, 4.0),
+    (_logical, 0.6),
+    (_where, 0.8),
+    (_cast, 1.0),
+    (_reduction, 2.0),
+    (_reshape, 1.0),
+    (_layout_op, 1.6),
+    (_two_axes, 0.6),
+    (_normalization, 0.8),
+    (_matmul, 0.7),
+)
+FAMILY_NAMES = tuple(family.__name__.lstrip("_") for family, _ in _FAMILIES)
+
+
+def generate(seed: int, index: int) -> Program:
+    """The ``index``-th program of ``seed``: the same pair always gives the same program."""
+    rng = np.random.default_rng([seed, index])
+    budget = 70_000 if rng.random() < 0.1 else 20_000
+    b = Builder(rng, budget)
+    for _ in range(int(rng.choice([1, 1, 2, 2, 3]))):
+        shape = b.shape() if not b.values else b.partner_shape(b.shape_of(0))
+        b.new_input(shape)
+    wanted = int(rng.choice([1, 2, 2, 3, 3, 4, 4, 5, 6, 8]))
+    weights = np.array([weight for _, weight in _FAMILIES])
+    attempts = 0
+    while len(b.ops()) < wanted and attempts < 20 * wanted and not b.broken:
+        attempts += 1
+        family = _FAMILIES[int(rng.choice(len(_FAMILIES), p=weights / weights.sum()))][0]
+        mark = len(b.values)
+        if family(b) is None:
+            b.rollback(mark)
+    if not b.ops():
+        b.op("add", "({0} + 1)", [0])
+    return Program(tuple(b.values), _outputs(b))
+
+
+def _outputs(b: Builder) -> tuple[int, ...]:
+    """Every op nothing reads (the last four), so no op is dead code; sometimes also an
+    intermediate (a multi-output fusion returning what it computed on the way) or an input."""
+    last = len(b.values) - 1
+    if b.broken:
+        return (last,)
+    read = {arg for value in b.values if isinstance(value, Op) for arg in value.args}
+    sinks = [i for i, value in enumerate(b.values) if isinstance(value, Op) and i not in read]
+    chosen = sinks[-4:] if sinks else [last]
+    for index, value in enumerate(b.values):
+        if isinstance(value, Op) and index in read and len(chosen) < 5 and b.chance(0.1):
+            chosen.append(index)
+    if b.chance(0.03):
+        chosen.append(0)
+    return tuple(sorted(set(chosen)))

@@ -1,0 +1,340 @@
+"""Run one fuzz case and classify what happened.
+
+:func:`run_program` (CPU) traces the program, runs ``pipeline.run(fusion, HOPPER)``, emits
+every kernel's PTX and its compact form, assembles each with ``ptxas -arch=sm_90a -v``, runs
+every kernel on the kernel-IR interpreter (unless the fusion has a matmul kernel, which the
+interpreter does not run: those cases stop after assembly) and compares each output with
+``FusedFunction.reference`` on fresh random inputs laid out as the specs say.
+:func:`run_program_gpu` calls ``FusedFunction.__call__`` twice on torch CUDA tensors with
+fresh data each time and compares with the reference of the same inputs copied to the host.
+
+Outcome classes (:data:`FAILURES` are the ones a fuzz run reports):
+
+- ``ok``: every output matches; ``compiled``: compiled and assembled, not simulated (matmul).
+- ``invalid``: tracing raised :class:`pyfuse.FusionError` (not a failure: the program is one
+  pyfuse refuses).
+- ``compile_error``: any other exception from tracing, the passes, the emitter or ptxas.
+- ``spill``: ptxas reported spills, a stack frame, local memory or an advisory for the PTX.
+- ``interpreter_error``: the kernel-IR interpreter refused a kernel (out of bounds,
+  misaligned, a race...).
+- ``reference_error``: the NumPy reference raised.
+- ``wrong_result``: an output differs (values, NaN positions, unwritten poison, shape/dtype).
+- ``gpu_error``: the GPU call raised; ``timeout`` and ``crash`` come from the worker pool.
+
+Comparison: floats within ``rtol * |want| + atol * scale`` (``scale`` the output's RMS, at
+least 1; f32 1e-4, f16 1e-2, bf16 3e-2) with NaN where the reference has NaN and infinities
+equal; integers and bools exactly. An output fed by an op that can flip on a last-bit
+difference (a comparison or integer cast of a computed float) may differ in up to 1% of its
+elements, at least one.
+"""
+
+from __future__ import annotations
+
+import re
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+import pyfuse as pf
+from pyfuse.ir.records import record
+from pyfuse.testing.program import Program, build_function
+from pyfuse.testing.simulator import random_inputs, run_on_simulator
+
+Array = npt.NDArray[Any]
+
+FAILURES = (
+    "wrong_result",
+    "interpreter_error",
+    "compile_error",
+    "spill",
+    "reference_error",
+    "gpu_error",
+    "timeout",
+    "crash",
+)
+CLASSES = ("ok", "compiled", "invalid", *FAILURES)
+
+# (rtol, atol relative to the output's scale) per floating dtype name.
+_TOLERANCE = {"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (3e-2, 3e-2)}
+_LENIENT_SHARE = 0.01
+
+
+@record(frozen=True)
+class Outcome:
+    """What one case did: its class, the stage that failed, the exception type and the first
+    line of its message (or of the mismatch description)."""
+
+    cls: str
+    stage: str = ""
+    error_type: str = ""
+    message: str = ""
+    kernels: int = 0
+
+    @property
+    def failed(self) -> bool:
+        return self.cls in FAILURES
+
+    def signature(self) -> str:
+        """Class, exception type and message with numbers and names normalized: equal for
+        two cases that fail the same way."""
+        if self.cls == "wrong_result":
+            return f"{self.cls}:{self.error_type}"  # the kind of difference, see compare()
+        return f"{self.cls}:{self.error_type}:{normalize(self.message)}"
+
+
+# Numbered IR names (T12, iS4, bS5, v3, fusion_k2), then every digit run: sizes, tile shapes
+# like 128x16x64 and dtype widths alike, so one bug seen at other sizes reads the same.
+_NAMES = re.compile(r"\b(T\d+|[ibr][SB]?\w?\d+|v\d+|fusion_\w+|fuzz_\w+)\b")
+_NUMBER = re.compile(r"-?\d+(\.\d+)?(e[-+]?\d+)?")
+
+
+def normalize(message: str) -> str:
+    """The message with every number (and numbered IR name) replaced, so that a failure seen
+    with other sizes reads the same."""
+    text = _NAMES.sub("X", message)
+    text = _NUMBER.sub("N", text)
+    return text[:160]
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0][:300] if lines else ""
+
+
+def _error(cls: str, stage: str, error: BaseException, kernels: int = 0) -> Outcome:
+    return Outcome(cls, stage, type(error).__name__, _first_line(error), kernels)
+
+
+# ---- comparison ------------------------------------------------------------------------------
+
+
+def compare(got: Array, want: Array, lenient: bool = False) -> tuple[str, str] | None:
+    """None when ``got`` matches ``want`` (see the module doc), else the kind of difference
+    (``shape``, ``dtype``, ``values``, ``nan``, ``not_nan``, ``poison``) and a description."""
+    if got.shape != want.shape or got.dtype != want.dtype:
+        kind = "shape" if got.shape != want.shape else "dtype"
+        return kind, f"got {got.dtype}{list(got.shape)}, want {want.dtype}{list(want.shape)}"
+    if got.size == 0:
+        return None
+    name = np.dtype(want.dtype).name
+    if name in _TOLERANCE:
+        rtol, atol = _TOLERANCE[name]
+        g, w = got.astype(np.float64), want.astype(np.float64)
+        finite = np.isfinite(w)
+        scale = max(1.0, float(np.sqrt(np.mean(w[finite] ** 2)))) if finite.any() else 1.0
+        with np.errstate(invalid="ignore"):
+            close = np.abs(g - w) <= rtol * np.abs(w) + atol * scale
+        same_special = (np.isnan(g) & np.isnan(w)) | (np.isinf(w) & (g == w))
+        bad = ~(close | same_special)
+    else:
+        bad = got != want
+    count = int(bad.sum())
+    if count == 0 or (lenient and count <= max(1, int(_LENIENT_SHARE * got.size))):
+        return None
+    where = np.unravel_index(int(np.flatnonzero(bad)[0]), got.shape)
+    first_got, first_want = got[where], want[where]
+    kind, what = "values", "values differ"
+    if name in _TOLERANCE:
+        nan_got = np.isnan(got.astype(np.float64))
+        nan_want = np.isnan(want.astype(np.float64))
+        if (nan_got & ~nan_want & bad).any():
+            kind, what = "nan", "NaN where the reference has a number (unwritten or misread)"
+        elif (nan_want & ~nan_got & bad).any():
+            kind, what = "not_nan", "a number where the reference has NaN"
+    elif name != "bool" and (got[bad] == -7).all():
+        kind, what = "poison", "unwritten elements (poison)"
+    return kind, (
+        f"{what}: {count} of {got.size} elements of {name}{list(got.shape)}, first at "
+        f"{tuple(int(i) for i in where)}: got {first_got}, want {first_want}"
+    )
+
+
+def _as_tuple(result: object) -> tuple[Array, ...]:
+    return result if isinstance(result, tuple) else (result,)  # type: ignore[return-value]
+
+
+# ---- CPU ------------------------------------------------------------------------------------
+
+
+def run_function(
+    fn: Callable[..., Any],
+    specs: Sequence[pf.Spec],
+    *,
+    lenient: Sequence[bool] | None = None,
+    data_seed: int = 0,
+    assemble: bool = True,
+) -> Outcome:
+    """Compile, assemble and simulate ``fn`` for ``specs`` on the CPU; never raises."""
+    from pyfuse.backend_ptx.emit import emit_compact_ptx, emit_ptx
+    from pyfuse.backend_ptx.ptxas import PtxasError
+    from pyfuse.backend_ptx.ptxas import assemble as ptxas_assemble
+    from pyfuse.ir.target import HOPPER
+    from pyfuse.passes import pipeline
+    from pyfuse.passes.plan import MATMUL_SCHEDULER
+
+    fused = pf.fuse(fn)
+    try:
+        fusion = fused.trace(*specs)
+    except pf.FusionError as error:
+        return _error("invalid", "trace", error)
+    except Exception as error:
+        return _error("compile_error", "trace", error)
+    try:
+        result = pipeline.run(fusion, HOPPER)
+    except Exception as error:
+        return _error("compile_error", "pipeline", error)
+    kernels = len(result.kernels)
+    has_matmul = any(stages.plan.scheduler == MATMUL_SCHEDULER for stages in result.kernels)
+    for stages in result.kernels:
+        try:
+            ptx = emit_ptx(stages.kernel_ir, HOPPER)
+            compact = emit_compact_ptx(stages.kernel_ir, HOPPER)
+        except Exception as error:
+            return _error("compile_error", "emit", error, kernels)
+        if not assemble:
+            continue
+        try:
+            problems = ptxas_assemble(ptx).problems()
+            if compact is not None:
+                ptxas_assemble(compact)  # its local arrays are by design: only errors count
+        except PtxasError as error:
+            return _error("compile_error", "ptxas", error, kernels)
+        if problems:
+            return Outcome("spill", "ptxas", "", problems[0], kernels)
+    if has_matmul:
+        return Outcome("compiled", kernels=kernels)
+    arrays = random_inputs(specs, data_seed)
+    try:
+        expected = _as_tuple(fused.reference(*arrays))
+    except Exception as error:
+        return _error("reference_error", "reference", error, kernels)
+    output_specs = [(tv.shape, tv.dtype) for tv in fusion.outputs]
+    try:
+        actual = run_on_simulator(result, arrays, output_specs)
+    except Exception as error:
+        return _error("interpreter_error", "simulate", error, kernels)
+    flags = list(lenient) if lenient is not None else [False] * len(expected)
+    for index, (got, want, flag) in enumerate(zip(actual, expected, flags, strict=True)):
+        difference = compare(got, np.asarray(want), flag)
+        if difference is not None:
+            kind, text = difference
+            return Outcome("wrong_result", "compare", kind, f"output {index}: {text}", kernels)
+    return Outcome("ok", kernels=kernels)
+
+
+def run_program(program: Program, data_seed: int = 0, assemble: bool = True) -> Outcome:
+    """:func:`run_function` for a program; a failure to even build the function is a
+    compile_error of stage ``build``."""
+    try:
+        fn = build_function(program)
+    except Exception as error:
+        return _error("compile_error", "build", error)
+    return run_function(
+        fn,
+        program.specs(),
+        lenient=program.lenient_outputs(),
+        data_seed=data_seed,
+        assemble=assemble,
+    )
+
+
+# ---- GPU ------------------------------------------------------------------------------------
+
+
+def _to_torch(array: Array, torch: Any) -> Any:
+    """A CUDA tensor with ``array``'s values and memory layout (a strided view of a copy of
+    its whole backing buffer)."""
+    from pyfuse.ir.kernel_interpreter import memory_span
+
+    span = memory_span(array)
+    if span.dtype.name == "bfloat16":
+        flat = torch.from_numpy(span.view(np.int16).copy()).view(torch.bfloat16)
+    else:
+        flat = torch.from_numpy(np.ascontiguousarray(span).copy())
+    flat = flat.cuda()
+    strides = tuple(s // array.itemsize for s in array.strides)
+    return flat.as_strided(array.shape, strides)
+
+
+def _to_host(tensor: Any, torch: Any) -> Array:
+    tensor = tensor.detach().cpu().contiguous()
+    if tensor.dtype == torch.bfloat16:
+        import ml_dtypes
+
+        return tensor.view(torch.int16).numpy().view(ml_dtypes.bfloat16)  # type: ignore[no-any-return]
+    return tensor.numpy()  # type: ignore[no-any-return]
+
+
+def _poison_allocator(torch: Any) -> None:
+    """Fill the caching allocator's free blocks with 0xFF (NaN) so an output element the
+    kernel forgets reads as NaN, not as the last call's value (best effort: the runtime
+    allocates outputs itself)."""
+    for size in (1 << 19, 1 << 20, 1 << 24):
+        block = torch.empty(size, dtype=torch.uint8, device="cuda")
+        block.fill_(0xFF)
+        del block
+
+
+def run_function_gpu(
+    fn: Callable[..., Any],
+    specs: Sequence[pf.Spec],
+    *,
+    lenient: Sequence[bool] | None = None,
+    data_seed: int = 0,
+) -> Outcome:
+    """Call ``fn`` fused on the GPU twice with fresh data; compare with the reference."""
+    import torch
+
+    fused = pf.fuse(fn)
+    try:
+        fusion = fused.trace(*specs)
+    except pf.FusionError as error:
+        return _error("invalid", "trace", error)
+    except Exception as error:
+        return _error("compile_error", "trace", error)
+    flags = list(lenient) if lenient is not None else [False] * len(fusion.outputs)
+    for call in range(2):
+        arrays = random_inputs(specs, data_seed * 2 + call)
+        try:
+            expected = _as_tuple(fused.reference(*arrays))
+        except Exception as error:
+            return _error("reference_error", "reference", error)
+        tensors = [_to_torch(array, torch) for array in arrays]
+        _poison_allocator(torch)
+        try:
+            outputs = _as_tuple(fused(*tensors))
+            torch.cuda.synchronize()
+        except (pf.FusionError, pf.ScheduleError) as error:
+            return _error("compile_error", f"call {call}", error)
+        except Exception as error:
+            cls = "gpu_error" if _is_device_error(error) else "compile_error"
+            return _error(cls, f"call {call}", error)
+        for index, (got, want, flag) in enumerate(zip(outputs, expected, flags, strict=True)):
+            difference = compare(_to_host(got, torch), np.asarray(want), flag)
+            if difference is not None:
+                kind, text = difference
+                return Outcome("wrong_result", f"call {call}", kind, f"output {index}: {text}")
+    return Outcome("ok")
+
+
+def _is_device_error(error: BaseException) -> bool:
+    text = f"{type(error).__name__} {error}"
+    return isinstance(error, pf.LaunchError) or "CUDA" in text or "cuda" in text
+
+
+def run_program_gpu(program: Program, data_seed: int = 0) -> Outcome:
+    try:
+        fn = build_function(program)
+    except Exception as error:
+        return _error("compile_error", "build", error)
+    return run_function_gpu(
+        fn, program.specs(), lenient=program.lenient_outputs(), data_seed=data_seed
+    )
+
+
+def describe_exception() -> str:
+    """The current exception's traceback, for logs."""
+    return traceback.format_exc()
