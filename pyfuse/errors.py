@@ -85,7 +85,8 @@ class InternalError(PyfuseError):
             text += f"\n  a script that reproduces it: {self.repro_path} (also error.repro)"
         elif self.repro is not None:
             text += "\n  error.repro holds a script that reproduces it"
-        return text + "\n  this is a bug in pyfuse; please report it with that script"
+        report = " with that script" if self.repro is not None else ""
+        return text + f"\n  this is a bug in pyfuse; please report it{report}"
 
 
 @contextlib.contextmanager

@@ -4,6 +4,7 @@ user's own exceptions unchanged, ScheduleErrors that start with the user's op an
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,9 +25,10 @@ PYFUSE_DIR = os.path.dirname(os.path.abspath(pf.__file__))
 
 
 @pytest.fixture(autouse=True)
-def _no_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+def _no_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     # A variant the cache already holds would not run the pass a test plants a bug in.
     monkeypatch.setenv("PYFUSE_DISABLE_CACHE", "1")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where repro scripts go
 
 
 def planted(source: str, **names: object) -> Callable[..., Any]:
@@ -86,6 +88,7 @@ def test_bug_in_a_pass_is_an_internal_error_naming_the_op(monkeypatch: pytest.Mo
     assert error.repro is not None and error.repro_path is not None
     assert f"a script that reproduces it: {error.repro_path}" in message
     assert Path(error.repro_path).read_text() == error.repro
+    assert Path(error.repro_path).parent == Path(tempfile.gettempdir())
     namespace = _exec_repro(error.repro)
     assert structure(namespace["fusion"].trace(*namespace["inputs"])) == structure(fused.trace(X))
     # Run as a program, it compiles the fusion: the planted bug strikes again.
@@ -146,6 +149,7 @@ def test_a_failed_repro_does_not_hide_the_error(monkeypatch: pytest.MonkeyPatch)
         pf.fuse(model).compile(X)
     assert excinfo.value.repro is None and excinfo.value.repro_path is None
     assert "error.repro" not in str(excinfo.value)
+    assert str(excinfo.value).endswith("this is a bug in pyfuse; please report it")
 
 
 # ---- the user's own exceptions -----------------------------------------------------------------
@@ -199,6 +203,15 @@ def test_an_op_called_with_wrong_arguments_is_a_fusion_error_at_the_users_line()
     assert excinfo.value.op == "add"
     assert excinfo.value.where == line_of("line: arity")
     assert "missing 1 required positional argument" in str(excinfo.value)
+
+
+def test_a_tensors_truth_value_is_a_fusion_error_at_the_users_line() -> None:
+    def fn(x: pf.Tensor) -> pf.Tensor:
+        return x if x else -x  # line: bool
+
+    with pytest.raises(pf.FusionError) as excinfo:
+        pf.fuse(fn).trace(X)
+    assert (excinfo.value.op, excinfo.value.where) == ("bool", line_of("line: bool"))
 
 
 # ---- InternalError while tracing ---------------------------------------------------------------
