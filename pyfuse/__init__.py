@@ -4,7 +4,14 @@ Only the public names are exported here; everything else is private by module.
 Importing pyfuse is cheap: no GPU, no driver, no torch.
 """
 
-from pyfuse.errors import FusionError, InputError, LaunchError, PyfuseError, ScheduleError
+from pyfuse.errors import (
+    FusionError,
+    InputError,
+    InternalError,
+    LaunchError,
+    PyfuseError,
+    ScheduleError,
+)
 from pyfuse.frontend.compiled import Compiled, Kernel
 from pyfuse.frontend.fuse import FusedFunction, fuse
 from pyfuse.frontend.ops import (
@@ -72,6 +79,7 @@ __all__ = [
     "FusedFunction",
     "FusionError",
     "InputError",
+    "InternalError",
     "Kernel",
     "LaunchError",
     "MatmulParams",

@@ -16,6 +16,7 @@ from pyfuse.backend_ptx.emit import emit_compact_ptx, emit_ptx
 from pyfuse.errors import ScheduleError
 from pyfuse.frontend import variant_cache
 from pyfuse.frontend.compiled import Compiled, Kernel
+from pyfuse.frontend.location import user_location
 from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.kernel_ir import Kernel as KernelIR
 from pyfuse.ir.kernel_ir import ParamRole
@@ -83,7 +84,37 @@ def compile_fusion(
 ) -> Compiled:
     """Passes and PTX emission for a traced fusion; no GPU needed. ``jit`` gets each kernel's
     PTX as soon as it is emitted, and first its compact form (the quick build's source) where
-    its first launches may run one and the form differs (``emit_compact_ptx``)."""
+    its first launches may run one and the form differs (``emit_compact_ptx``).
+
+    Errors leave in the user's terms: a ScheduleError starts with the user's op, line, shapes
+    and dtypes; any exception that is not a PyfuseError (a bug) becomes an InternalError that
+    names the op and carries a script reproducing the fusion."""
+    try:
+        return _compile(fusion, target, matmul, jit)
+    except ScheduleError as error:
+        from pyfuse.frontend import diagnose  # loads only for an error
+
+        diagnose.explain_schedule_error(error, fusion)
+        raise
+    except Exception as error:
+        from pyfuse.frontend import diagnose
+
+        if not diagnose.is_compiler_bug(error):
+            raise
+        raise diagnose.internal_error(
+            error,
+            fusion,
+            name=fusion.name,
+            doing=f"compiling {fusion.name}",
+            matmul=matmul,
+            where=user_location(),
+            note=[f"compiled for {target.arch} (vector_bytes={target.vector_bytes})"],
+        ) from error
+
+
+def _compile(
+    fusion: Fusion, target: TargetInfo, matmul: MatmulParams | None, jit: JitHooks | None
+) -> Compiled:
     # Stages are rendered as text only when PYFUSE_DUMP asks for them.
     dump = knobs.dump()
     if "ir" in dump:

@@ -119,7 +119,16 @@ class Compiled:
     def __call__(self, *arrays: object) -> Any:
         from pyfuse.frontend.runtime import run_compiled
 
-        return run_compiled(self, arrays)
+        try:
+            return run_compiled(self, arrays)
+        except Exception as error:
+            from pyfuse.frontend import diagnose  # loads only for an error
+
+            if not diagnose.is_pyfuse_bug(error):
+                raise
+            raise diagnose.internal_error(
+                error, self.fusion, name=self.name, doing=f"preparing a call of {self.name}"
+            ) from error
 
     def __repr__(self) -> str:
         names = ", ".join(k.name for k in self.kernels)

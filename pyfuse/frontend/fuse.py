@@ -12,7 +12,7 @@ import functools
 from collections.abc import Callable
 from typing import Any, overload
 
-from pyfuse.errors import FusionError
+from pyfuse.errors import FusionError, InternalError
 from pyfuse.frontend.location import user_location
 from pyfuse.frontend.spec import Spec, spec_of
 from pyfuse.frontend.tensor import Tensor
@@ -75,6 +75,18 @@ def _load_runtime_call() -> Callable[[Any, tuple[object, ...]], Any]:
     return call
 
 
+def _internal_error(
+    error: Exception, fused: FusedFunction, args: tuple[object, ...], doing: str
+) -> InternalError | None:
+    """The InternalError a public entry point raises (``from error``) for ``error`` when it
+    is a bug of pyfuse's; None for any other (re-raised as it is)."""
+    from pyfuse.frontend import diagnose  # loads only for an error
+
+    if not diagnose.is_pyfuse_bug(error):
+        return None
+    return diagnose.entry_internal_error(error, fused, args, f"{doing} {fused.name}")
+
+
 class FusedFunction:
     """A Python function that pyfuse traces, compiles and runs as fused GPU kernels."""
 
@@ -135,7 +147,13 @@ class FusedFunction:
         """All passes and PTX emission for these arguments (arrays or ``pf.spec``); no GPU."""
         from pyfuse.frontend.runtime import compile_for
 
-        return compile_for(self, args)
+        try:
+            return compile_for(self, args)
+        except Exception as error:
+            internal = _internal_error(error, self, args, "compiling")
+            if internal is None:
+                raise
+            raise internal from error
 
     def ptx(self, *args: object) -> str:
         """The PTX of every kernel for these arguments."""
@@ -143,7 +161,13 @@ class FusedFunction:
 
     def __call__(self, *arrays: object) -> Any:
         """Run on the GPU: GPU arrays in, GPU arrays of the same kind out."""
-        return (_runtime_call or _load_runtime_call())(self, arrays)
+        try:
+            return (_runtime_call or _load_runtime_call())(self, arrays)
+        except Exception as error:
+            internal = _internal_error(error, self, arrays, "preparing a call of")
+            if internal is None:
+                raise
+            raise internal from error
 
     def reference(self, *arrays: object) -> Any:
         """Evaluate on the CPU with NumPy (float64 math, results in the output dtypes)."""

@@ -2,9 +2,11 @@
 
 Every public op runs under :func:`user_op`: it finds the first stack frame outside the
 pyfuse package (the user's line), attributes the exprs it creates to that line, and
-re-raises any :class:`FusionError` with the op's name and that line. A composite op
-(softmax) calls other ops; the outermost call's line wins, so the user sees their own
-line, never one inside pyfuse.
+re-raises any :class:`FusionError` with the op's name and that line; arguments that do not
+fit the op's signature become a FusionError too, and any other exception raised inside
+pyfuse an :class:`InternalError` (an exception of the user's own code passes unchanged).
+A composite op (softmax) calls other ops; the outermost call's line wins, so the user sees
+their own line, never one inside pyfuse.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import sys
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
-from pyfuse.errors import FusionError
+from pyfuse.errors import FusionError, PyfuseError
 from pyfuse.ir.naming import current_source, source_location
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -52,6 +54,20 @@ def user_op(name: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
                     raise FusionError(
                         error.bare_message, op=error.op or name, where=where
                     ) from None
+                except PyfuseError:
+                    raise
+                except Exception as error:
+                    if outer is not None:
+                        raise  # the outermost op reports it
+                    called = error.__traceback__
+                    if isinstance(error, TypeError) and called and called.tb_next is None:
+                        # Raised by the call itself: arguments that do not fit the signature.
+                        raise FusionError(str(error), op=name, where=where) from None
+                    from pyfuse.frontend import diagnose  # loads only for an error
+
+                    if not diagnose.is_pyfuse_bug(error):
+                        raise  # the user's own code (a callback of theirs) raised it
+                    raise diagnose.trace_internal_error(error, name, where, args, kwargs) from error
 
         return traced
 

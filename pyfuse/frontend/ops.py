@@ -352,3 +352,27 @@ def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float = 1e-6) -> Tens
     if weight is not None:
         result = result * cast(weight, math_dtype)
     return cast(result, x.dtype)
+
+
+# ---- IR ops without a public op of their own ------------------------------------------------
+# A repro script (``pyfuse.ir.script``) spells these: the builders insert them (keepdim's
+# broadcast, the copy of a returned input, the copy of an expanded tensor), and rebuilding the
+# fusion exactly needs them one for one.
+
+
+@user_op("broadcast")
+def broadcast(x: Tensor, is_new: Sequence[bool]) -> Tensor:
+    """Insert size-1 broadcast axes where ``is_new`` is True (one BroadcastOp)."""
+    return Tensor(ir_ops.broadcast(_tensor(x), [bool(flag) for flag in is_new]))
+
+
+@user_op("set_copy")
+def set_copy(x: Tensor) -> Tensor:
+    """A copy of ``x`` (a new tensor with the same values and axes)."""
+    return Tensor(ir_ops.set_copy(_tensor(x)))
+
+
+@user_op("materialize")
+def materialize(x: Tensor) -> Tensor:
+    """A copy of ``x`` whose expanded broadcast axes are real axes."""
+    return Tensor(ir_ops.materialize(_tensor(x)))

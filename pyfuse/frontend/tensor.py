@@ -50,10 +50,12 @@ class Tensor:
 
     def __bool__(self) -> bool:
         from pyfuse.errors import FusionError
+        from pyfuse.frontend.location import user_location
 
         raise FusionError(
             "a traced tensor has no truth value; use pf.where for data-dependent choices",
             op="bool",
+            where=user_location(),
         )
 
     # -- operators ----------------------------------------------------------------------------
