@@ -182,18 +182,23 @@ def run_function(
         return _error("invalid", "trace", error)
     except Exception as error:
         return _error("compile_error", "trace", error)
+    emitted: dict[int, tuple[str, str | None]] = {}
+
+    def emit(index: int, stages: pipeline.KernelStages) -> None:
+        # As the frontend's compile does: a kernel the emitter cannot write falls back.
+        emitted[index] = (
+            emit_ptx(stages.kernel_ir, HOPPER),
+            emit_compact_ptx(stages.kernel_ir, HOPPER),
+        )
+
     try:
-        result = pipeline.run(fusion, HOPPER)
+        result = pipeline.run(fusion, HOPPER, emit=emit)
     except Exception as error:
         return _error("compile_error", "pipeline", error)
     kernels = len(result.kernels)
     has_matmul = any(stages.plan.scheduler == MATMUL_SCHEDULER for stages in result.kernels)
-    for stages in result.kernels:
-        try:
-            ptx = emit_ptx(stages.kernel_ir, HOPPER)
-            compact = emit_compact_ptx(stages.kernel_ir, HOPPER)
-        except Exception as error:
-            return _error("compile_error", "emit", error, kernels)
+    for index in range(kernels):
+        ptx, compact = emitted[index]
         if not assemble:
             continue
         try:
