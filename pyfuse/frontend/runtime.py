@@ -8,12 +8,14 @@ disk cache, :mod:`pyfuse.frontend.cache`) and bind a launch plan for the kind of
 given (torch, CuPy, or anything else, which gets :class:`~pyfuse.frontend.arrays.DeviceArray`
 outputs).
 
-Hot path (``FusedFunction.__call__``): one pass over the arguments builds the call key
-(per array: shape, strides, dtype, device; the alignment class; Python numbers by value) and
-the pointer list; one dict lookup finds the bound plan, which allocates the outputs from the
-caller's allocator (torch's caching allocator for torch inputs: no synchronization and no
-driver allocation, so calls are safe under CUDA graph capture) and launches on the caller's
-current stream. Everything the launch needs is precomputed on the plan.
+Hot path (``FusedFunction.__call__``): the function's guard checks that the Python values it
+captured (closure cells, globals, defaults: :mod:`pyfuse.frontend.guards`) are the objects
+last seen, or switches to the table of their new values; one pass over the arguments builds
+the call key (per array: shape, strides, dtype, device; the alignment class; Python numbers
+by value) and the pointer list; one dict lookup finds the bound plan, which allocates the
+outputs from the caller's allocator (torch's caching allocator for torch inputs: no
+synchronization and no driver allocation, so calls are safe under CUDA graph capture) and
+launches on the caller's current stream. Everything the launch needs is precomputed on the plan.
 
 A misaligned input (address not a multiple of 16 bytes) compiles an unvectorized variant
 (``vector_bytes=1``); strided and offset views are read through their element strides.
@@ -42,6 +44,7 @@ from pyfuse.frontend.arrays import (
     describe_arguments,
     gpu_info,
 )
+from pyfuse.frontend.guards import guard_for
 from pyfuse.frontend.location import user_location
 from pyfuse.frontend.spec import ArrayInfo, Spec, spec, spec_of
 from pyfuse.ir.dtypes import DType
@@ -51,6 +54,7 @@ from pyfuse.ir.target import HOPPER, TargetInfo
 
 Number = bool | int | float
 _STATE = "_pyfuse_runtime"  # attribute of a FusedFunction holding its _FunctionState
+_STATE_LOCK = threading.Lock()
 
 
 @record(frozen=True)
@@ -65,21 +69,59 @@ class Signature:
     arguments: tuple[tuple[Any, ...], ...]
     matmul: MatmulParams | None
     target: TargetInfo
+    # The values of the function's guarded captured places (:meth:`guards.Guard.key`).
+    captured: tuple[object, ...] = ()
 
 
 class _FunctionState:
-    """Per-FusedFunction state: compiled variants and bound call keys."""
+    """Per-FusedFunction state: compiled variants, and bound call keys per value of the
+    captured Python values the function reads (:mod:`pyfuse.frontend.guards`).
 
-    def __init__(self) -> None:
+    ``bound`` is the table for ``captured`` (the objects last seen in the guarded places);
+    a warm call checks them by identity (``check``, None when nothing is guarded) and, when
+    one changed, :meth:`recapture` switches to the table of the new values."""
+
+    def __init__(self, fn: object) -> None:
         self.lock = threading.RLock()
         self.compiled: dict[Signature, Any] = {}
+        self.guard = guard_for(fn)
+        self.check = None if self.guard is None else self.guard.check
+        self.captured: tuple[object, ...] = ()
+        self.captured_key: tuple[object, ...] = ()
         self.bound: dict[tuple[Any, ...], Bound] = {}
+        self._tables: dict[tuple[object, ...], dict[tuple[Any, ...], Bound]] = {}
+        if self.guard is not None:
+            self.captured = self.guard.read()
+            self.captured_key = self.guard.key(self.captured)
+        self._tables[self.captured_key] = self.bound
+
+    def recapture(self) -> None:
+        """A guarded place holds another object: use the bound table of its value (a new
+        one, or the one it had before, so flipping a value back finds its variants)."""
+        assert self.guard is not None
+        with self.lock:
+            captured = self.guard.read()
+            key = self.guard.key(captured)
+            table = self._tables.setdefault(key, {})
+            # The table before the values: a call that sees the new values sees their table.
+            self.bound = table
+            self.captured_key = key
+            self.captured = captured
+
+    def current_captured_key(self) -> tuple[object, ...]:
+        """The key of the guarded places' values now (a trace about to run reads them)."""
+        if self.check is not None and not self.check(self.captured):
+            self.recapture()
+        return self.captured_key
 
 
 def _state_of(fused: Any) -> _FunctionState:
     state = fused.__dict__.get(_STATE)
     if state is None:
-        state = fused.__dict__.setdefault(_STATE, _FunctionState())
+        with _STATE_LOCK:  # one state (one guard analysis) per function
+            state = fused.__dict__.get(_STATE)
+            if state is None:
+                state = fused.__dict__.setdefault(_STATE, _FunctionState(fused.fn))
     return state  # type: ignore[no-any-return]
 
 
@@ -138,9 +180,14 @@ def _compile(
     traced and then read from the variant cache on disk or compiled (and stored there).
     With a ``device`` (GPU arrays), each new kernel's JIT starts as soon as its PTX exists."""
     state = _state_of(fused)
-    signature = Signature(tuple(_signature_item(a) for a in arguments), fused.matmul, target)
     use_cache = knobs.cache_enabled()
     with state.lock:
+        signature = Signature(
+            tuple(_signature_item(a) for a in arguments),
+            fused.matmul,
+            target,
+            state.current_captured_key(),
+        )
         if use_cache:
             hit = state.compiled.get(signature)
             if hit is not None:
@@ -239,6 +286,9 @@ def _input_error(fused_name: str, error: ArgumentError) -> InputError:
 def call(fused: Any, arrays: Sequence[object]) -> Any:
     """``FusedFunction.__call__``: the hot path described in the module docstring."""
     state = fused.__dict__.get(_STATE) or _state_of(fused)
+    check = state.check
+    if check is not None and not check(state.captured):
+        state.recapture()
     try:
         key, pointers, stream = call_key(arrays)
     except ArgumentError as error:
@@ -253,6 +303,7 @@ def _bind_new(
     fused: Any, state: _FunctionState, arrays: Sequence[object], key: tuple[Any, ...]
 ) -> Bound:
     with state.lock:
+        state.current_captured_key()  # the values may have changed since the call's check
         bound = state.bound.get(key)
         if bound is not None:
             return bound
