@@ -156,7 +156,7 @@ def _narrow(values: Array, dtype: DType) -> Array:
 
 def _cast(values: Array, dtype: DType) -> Array:
     """A cast: float to integer truncates and saturates with NaN giving 0, like ``cvt.rzi``."""
-    if dtype.is_integer and values.dtype.kind == "f":
+    if dtype.is_integer and values.dtype.kind not in "iub":  # any float, bf16 ('V') too
         info = np.iinfo(dtype.numpy())
         wide = np.nan_to_num(np.trunc(values.astype(np.float64)), nan=0.0)
         saturated: Array = np.clip(wide, info.min, info.max)

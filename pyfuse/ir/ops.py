@@ -241,6 +241,11 @@ def binary(op: BinaryOpType, lhs: Operand, rhs: Operand) -> TensorView:
             raise FusionError(f"operand of type {type(value).__name__} is not a tensor or a number")
     broadcast_shapes(*(t.shape for t in tensors))  # reports a clash in the user's shapes
     math_dtype = _math_dtype(op, [t.dtype for t in tensors], scalars)
+    if op == BinaryOpType.SUB and math_dtype.is_bool:
+        raise FusionError(
+            "subtraction of bool tensors is not supported (as in torch); use logical_xor, or "
+            "cast to an integer dtype first"
+        )
     ndim = max(t.ndim for t in tensors)
     ranked = iter([_to_rank(t, ndim) for t in tensors])
     operands = [
@@ -320,6 +325,9 @@ def reduce(
     real = [d for d in axes_to_reduce if d not in trivial]
     result_dtype = x.dtype
     math_input = x
+    if x.dtype.is_bool:
+        # max/min of bools is any/all: reduced as int32 (warp shuffles move 32-bit words).
+        math_input = cast(x, dtypes.int32)
     if op == ReductionOpType.SUM:
         if not x.dtype.is_floating:
             result_dtype = dtypes.int64
@@ -437,6 +445,13 @@ def reshape(x: TensorView, shape: Sequence[int]) -> TensorView:
         # An expanded broadcast has no memory to view: reshape a materialized copy.
         x = materialize(x)
     root = new_axes_like(x.no_reductions)
+    if x.numel == 0:
+        # No element to keep in place: the output's axes need no derivation from the input's
+        # (and sizes of 0 have no merge and split that relate them).
+        axes = [_axis(extent) for extent in new_shape]
+        empty = TensorView(axes, x.dtype, root=root)
+        ReshapeOp(empty, x)
+        return empty
     sources = [axis for axis in root if axis.logical_extent != 1]
     targets = [extent for extent in new_shape if extent != 1]
     derived: list[IterDomain] = []
@@ -487,12 +502,20 @@ def _check_matmul_dtypes(a: TensorView, b: TensorView) -> None:
         raise FusionError(f"operands must be floating, got {a.dtype.name}")
 
 
+def _without_expansion(x: TensorView) -> TensorView:
+    if any(axis.expanded_extent is not None for axis in x.no_reductions):
+        return materialize(x)
+    return x
+
+
 def matmul(a: TensorView, b: TensorView) -> TensorView:
     """torch.matmul: ``[..., M, K] @ [..., K, N] -> [..., M, N]`` with batch broadcasting;
     a 1-D operand is a vector (its M or N axis is dropped)."""
     if a.ndim == 0 or b.ndim == 0:
         raise FusionError(f"operands must have rank >= 1, got shapes {a.shape} and {b.shape}")
     _check_matmul_dtypes(a, b)
+    # An expanded broadcast has one stored value per row or column: multiply a real copy.
+    a, b = _without_expansion(a), _without_expansion(b)
     k_a = a.shape[-1]
     k_b = b.shape[0] if b.ndim == 1 else b.shape[-2]
     if k_a != k_b:
@@ -517,6 +540,9 @@ def linear(x: TensorView, weight: TensorView, bias: TensorView | None = None) ->
     if weight.ndim != 2:
         raise FusionError(f"weight must be 2-D [N, K], got shape {weight.shape}")
     _check_matmul_dtypes(x, weight)
+    x, weight = _without_expansion(x), _without_expansion(weight)
+    if bias is not None:
+        bias = _without_expansion(bias)
     n, k = weight.shape
     if x.shape[-1] != k:
         raise FusionError(f"input's last size {x.shape[-1]} differs from weight's K = {k}")

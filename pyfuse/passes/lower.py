@@ -76,6 +76,9 @@ REDUCTION_COMBINE = {
 }
 # A loop this short that indexes registers is unrolled; a longer one is a schedule bug.
 MAX_UNROLL = 256
+# Elements one thread may keep of one tensor in registers: the reduction scheduler's budget
+# for a persistent row (schedule_reduction.MAX_PERSISTENT_PER_THREAD); more spills.
+MAX_REGISTER_ELEMENTS = 64
 
 
 def kernel_name(base: str, index: int) -> str:
@@ -176,6 +179,12 @@ class _Lowering(IndexDerivation):
             size = 1
             for axis in self._allocated_axes(source):
                 size *= axis.extent
+            if source.memory_type == MemoryType.LOCAL and size > MAX_REGISTER_ELEMENTS:
+                # ptxas would spill such an array to local memory: a plan to fall back from.
+                raise ScheduleError(
+                    f"kernel {self.name}: T{source.name} would keep {size} elements in "
+                    f"registers per thread (at most {MAX_REGISTER_ELEMENTS})"
+                )
             buffer = k.Buffer(f"T{source.name}", source.dtype, source.memory_type, size)
             if source.memory_type == MemoryType.SHARED:
                 offset = -(-self.smem_bytes // 16) * 16

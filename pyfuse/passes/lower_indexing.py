@@ -194,12 +194,19 @@ class IndexDerivation:
             if isinstance(transform, Split) and not transform.divisible:
                 value = ref_index[id(transform.input)]
                 conditions.append(k.less_than(value, k.const(transform.input.extent)))
-        for axis in tv.loop:
+        positions = self._ref_positions(tv)
+        for index, axis in enumerate(tv.loop):
             if not axis.parallel_type.is_hardware_index or axis.is_broadcast:
                 # A broadcast axis holds one value: every thread computes it (and may read it).
                 continue
-            # A loop shared with a consumer runs the consumer's (promoted) extent.
+            # A loop shared with a consumer runs the consumer's (promoted) extent, and one
+            # that replays a reference loop the reference's: a tensor lacking an axis the
+            # reference merged in (a returned input beside a matmul's [M, N] rows) takes its
+            # index from the merged one, so it is bounded by that loop, not by its own extent.
             extent = max(axis.extent, self.id_model.loop_promotion(axis).extent)
+            position = positions[index]
+            if position is not None:
+                extent = max(extent, self.reference.loop[position].extent)
             if self.launch[axis.parallel_type] > extent:
                 special = self.specials[axis.parallel_type]
                 conditions.append(k.less_than(special, k.const(extent, self.index_dtype)))

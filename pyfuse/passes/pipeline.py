@@ -7,6 +7,7 @@
     decompose_matmuls     matmuls refused for tensor cores (fp32, 1-D, layouts TMA cannot
                           load) -> multiply + sum, a reduction
     split_long_reductions few long rows -> two reductions (a grid-wide first pass)
+    copy_strided_reshape_inputs  a reshape of a strided input reads a contiguous copy
     ── segmentation ─────────────────────────────────────────────────────────────────────
     segment               kernels, each with the scheduler that accepts it
     ── scheduling (per kernel) ──────────────────────────────────────────────────────────
@@ -60,6 +61,7 @@ from pyfuse.passes.fallback import (
 )
 from pyfuse.passes.lower import kernel_name, lower
 from pyfuse.passes.plan import MATMUL_SCHEDULER, KernelPlan, SegmentedFusion
+from pyfuse.passes.reshape_inputs import copy_strided_reshape_inputs
 from pyfuse.passes.segment import cut, replan, segment
 from pyfuse.passes.skip_intermediates import skip_intermediates
 from pyfuse.passes.split_k import split_k
@@ -261,6 +263,8 @@ def run(
     with timer.stage("split_long_reductions"), fusion:
         split_long_reductions(fusion, target)
     _check(fusion, "split_long_reductions", boundary=False)
+    copy_strided_reshape_inputs(fusion)
+    _check(fusion, "copy_strided_reshape_inputs", boundary=False)
     math_ir = str(fusion)
 
     # ── segmentation
@@ -268,17 +272,19 @@ def run(
         segmented = segment(fusion, target)
 
     kernels: list[KernelStages] = []
+    first_failure: Exception | None = None  # what the user hears if no cut helps either
     index = 0
     while index < len(segmented.kernels):
         built = _build_kernel(fusion, segmented, index, target, matmul, timer, emit)
         if isinstance(built, Exception):
-            if len(segmented.groups[index]) <= 1:
-                raise built
+            first_failure = first_failure or built
             # No plan fits the whole segment: one kernel per expr, and build them all again
             # (the kernels' names and arguments change with the cut).
             with timer.stage("segment"):
-                segmented = cut(fusion, segmented, index, target)
-            kernels, index = [], 0
+                pieces = cut(fusion, segmented, index, target)
+            if pieces is None:
+                raise first_failure
+            segmented, kernels, index = pieces, [], 0
             continue
         kernels.append(built)
         index += 1

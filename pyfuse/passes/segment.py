@@ -59,6 +59,12 @@ SCHEDULERS: list[tuple[str, DeclineCheck]] = [
 def pick_scheduler(fusion: Fusion, target: TargetInfo) -> tuple[str | None, dict[str, str]]:
     """The first scheduler that accepts ``fusion`` and the reasons of those that declined."""
     declined: dict[str, str] = {}
+    tied = _self_mapped(fusion) if _reads_a_tensor_twice(fusion) else None
+    if tied is not None:
+        # Twin inputs (sub_fusion) untie an input read along two paths; a computed tensor
+        # read so needs a kernel boundary: the next kernel reads it as an input.
+        reason = f"two axes of T{tied.name} map to each other (a tensor read along two paths)"
+        return None, {name: reason for name, _ in SCHEDULERS}
     for name, check in SCHEDULERS:
         reason = check(fusion, target)
         if reason is None:
@@ -124,12 +130,24 @@ def _self_mapped(fusion: Fusion) -> TensorView | None:
     return None
 
 
+def _reads_a_tensor_twice(fusion: Fusion) -> bool:
+    """Some tensor is read by several exprs: the only way axes can be tied together (a
+    cheap test before building an IdModel)."""
+    readers: set[int] = set()
+    for expr in fusion.exprs():
+        for tv_id in {id(tv) for tv in expr.tensor_inputs}:
+            if tv_id in readers:
+                return True
+            readers.add(tv_id)
+    return False
+
+
 def separate_self_mapped_inputs(fusion: Fusion) -> list[tuple[int, int]]:
     """Where one input read along two paths ties axes together (see :func:`_self_mapped`),
     every use of that input past the first reads a twin input of its own, which the launch
     binds to the same memory. Returns (position of the twin in ``fusion.inputs``, position
     of the input it duplicates), in order of insertion."""
-    if _self_mapped(fusion) is None:
+    if not _reads_a_tensor_twice(fusion) or _self_mapped(fusion) is None:
         return []
     added: list[tuple[int, int]] = []
     for index, tv in enumerate(list(fusion.inputs)):
@@ -311,11 +329,14 @@ def replan(
 
 def cut(
     fusion: Fusion, segmented: SegmentedFusion, index: int, target: TargetInfo
-) -> SegmentedFusion:
+) -> SegmentedFusion | None:
     """``segmented`` with kernel ``index`` cut into one kernel per expr (an MMA keeps its
-    operand views), the last resort when no plan for the whole kernel works."""
+    operand views), the last resort when no plan for the whole kernel works; None when the
+    kernel is one such piece already."""
     groups = segmented.groups
-    pieces = [unit for unit in _units(groups[index])]
+    pieces = _units(groups[index])
+    if len(pieces) < 2:
+        return None
     return _plans(fusion, [*groups[:index], *pieces, *groups[index + 1 :]], target)
 
 
@@ -323,7 +344,19 @@ def _plans(fusion: Fusion, groups: list[list[Expr]], target: TargetInfo) -> Segm
     kernels: list[KernelPlan] = []
     sources: list[list[tuple[str, int | str]]] = []
     sinks: list[list[tuple[str, int | str]]] = []
+    # A kernel whose outputs are all empty has nothing to do: it is not launched (its
+    # outputs and intermediates are still allocated, with no elements).
     intermediates: dict[str, TensorView] = {}
+    launched = []
+    for number, group in enumerate(groups):
+        produced = _group_outputs(fusion, group, [e for g in groups[number + 1 :] for e in g])
+        if any(tv.numel > 0 for tv in produced):
+            launched.append(group)
+            continue
+        for tv in produced:
+            if not fusion.is_output(tv):
+                intermediates[f"T{tv.name}"] = tv
+    groups = launched
     for number, group in enumerate(groups):
         rest = [e for later in groups[number + 1 :] for e in later]
         outputs = _group_outputs(fusion, group, rest)

@@ -138,7 +138,11 @@ def run_on_simulator(
     ``arrays`` are the fusion's inputs; each is used as laid out, unless ``specs`` gives a
     layout it lacks (then a copy in that layout is)."""
     outputs = [poison(shape, dtype) for shape, dtype in output_specs]
-    intermediates: dict[str, Array] = {}
+    # Every intermediate is allocated up front, as the runtime's workspace is: one no kernel
+    # writes (its kernel had no elements to write) is still read.
+    intermediates: dict[str, Array] = {
+        name: poison(tv.shape, tv.dtype) for name, tv in result.segmented.intermediates.items()
+    }
     layouts = list(specs) if specs is not None else [None] * len(arrays)
     inputs_laid_out = [
         array if spec is None else in_spec_layout(array, spec)
@@ -161,8 +165,6 @@ def run_on_simulator(
             if kind == "output":
                 kernel_outputs.append(outputs[int(key)])
             else:
-                tv = segmented.intermediates[str(key)]
-                intermediates[str(key)] = poison(tv.shape, tv.dtype)
                 kernel_outputs.append(intermediates[str(key)])
         launch(stages.kernel_ir, inputs, kernel_outputs)
     return outputs

@@ -66,7 +66,7 @@ X = pf.spec((63, 64), pf.float32)
 
 def test_bug_in_a_pass_is_an_internal_error_naming_the_op(monkeypatch: pytest.MonkeyPatch) -> None:
     bad_schedule = planted(
-        "def planted(fusion, target):\n"
+        "def planted(fusion, target, vectorize=True):\n"
         "    for expr in fusion.exprs():\n"
         "        if expr.op_name == 'sum':\n"
         "            {}['planted']\n"
