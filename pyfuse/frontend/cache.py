@@ -23,9 +23,10 @@ error is raised where the call was made.
 Quick first JIT: most of a JIT's time is ptxas optimizing. For a pointwise or reduction
 kernel the background thread first builds at ``-O0`` (on the H200's host: gelu 17-25 ms
 against 26-39 ms at the default ``-O4``, softmax 49-72 against 76-106), and
-:func:`load_for_launch` gives the first launches that quick build with an
+:func:`load_for_launch` gives the kernel's first launch that quick build with an
 :class:`OptimizedBuild`. The same thread then builds at ``-O4`` and stores that cubin; the
-launcher swaps it in at its first launch after it is ready. Where the kernel has a compact
+launcher's next launch waits for it and swaps it in (only one launch runs the quick build,
+or a benchmark right after a first call would time it). Where the kernel has a compact
 form (``emit_compact_ptx``: element loops rolled, a fraction of the text), the quick build
 compiles that instead: :func:`jit_compact` starts it before the PTX is emitted, and
 :func:`jit_ahead` then hands the same job the PTX to optimize. Both builds compute the same
@@ -59,7 +60,7 @@ MAGIC = b"PYFUSE-CUBIN-1\n"
 _HEADER = struct.Struct("<Q32s")  # payload length, payload sha256
 
 # Where a module came from: the disk cache, a JIT whose cubin was stored, a direct PTX load,
-# or the quick JIT whose build serves a kernel's first launches.
+# or the quick JIT whose build serves a kernel's first launch.
 FROM_CACHE = "cache"
 FROM_JIT = "jit"
 FROM_PTX = "ptx"
@@ -195,7 +196,7 @@ def jit_ahead(
     cache already holds its cubin or the same JIT is under way; ``quick`` asks for a quick
     build first (ignored when ``PYFUSE_QUICK_JIT=0``). ``compact``, the job
     :func:`jit_compact` started on this kernel's compact form, becomes this PTX's job: its
-    quick build serves the first launches and it builds ``ptx`` optimized next (or is
+    quick build serves the first launch and it builds ``ptx`` optimized next (or is
     abandoned when that is not needed). Never raises: whatever goes wrong here, the load at
     the launch meets again and reports."""
     from pyfuse.backend_ptx import driver
@@ -274,7 +275,13 @@ def _compile_ahead(job: _CubinAhead, name: str, device: int) -> None:
     from pyfuse.backend_ptx import driver
 
     compiling = job.compiling.set
+    relaxed = contextlib.ExitStack()
     try:
+        # A launch may wait for this build while its thread captures a CUDA graph in the
+        # global mode, under which the driver refuses calls it deems unsafe from every thread
+        # (and invalidates the capture): this thread's mode is relaxed, as a JIT enqueues
+        # nothing on any stream.
+        relaxed.enter_context(driver.capture_tolerant())
         if job.quick_ptx is not None:
             try:
                 job.quick_cubin = driver.cubin_from_ptx(
@@ -286,7 +293,7 @@ def _compile_ahead(job: _CubinAhead, name: str, device: int) -> None:
                 )
             except Exception:
                 # A failed quick build of the PTX itself ends the job (-O4 would fail alike);
-                # one of the compact form leaves the first launches to the optimized build.
+                # one of the compact form leaves the first launch to the optimized build.
                 if not job.compact:
                     raise
             finally:
@@ -310,6 +317,8 @@ def _compile_ahead(job: _CubinAhead, name: str, device: int) -> None:
         # kernel already running its quick build is told why (OptimizedBuild.load).
         job.error = str(error) or type(error).__name__
     finally:
+        with contextlib.suppress(Exception):  # nothing may keep the events below unset
+            relaxed.close()
         job.quick_cubin = None
         job.compiling.set()
         job.quick_done.set()
@@ -369,7 +378,7 @@ def _store(path: Path, cubin: bytes) -> None:
 
 
 class OptimizedBuild:
-    """The optimized module of a kernel whose first launches run its quick build."""
+    """The optimized module of a kernel whose first launch runs its quick build."""
 
     def __init__(self, job: _CubinAhead, ptx: str, name: str, device: int, path: Path) -> None:
         self._job = job
@@ -380,6 +389,10 @@ class OptimizedBuild:
 
     def ready(self) -> bool:
         return self._job.finished.is_set()
+
+    def wait(self) -> None:
+        """Block until the optimized build is done or has failed."""
+        self._job.finished.wait()
 
     def load(self) -> Module:
         """The optimized module (waiting for it); LaunchError with the driver's reason if

@@ -423,9 +423,11 @@ class Loaded:
     is built once. ``compiled.timings["load"]`` adds the time taken.
 
     A kernel first loaded from its quick build (:func:`~pyfuse.frontend.cache.load_for_launch`)
-    keeps an :class:`~pyfuse.frontend.cache.OptimizedBuild`: the first launch after that build
-    is ready swaps it in (a warm launch checks one empty list). The quick module stays loaded,
-    since a CUDA graph captured meanwhile still launches it."""
+    keeps an :class:`~pyfuse.frontend.cache.OptimizedBuild`. Only the first launch may run the
+    quick build (it swaps in the optimized builds already done); every later one waits for the
+    rest and swaps them in first, so a benchmark or a loop right after a first call never runs
+    the -O0 build twice (a warm launch checks one empty list). The quick module stays loaded,
+    since a CUDA graph captured by that first launch still launches it."""
 
     def __init__(self, compiled: Any, plan: Plan, device: int, arch: str) -> None:
         global _several_devices
@@ -437,6 +439,8 @@ class Loaded:
         launches = []
         # (kernel index, kernel, its buffer slots, its optimized build) per quick build running
         self._pending: list[tuple[int, Any, tuple[int, ...], Any]] = []
+        # Set by the first launch: the one launch the quick builds may serve is spent.
+        self._quick_spent = False
         for index, (kernel, slots) in enumerate(
             zip(compiled.kernels, plan.kernel_slots, strict=True)
         ):
@@ -471,14 +475,24 @@ class Loaded:
             self._direct = launcher.bound(grid, block, smem)
 
     def _install_optimized(self) -> list[str]:
-        """Swap in each optimized build that is ready (under the launch lock). One that fails
-        leaves its kernel on the quick build: never an error at the call, but a warning,
-        whose text this returns for :meth:`launch` to give after the launch."""
-        if not any(optimized.ready() for _, _, _, optimized in self._pending):
+        """Swap in the optimized builds (under the launch lock): at the first launch those
+        that are ready, the others left to their quick builds for this one launch; at every
+        later launch all of them, waiting for those still building. One that fails leaves its
+        kernel on the quick build for good: never an error at the call (nor a build again),
+        but one warning, whose text this returns for :meth:`launch` to give after the launch."""
+        wait = self._quick_spent
+        self._quick_spent = True
+        if not wait and not any(optimized.ready() for _, _, _, optimized in self._pending):
             return []
         from pyfuse.backend_ptx import driver
         from pyfuse.frontend import cache
 
+        if wait:
+            # Before anything changes, so an interrupted wait leaves the launch as it was. A
+            # host wait, which a CUDA graph capture under way on this thread survives (the
+            # JIT thread relaxes its own capture mode for the build).
+            for _, _, _, optimized in self._pending:
+                optimized.wait()
         launches = list(self._launches)
         waiting, failures = [], []
         for index, kernel, slots, optimized in self._pending:

@@ -25,6 +25,7 @@ class CUresult(enum.IntEnum):
     CUDA_ERROR_INVALID_CONTEXT = 201
     CUDA_ERROR_INVALID_PTX = 218
     CUDA_ERROR_CONTEXT_IS_DESTROYED = 709
+    CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900
 
 
 class CUjit_option(enum.IntEnum):  # noqa: N801 (binding name)
@@ -210,7 +211,11 @@ class FakeDriver:
     quick_cubin: bytes = b"\x7fELF fake quick cubin"
     # Set by a test to hold every optimized link (no -O0 option) until the event is set.
     optimized_gate: threading.Event | None = None
-    capture_mode: CUstreamCaptureMode = CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL
+    # Set by a test while a CUDA graph capture in the global mode is under way: module loads
+    # and links from a thread whose capture mode is not relaxed then fail, as the driver's
+    # "unsafe" calls do, and invalidate the capture.
+    capturing: bool = False
+    capture_invalidated: bool = False
     modules_loaded: int = 0
 
     CUresult = CUresult
@@ -234,6 +239,8 @@ class FakeDriver:
     def __post_init__(self) -> None:
         self._cubin_buffer = ctypes.create_string_buffer(self.cubin, len(self.cubin))
         self._quick_buffer = ctypes.create_string_buffer(self.quick_cubin, len(self.quick_cubin))
+        # Each thread's capture mode, by thread id (the driver's is per thread).
+        self._capture_modes: dict[int, CUstreamCaptureMode] = {}
 
     @staticmethod
     def CUstream(value: int) -> Handle:
@@ -248,6 +255,20 @@ class FakeDriver:
 
     def _record(self, name: str, *args: Any) -> None:
         self.calls.append((name, *args))
+
+    def capture_mode(self) -> CUstreamCaptureMode:
+        """The calling thread's capture mode."""
+        default = CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL
+        return self._capture_modes.get(threading.get_ident(), default)
+
+    def _refused_in_capture(self) -> bool:
+        """Whether an unsafe call of this thread is refused (a global capture under way and
+        this thread's mode not relaxed); a refusal invalidates the capture."""
+        relaxed = CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+        if self.capturing and self.capture_mode() != relaxed:
+            self.capture_invalidated = True
+            return True
+        return False
 
     # ---- bootstrap -------------------------------------------------------------------------
 
@@ -300,6 +321,8 @@ class FakeDriver:
         self._record(
             "cuModuleLoadDataEx", image, count, list(options), list(values), self.modules_loaded
         )
+        if self._refused_in_capture():
+            return (CUresult.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, None)
         if b"bad" in image:
             error_log = values[options.index(CUjit_option.CU_JIT_ERROR_LOG_BUFFER)]
             error_log[: len(self.jit_error_log)] = self.jit_error_log
@@ -322,6 +345,8 @@ class FakeDriver:
         if CUjit_option.CU_JIT_OPTIMIZATION_LEVEL in options:
             level = values[options.index(CUjit_option.CU_JIT_OPTIMIZATION_LEVEL)]
         self._record("cuLinkCreate", count, level)
+        if self._refused_in_capture():
+            return (CUresult.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, None)
         return (CUresult.CUDA_SUCCESS, Handle("link", level))
 
     def link_levels(self) -> list[int]:
@@ -340,6 +365,8 @@ class FakeDriver:
             return (CUresult.CUDA_SUCCESS, quick, len(self.quick_cubin))
         if self.optimized_gate is not None:
             self.optimized_gate.wait()
+        if self._refused_in_capture():
+            return (CUresult.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, 0, 0)
         return (CUresult.CUDA_SUCCESS, ctypes.addressof(self._cubin_buffer), len(self.cubin))
 
     def cuLinkDestroy(self, state: Handle) -> tuple[Any, ...]:
@@ -347,8 +374,9 @@ class FakeDriver:
         return (CUresult.CUDA_SUCCESS,)
 
     def cuThreadExchangeStreamCaptureMode(self, mode: CUstreamCaptureMode) -> tuple[Any, ...]:
-        self._record("cuThreadExchangeStreamCaptureMode", mode)
-        previous, self.capture_mode = self.capture_mode, CUstreamCaptureMode(mode)
+        self._record("cuThreadExchangeStreamCaptureMode", mode, threading.current_thread().name)
+        previous = self.capture_mode()
+        self._capture_modes[threading.get_ident()] = CUstreamCaptureMode(mode)
         return (CUresult.CUDA_SUCCESS, previous)
 
     def cuTensorMapEncodeTiled(self, *args: Any) -> tuple[Any, ...]:

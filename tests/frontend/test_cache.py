@@ -409,38 +409,80 @@ def _function_loaded_by(fake: FakeDriver, image: bytes) -> Any:
     return type(fake.launches[0]["function"])("function", number)
 
 
-def test_first_launches_run_the_quick_build_until_the_optimized_one_is_ready(
+def _call_in_thread(fused: Any, x: Any, name: str = "second-call") -> threading.Thread:
+    """``fused(x)`` on a thread of its own, started: a call that waits can be watched."""
+    thread = threading.Thread(target=fused, args=(x,), name=name)
+    thread.start()
+    return thread
+
+
+def test_the_first_launch_runs_the_quick_build_and_the_next_waits_for_the_optimized_one(
     cache_dir: Path, fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake.optimized_gate = threading.Event()
     fused, x, jit_threads = _gpu_function(fake, monkeypatch)
     fused(x)
-    fused(x)
     (compiled,) = fused.__dict__["_pyfuse_runtime"].compiled.values()
     (kernel,) = compiled.kernels
     loaded = compiled.runtime.loaded[0]
-    assert loaded.sources == [cache.FROM_QUICK_JIT]
+    assert loaded.sources == [cache.FROM_QUICK_JIT] and loaded._quick_spent
     quick_function = _function_loaded_by(fake, fake.quick_cubin)
-    assert [launch["function"] for launch in fake.launches] == [quick_function] * 2
-    assert cache.read_entry(_entry(kernel.ptx)) is None  # the optimized build is not done
+    assert [launch["function"] for launch in fake.launches] == [quick_function]
+    assert cache.read_entry(_entry(kernel.ptx)) is None  # the optimized build is held
 
+    # The second call waits for the optimized build: while its link is held, nothing launches.
+    second = _call_in_thread(fused, x)
+    second.join(0.2)
+    assert second.is_alive() and len(fake.launches) == 1
     fake.optimized_gate.set()
-    cache.wait_for_jits()
-    assert cache.read_entry(_entry(kernel.ptx)) == fake.cubin
-    fake.calls.clear()
-    fused(x)
-    fused(x)
+    second.join(5)
+    assert not second.is_alive()
     optimized_function = _function_loaded_by(fake, fake.cubin)
-    assert [launch["function"] for launch in fake.launches[2:]] == [optimized_function] * 2
+    assert [launch["function"] for launch in fake.launches] == [
+        quick_function,
+        optimized_function,
+    ]
     assert loaded.sources == [cache.FROM_JIT] and not loaded._pending
-    # Both builds on the JIT thread, the quick one first; the swap loaded the module with this
-    # thread's capture mode relaxed (a CUDA graph capture may be under way), then restored.
-    assert jit_threads == [f"pyfuse-jit-{kernel.name}"] * 2 and fake.link_levels() == []
-    modes = [c[1] for c in fake.calls if c[0] == "cuThreadExchangeStreamCaptureMode"]
+    assert cache.read_entry(_entry(kernel.ptx)) == fake.cubin
+    fused(x)  # warm: the optimized module, nothing loaded again
+    assert fake.launches[-1]["function"] == optimized_function
+    assert fake.names().count("cuModuleLoadDataEx") == 2
+    # Both builds on the JIT thread, the quick one first, with that thread's capture mode
+    # relaxed; the swap loaded the module with the waiting call's mode relaxed (a CUDA graph
+    # capture may be under way), then restored.
+    assert jit_threads == [f"pyfuse-jit-{kernel.name}"] * 2 and fake.link_levels() == [0, 4]
     relaxed = fake.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
-    assert modes == [relaxed, fake.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL]
-    first_load = fake.names().index("cuModuleLoadDataEx")
-    assert fake.names().index("cuThreadExchangeStreamCaptureMode") < first_load
+    restored = fake.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL
+    exchanges = [c[1:] for c in fake.calls if c[0] == "cuThreadExchangeStreamCaptureMode"]
+    for thread in (jit_threads[0], "second-call"):
+        assert [mode for mode, name in exchanges if name == thread] == [relaxed, restored]
+    swap = [i for i, c in enumerate(fake.calls) if c[0] == "cuModuleLoadDataEx"][1]
+    relax = fake.calls.index(("cuThreadExchangeStreamCaptureMode", relaxed, "second-call"))
+    assert relax < swap
+
+
+def test_a_launch_inside_a_graph_capture_waits_for_the_optimized_build(
+    cache_dir: Path, fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake.optimized_gate = threading.Event()
+    fused, x, _ = _gpu_function(fake, monkeypatch)
+    fused(x)  # the quick build
+    # The fake refuses what the driver refuses during a global capture, and the capture is
+    # lost: a module load from a thread whose mode is not relaxed, say.
+    fake.capturing = True
+    with pytest.raises(pf.LaunchError, match="CAPTURE_UNSUPPORTED"):
+        driver.load_module(fake.cubin, "k")
+    fake.capture_invalidated = False
+    fake.calls.clear()
+    # A capture begins while the optimized link is held; the launch it records waits for the
+    # build (finished on the JIT thread during the capture), swaps it in and launches it.
+    threading.Timer(0.1, fake.optimized_gate.set).start()
+    fused(x)
+    fake.capturing = False
+    assert not fake.capture_invalidated
+    (compiled,) = fused.__dict__["_pyfuse_runtime"].compiled.values()
+    assert compiled.runtime.loaded[0].sources == [cache.FROM_JIT]
+    assert fake.launches[-1]["function"] == _function_loaded_by(fake, fake.cubin)
 
 
 def test_quick_builds_can_be_turned_off(
@@ -485,9 +527,10 @@ def test_a_launch_without_a_jit_ahead_starts_one_with_a_quick_build(
 
 
 def _first_call_whose_optimized_build_fails(
-    fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
+    fake: FakeDriver, monkeypatch: pytest.MonkeyPatch, release: bool = True
 ) -> tuple[Any, Any]:
-    """A new fusion called once (its quick build), whose optimized build then failed."""
+    """A new fusion called once (its quick build), whose optimized build then failed (or,
+    without ``release``, fails once ``fake.optimized_gate`` is set)."""
     fake.optimized_gate = threading.Event()
     fused, x, _ = _gpu_function(fake, monkeypatch)
     complete = fake.cuLinkComplete
@@ -501,8 +544,9 @@ def _first_call_whose_optimized_build_fails(
 
     fake.cuLinkComplete = optimized_fails  # type: ignore[method-assign]
     fused(x)
-    fake.optimized_gate.set()
-    cache.wait_for_jits()
+    if release:
+        fake.optimized_gate.set()
+        cache.wait_for_jits()
     return fused, x
 
 
@@ -525,6 +569,24 @@ def test_an_optimized_build_that_fails_keeps_the_quick_one_with_a_warning(
     assert [launch["function"] for launch in fake.launches] == [quick_function] * 3
     assert fake.link_levels() == [0, 4]
     assert not any(cache_dir.rglob("*.cubin"))
+
+
+def test_a_launch_waiting_for_an_optimized_build_that_fails_keeps_the_quick_one(
+    cache_dir: Path, fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fused, x = _first_call_whose_optimized_build_fails(fake, monkeypatch, release=False)
+    assert fake.optimized_gate is not None
+    threading.Timer(0.1, fake.optimized_gate.set).start()  # fails while the call waits
+    with pytest.warns(RuntimeWarning, match="keeps running its quick .-O0. build") as seen:
+        fused(x)
+    assert len(seen) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fused(x)
+        fused(x)
+    quick_function = _function_loaded_by(fake, fake.quick_cubin)
+    assert [launch["function"] for launch in fake.launches] == [quick_function] * 4
+    assert fake.link_levels() == [0, 4]  # the failed build is not tried again
 
 
 def test_warnings_as_errors_still_launch_and_warn_once(

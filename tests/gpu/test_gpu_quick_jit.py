@@ -1,6 +1,7 @@
-"""The quick first JIT on the GPU: a new kernel's first launches run its -O0 build, which
-gives the same bits as the optimized build swapped in later, also when the swap happens
-inside a CUDA graph capture, and a graph captured on the quick build keeps replaying.
+"""The quick first JIT on the GPU: a new kernel's first launch runs its -O0 build, which
+gives the same bits as the optimized build that every later launch waits for, also when
+that wait and the swap happen inside a CUDA graph capture; a graph captured on the quick
+build keeps replaying; launches right after a first call already run at full speed.
 
 Every fusion gets a name no earlier run used, so its PTX is new to the driver's own JIT
 cache as well as to pyfuse's (a cache hit would make both builds instant).
@@ -8,13 +9,14 @@ cache as well as to pyfuse's (a cache hit would make both builds instant).
 
 from __future__ import annotations
 
+import textwrap
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from check_utils import assert_close, to_host
+from check_utils import assert_close, run_fresh_process, to_host
 
 import pyfuse as pf
 from pyfuse import knobs
@@ -103,8 +105,7 @@ def test_the_quick_and_the_optimized_build_give_the_same_bits(torch: Any, case: 
     first = fused(*inputs)
     torch.cuda.synchronize()
     assert set(_sources(fused)) == {cache.FROM_QUICK_JIT}, name  # long_sum has two kernels
-    cache.wait_for_jits()
-    second = fused(*inputs)
+    second = fused(*inputs)  # waits for the optimized builds and swaps them in
     torch.cuda.synchronize()
     assert set(_sources(fused)) == {cache.FROM_JIT}, name
     # Identical bits: every floating-point operation in the PTX states its rounding.
@@ -125,10 +126,11 @@ def test_the_swap_inside_a_graph_capture_leaves_the_capture_valid(torch: Any) ->
     fused(x, y)  # the quick build
     torch.cuda.synchronize()
     assert _sources(fused) == [cache.FROM_QUICK_JIT]
-    cache.wait_for_jits()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):  # global capture mode, torch's default
-        out = fused(x, y)  # loads the optimized module while capturing
+        # Waits for the optimized build (still running on the JIT thread, or just done) and
+        # loads its module while capturing.
+        out = fused(x, y)
     assert _sources(fused) == [cache.FROM_JIT]
     x.copy_(torch.randn_like(x))
     graph.replay()
@@ -143,15 +145,14 @@ def test_the_swap_inside_a_graph_capture_leaves_the_capture_valid(torch: Any) ->
 def test_a_graph_captured_on_the_quick_build_replays_after_the_swap(torch: Any) -> None:
     x = torch.randn(2048, 2048, device="cuda", dtype=torch.float32)
     fused = _fresh(lambda a: pf.softmax(a * 2.0, -1), "graph_quick")
-    fused(x)
-    torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    # Only a kernel's first launch runs its quick build, so the graph captures the first call
+    # (relaxed: that call compiles and loads its module during the capture). Softmax's
+    # optimized JIT takes 50-100 ms after its quick build, so the first call gets the quick one.
+    with torch.cuda.graph(graph, capture_error_mode="relaxed"):
         out = fused(x)
-    # Softmax's optimized JIT takes 50-100 ms; the first call and the capture take a few.
     assert _sources(fused) == [cache.FROM_QUICK_JIT]
-    cache.wait_for_jits()
-    fused(x)  # the swap: the graph keeps the quick module, which stays loaded
+    fused(x)  # waits and swaps: the graph keeps the quick module, which stays loaded
     assert _sources(fused) == [cache.FROM_JIT]
     for _ in range(2):
         x.copy_(torch.randn_like(x))
@@ -162,3 +163,64 @@ def test_a_graph_captured_on_the_quick_build_replays_after_the_swap(torch: Any) 
             to_host(torch, out), to_host(torch, want.float()), atol=1e-6, rtol=1e-5,
             what="graph captured on the quick build",
         )  # fmt: skip
+
+
+# In a fresh process: a first call, then at once launches timed one by one with CUDA events
+# (as a benchmark right after a first call would), then again once everything is built. The
+# launches right after the first call must run the optimized build: the -O0 one ran
+# softmax over 16384x4096 bf16 at 0.19 TB/s and layer_norm at 0.08 TB/s, the optimized one at
+# 3.26 and 3.78.
+_RIGHT_AFTER_A_FIRST_CALL = textwrap.dedent(
+    """
+    import json, statistics, sys, uuid
+    import torch
+    import pyfuse as pf
+    from pyfuse.frontend import cache
+
+    def median_ms(fn, count=20):
+        pairs = []
+        for _ in range(count):
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            pairs.append((start, end))
+        torch.cuda.synchronize()
+        return statistics.median(start.elapsed_time(end) for start, end in pairs)
+
+    case, tag = sys.argv[1], uuid.uuid4().hex[:8]
+    x = torch.randn(16384, 4096, device="cuda", dtype=torch.bfloat16)
+    if case == "softmax":
+        fused = pf.fuse(lambda x: pf.softmax(x, -1), name=f"after_first_{case}_{tag}")
+        args = (x,)
+    else:
+        w = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+        fused = pf.fuse(lambda x, w, b: pf.layer_norm(x, w, b), name=f"after_first_{case}_{tag}")
+        args = (x, w, b)
+    fused(*args)
+    (compiled,) = fused.__dict__["_pyfuse_runtime"].compiled.values()
+    first_sources = list(compiled.runtime.loaded[0].sources)
+    right_after = median_ms(lambda: fused(*args))
+    cache.wait_for_jits()
+    for _ in range(20):
+        fused(*args)
+    later = median_ms(lambda: fused(*args))
+    print(json.dumps({
+        "first_sources": first_sources,
+        "sources": list(compiled.runtime.loaded[0].sources),
+        "right_after_ms": right_after,
+        "later_ms": later,
+    }))
+    """
+)
+
+
+@pytest.mark.parametrize("case", ["softmax", "layer_norm"])
+def test_launches_right_after_a_first_call_run_at_full_speed(tmp_path: Path, case: str) -> None:
+    report = run_fresh_process(_RIGHT_AFTER_A_FIRST_CALL, tmp_path, case)
+    assert report["sources"] == [cache.FROM_JIT], report
+    # The first call ran the quick build unless its optimized one was done first (the check
+    # holds either way; first_sources says which was measured).
+    assert report["right_after_ms"] <= 1.1 * report["later_ms"], report
