@@ -59,12 +59,15 @@ SCHEDULERS: list[tuple[str, DeclineCheck]] = [
 def pick_scheduler(fusion: Fusion, target: TargetInfo) -> tuple[str | None, dict[str, str]]:
     """The first scheduler that accepts ``fusion`` and the reasons of those that declined."""
     declined: dict[str, str] = {}
-    tied = _self_mapped(fusion) if _reads_a_tensor_twice(fusion) else None
+    # (The matmul scheduler finds each MMA operand's roles along that operand's own chain, so
+    # ``x.T @ x`` needs no boundary.)
+    has_mma = any(isinstance(expr, MmaOp) for expr in fusion.exprs())
+    tied = _self_mapped(fusion) if not has_mma and _reads_a_tensor_twice(fusion) else None
     if tied is not None:
         # Twin inputs (sub_fusion) untie an input read along two paths; a computed tensor
         # read so needs a kernel boundary: the next kernel reads it as an input.
-        reason = f"two axes of T{tied.name} map to each other (a tensor read along two paths)"
-        return None, {name: reason for name, _ in SCHEDULERS}
+        tie = f"two axes of T{tied.name} map to each other (a tensor read along two paths)"
+        return None, {name: tie for name, _ in SCHEDULERS}
     for name, check in SCHEDULERS:
         reason = check(fusion, target)
         if reason is None:
@@ -147,6 +150,8 @@ def separate_self_mapped_inputs(fusion: Fusion) -> list[tuple[int, int]]:
     every use of that input past the first reads a twin input of its own, which the launch
     binds to the same memory. Returns (position of the twin in ``fusion.inputs``, position
     of the input it duplicates), in order of insertion."""
+    if any(isinstance(expr, MmaOp) for expr in fusion.exprs()):
+        return []  # an MMA's operands take their roles per use (see pick_scheduler)
     if not _reads_a_tensor_twice(fusion) or _self_mapped(fusion) is None:
         return []
     added: list[tuple[int, int]] = []
