@@ -1,0 +1,114 @@
+"""Fusions that once compiled to wrong results, faults or errors (the correct-lowering issue's
+list, then what the fuzzer found), shared by the CPU test (compile, assemble with ptxas, run
+on the kernel interpreter) and the GPU test (run on the device); each against the reference
+on fresh random data."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pyfuse as pf
+
+S = pf.spec
+f32, f16, bf16, i32 = pf.float32, pf.float16, pf.bfloat16, pf.int32
+
+
+def _residual_rms(x: pf.Tensor, r: pf.Tensor, w: pf.Tensor) -> tuple[pf.Tensor, pf.Tensor]:
+    h = x + r
+    return pf.rms_norm(h, w), h
+
+
+def _residual_layer_norm(
+    x: pf.Tensor, r: pf.Tensor, w: pf.Tensor
+) -> tuple[pf.Tensor, pf.Tensor]:
+    h = x + r
+    return pf.layer_norm(h, w), h
+
+
+def _residual_sum(x: pf.Tensor, r: pf.Tensor) -> tuple[pf.Tensor, pf.Tensor]:
+    h = x + r
+    return pf.sum(h, -1), h
+
+
+def _matmul_reused(a: pf.Tensor, b: pf.Tensor) -> tuple[pf.Tensor, pf.Tensor]:
+    v = a @ b
+    return v * 2.0 + b, v
+
+
+def _centered(x: pf.Tensor, w: pf.Tensor) -> pf.Tensor:
+    y = x * w
+    return y - pf.mean(y, (0, 1), keepdim=True)
+
+
+def _minus_row_max(a: pf.Tensor) -> tuple[pf.Tensor, pf.Tensor]:
+    u = pf.unsqueeze(a, 0)
+    return u - pf.max(u, 1), u
+
+
+def _plus_global_max(a: pf.Tensor, w: pf.Tensor) -> pf.Tensor:
+    v = pf.layer_norm(a, w)
+    return v + pf.max(v, None, keepdim=True)
+
+
+# name -> (function, input specs)
+CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
+    # one input read along two paths
+    "x_plus_xT": (lambda x: x + x.T, [S((3, 3), f32)]),
+    "outer_product": (lambda v: pf.unsqueeze(v, 1) * v, [S((300,), f32)]),
+    "xT_minus_x_f16": (lambda x: x.T - x, [S((2, 2), f16)]),
+    "outer_sum_int": (lambda v: v.unsqueeze(0) + v.unsqueeze(1), [S((13,), i32)]),
+    "reshaped_outer": (
+        lambda v: pf.unsqueeze(pf.reshape(v, (120,)), 1) * pf.reshape(v, (120,)),
+        [S((12, 10), f32)],
+    ),
+    # expanded broadcasts as outputs
+    "broadcast_output": (lambda v: pf.broadcast_to(v, (2, 3)), [S((3,), f32)]),
+    "broadcast_plus_zero": (lambda y: pf.broadcast_to(y, (2, 3, 4)) + 0.0, [S((2, 1, 1), f32)]),
+    # multiply+sum matmuls whose operands the epilogue reads
+    "matmul_operand_reused": (_matmul_reused, [S((48, 48), f32), S((48, 48), f32)]),
+    "matmul_bT_times_b": (lambda a, b: (a @ b.T) * b, [S((48, 48), f32), S((48, 48), f32)]),
+    "linear_returns_input": (
+        lambda x, w, b: (x, pf.linear(x, w, b)),
+        [S((2, 2), bf16), S((2, 2), bf16), S((2,), bf16)],
+    ),
+    # padded rows
+    "padded_rows": (lambda x: x * 2.0, [S((4, 128), f32, strides=(131, 1))]),
+    "padded_reshape": (lambda x: pf.reshape(x, (2560,)), [S((512, 5), f32, strides=(18, 1))]),
+    # reductions: over everything, over size-1 axes, of 0-d and empty tensors
+    "centered_all": (_centered, [S((7, 31), f32), S((31,), f32)]),
+    "plus_sum_of_transpose": (
+        lambda x: x + pf.sum(x.T, 1, keepdim=True),
+        [S((63, 1), f32)],
+    ),
+    "minus_row_max": (_minus_row_max, [S((5,), f32)]),
+    "plus_global_max": (_plus_global_max, [S((3, 64, 63), bf16), S((63,), bf16)]),
+    "sum_of_one_row": (lambda x: pf.sum(x), [S((1, 4096), f32)]),
+    "mean_size_one_axes": (lambda x: pf.mean(x, None), [S((2, 1, 1, 1), bf16)]),
+    "max_size_one_axes": (lambda x: pf.max(x, (2, -3, 3, -4)), [S((1, 1, 1, 2), f32)]),
+    "sum_0d": (lambda x: pf.sum(x), [S((), f32)]),
+    "max_0d": (lambda x: (x, pf.max(x, None)), [S((), f16)]),
+    "sum_empty_dim": (lambda x: pf.sum(x, 1), [S((4, 0), f32)]),
+    "mean_empty_dim": (lambda x: pf.mean(x, (0,), keepdim=True), [S((0, 128, 7), f16)]),
+    "copy_empty": (lambda x: x, [S((16, 0, 257, 1), f32)]),
+    "bool_max": (lambda x: pf.max(x, 0, keepdim=True), [S((2,), pf.bool)]),
+    "bool_min_rows": (lambda x: (x, pf.min(x, -2)), [S((253, 3), pf.bool)]),
+    # residuals returned beside a norm (a kernel reads its own output)
+    "residual_rms_norm": (_residual_rms, [S((8, 1024), bf16)] * 2 + [S((1024,), bf16)]),
+    "residual_layer_norm": (_residual_layer_norm, [S((8, 1024), bf16)] * 2 + [S((1024,), bf16)]),
+    "residual_sum": (_residual_sum, [S((8, 1024), bf16)] * 2),
+    # views
+    "reshape_flat": (lambda x: pf.reshape(x, (-1,)), [S((4, 8), f32)]),
+    "flat_unsqueeze": (lambda x: pf.unsqueeze(pf.reshape(x, (-1,)), 1) * 2.0, [S((4, 8), f32)]),
+    "split_heads": (
+        lambda x: pf.transpose(pf.reshape(x, (2, 16, 4, 8)), 1, 2),
+        [S((2, 16, 32), f32)],
+    ),
+    "reshape_empty": (lambda x: pf.reshape(x, (0,)) + 1, [S((64, 0), i32)]),
+    # rows the register budget does not fit
+    "layer_norm_of_transpose": (lambda x: pf.layer_norm(x.T), [S((127, 129), f32)]),
+    "softmax_middle_axis": (lambda x: pf.softmax(x, 1), [S((1, 256, 3), f32)]),
+    "softmax_257_rows": (lambda x: (x, pf.softmax(x, -2)), [S((257, 2), f32)]),
+    # casts out of range saturate (torch on the GPU)
+    "cast_saturates": (lambda x: pf.cast(x * 1e10, i32), [S((8,), f32)]),
+    "cast_bf16_div_bool": (lambda x, y: pf.cast(x / y, i32), [S((2,), bf16), S((2,), pf.bool)]),
+}

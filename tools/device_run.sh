@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# One call on the lent GPU machine: the GPU tests, the GPU fuzzer and/or the benchmarks,
+# logs under $OUT (what comes back: at most 8 files, so folders are packed into one archive).
+#
+#   bash tools/device_run.sh tests [SECONDS]     pytest -m gpu (a time limit, default 420 s)
+#   bash tools/device_run.sh fuzz SEED SECONDS   the fuzzer's GPU mode for SECONDS
+#   bash tools/device_run.sh bench [CASE ...]    benchmarks/run.py (all cases by default)
+#
+# Several steps in one call: bash tools/device_run.sh tests 400 && bash tools/device_run.sh ...
+set -u
+export PYTHONPATH=. PYTHONUNBUFFERED=1 PYFUSE_BENCH_COMMIT="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+out=${OUT:-/tmp/pyfuse-device-out}
+mkdir -p "$out"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader >>"$out/gpu.txt" 2>&1
+step=${1:-tests}
+shift || true
+case "$step" in
+  tests)
+    limit=${1:-420}
+    timeout "$limit" python3 -m pytest -m gpu -q -p no:cacheprovider -rf --durations=10 \
+      >"$out/pytest_gpu.log" 2>&1
+    echo "pytest -m gpu: exit $?"
+    grep -E "passed|failed|^FAILED|^ERROR" "$out/pytest_gpu.log" | tail -40
+    ;;
+  fuzz)
+    seed=${1:-7}
+    seconds=${2:-150}
+    minutes=$(python3 -c "print($seconds / 60)")
+    timeout $((seconds + 120)) python3 -m pyfuse.testing.fuzz --gpu --seed "$seed" \
+      --minutes "$minutes" --jobs "$(($(nproc) - 2))" --out "$out/fuzz_$seed" \
+      >"$out/fuzz_$seed.log" 2>&1
+    echo "fuzz --gpu seed $seed: exit $?"
+    tail -45 "$out/fuzz_$seed.log"
+    tar -czf "$out/fuzz_$seed.tgz" -C "$out" "fuzz_$seed" 2>/dev/null && rm -rf "${out:?}/fuzz_$seed"
+    ;;
+  bench)
+    timeout 560 python3 benchmarks/run.py ${1:+--only "$@"} --json "$out/bench.json" \
+      >"$out/bench.log" 2>&1
+    echo "benchmarks: exit $?"
+    cat "$out/bench.log" | tail -60
+    ;;
+  *)
+    echo "unknown step $step" >&2
+    exit 2
+    ;;
+esac
