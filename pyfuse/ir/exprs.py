@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from pyfuse.ir.iterdomain import IterDomain
 from pyfuse.ir.naming import current_source
-from pyfuse.ir.tensor import TensorView, Val
+from pyfuse.ir.tensor import Scalar, TensorView, Val
 
 AxisPairs = list[tuple[IterDomain, IterDomain]]
 
@@ -181,6 +181,22 @@ class TernaryOp(Expr):
 
     def __init__(self, out: TensorView, condition: Val, if_true: Val, if_false: Val) -> None:
         super().__init__([out], [condition, if_true, if_false])
+
+
+class FullOp(Expr):
+    """A tensor of the output's shape holding one value everywhere; it reads no tensor (the
+    value a reduction over no elements leaves: passes/empty_reductions.py)."""
+
+    op_name = "full"
+
+    def __init__(self, out: TensorView, value: Scalar) -> None:
+        super().__init__([out], [value])
+
+    @property
+    def value(self) -> Scalar:
+        scalar = self.inputs[0]
+        assert isinstance(scalar, Scalar)
+        return scalar
 
 
 class CastOp(Expr):

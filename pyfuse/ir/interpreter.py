@@ -41,6 +41,7 @@ from pyfuse.ir.exprs import (
     CastOp,
     ExpandOp,
     Expr,
+    FullOp,
     LinearOp,
     LoadStoreOp,
     MatmulOp,
@@ -416,6 +417,10 @@ def _eval_where(expr: TernaryOp, env: _Env) -> Array:
 # ---- data movement -----------------------------------------------------------------------------
 
 
+def _eval_full(expr: FullOp, env: _Env) -> Array:
+    return np.full(expr.output.shape, env.operand(expr.value, expr.output.dtype))
+
+
 def _eval_set(expr: LoadStoreOp | CastOp, env: _Env) -> Array:
     (inp,) = expr.tensor_inputs
     return env.tensor(inp)
@@ -528,6 +533,7 @@ _RULES: dict[type[Expr], Callable[[Any, _Env], Array]] = {
     UnaryOp: _eval_unary,
     BinaryOp: _eval_binary,
     TernaryOp: _eval_where,
+    FullOp: _eval_full,
     BroadcastOp: _eval_broadcast,
     ExpandOp: _eval_expand,
     SqueezeOp: _eval_squeeze,

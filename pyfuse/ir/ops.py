@@ -22,6 +22,7 @@ from pyfuse.ir.exprs import (
     BroadcastOp,
     CastOp,
     ExpandOp,
+    FullOp,
     LinearOp,
     LoadStoreOp,
     MatmulOp,
@@ -79,6 +80,13 @@ def cast(x: TensorView, dtype: DType) -> TensorView:
         return x
     out = TensorView(new_axes_like(x.no_reductions), dtype)
     CastOp(out, x)
+    return out
+
+
+def full(shape: Sequence[int], value: bool | int | float, dtype: DType) -> TensorView:
+    """A tensor of ``shape`` holding ``value`` everywhere (size-1 axes are broadcasts)."""
+    out = TensorView([_axis(extent) for extent in shape], dtype)
+    FullOp(out, Scalar(value, dtype))
     return out
 
 
@@ -303,8 +311,9 @@ def reduce(
     """Reduce ``x`` over ``dims``. Sums of 16-bit floats accumulate in f32 and sums of ints and
     bools in int64 (torch's types); max and min keep the dtype."""
     axes_to_reduce = _reduction_dims(x, dims)
-    if any(x.no_reductions[d].expanded_extent is not None for d in axes_to_reduce):
-        # An expanded broadcast has one stored value; reduce a materialized copy.
+    if any(axis.expanded_extent is not None for axis in x.no_reductions):
+        # An expanded broadcast has one stored value; reduce a materialized copy (a kept
+        # expanded axis too: the reduction's loops run over the axes its input iterates).
         x = materialize(x)
     trivial = [d for d in axes_to_reduce if x.no_reductions[d].is_broadcast]
     if op != ReductionOpType.SUM:

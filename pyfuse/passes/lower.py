@@ -44,6 +44,7 @@ from pyfuse.ir.exprs import (
     CastOp,
     ExpandOp,
     Expr,
+    FullOp,
     LoadStoreOp,
     PermuteOp,
     ReductionOp,
@@ -231,6 +232,8 @@ class _Lowering(IndexDerivation):
             return k.Select(condition, if_true, if_false, out.dtype)
         if isinstance(expr, CastOp):
             return k.Cast(read(expr.inputs[0]), out.dtype)
+        if isinstance(expr, FullOp):
+            return k.Const(expr.value.value, out.dtype)
         if isinstance(
             expr, LoadStoreOp | BroadcastOp | SqueezeOp | PermuteOp | ExpandOp | ReshapeOp
         ):

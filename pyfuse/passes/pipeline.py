@@ -8,6 +8,7 @@
                           load) -> multiply + sum, a reduction
     split_long_reductions few long rows -> two reductions (a grid-wide first pass)
     copy_strided_reshape_inputs  a reshape of a strided input reads a contiguous copy
+    fold_empty_reductions a reduction over no elements is its identity (a full tensor)
     ── segmentation ─────────────────────────────────────────────────────────────────────
     segment               kernels, each with the scheduler that accepts it
     ── scheduling (per kernel) ──────────────────────────────────────────────────────────
@@ -51,6 +52,7 @@ from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.verify import verify_fusion
 from pyfuse.passes import inline, schedule_pointwise, schedule_reduction
 from pyfuse.passes.decompose_matmul import decompose_matmuls, decompose_unschedulable_mmas
+from pyfuse.passes.empty_reductions import fold_empty_reductions
 from pyfuse.passes.fallback import (
     ATTEMPTS,
     Attempt,
@@ -265,6 +267,9 @@ def run(
     _check(fusion, "split_long_reductions", boundary=False)
     copy_strided_reshape_inputs(fusion)
     _check(fusion, "copy_strided_reshape_inputs", boundary=False)
+    with fusion:
+        fold_empty_reductions(fusion)
+    _check(fusion, "fold_empty_reductions", boundary=False)
     math_ir = str(fusion)
 
     # ── segmentation

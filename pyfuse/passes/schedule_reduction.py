@@ -131,6 +131,9 @@ def decline_reason(fusion: Fusion, target: TargetInfo) -> str | None:
     uncovered = uncovered_axis(fusion, reference)
     if uncovered is not None:
         return uncovered
+    broadcast_only = _output_axis_on_a_broadcast(fusion, reference, id_model)
+    if broadcast_only is not None:
+        return broadcast_only
     params = choose_params(fusion, reference, flags, target)
     if params.persistent and params.serial * params.vector_width > MAX_PERSISTENT_PER_THREAD:
         return (
@@ -138,6 +141,23 @@ def decline_reason(fusion: Fusion, target: TargetInfo) -> str | None:
             f"{params.serial * params.vector_width} registers per thread per persistent "
             f"tensor (at most {MAX_PERSISTENT_PER_THREAD})"
         )
+    return None
+
+
+def _output_axis_on_a_broadcast(
+    fusion: Fusion, reference: TensorView, id_model: IdModel
+) -> str | None:
+    """An output axis that only a broadcast of the reference covers (``(a @ b) * a`` with one
+    column: the output's columns are the matmul's size-1 N, broadcast), described; None when
+    every output axis is one the reference iterates. Its loop would run the broadcast's one
+    trip: the epilogue needs a kernel of its own."""
+    real = [axis for axis in reference.logical if not axis.is_broadcast]
+    for tv in fusion.outputs:
+        for axis in tv.logical:
+            if axis.is_broadcast or axis.is_reduction:
+                continue
+            if not any(id_model.mapped(axis, ref, IdMappingMode.EXACT) for ref in real):
+                return f"T{tv.name}'s axis {axis} meets only a broadcast of T{reference.name}"
     return None
 
 

@@ -191,7 +191,9 @@ def _group_outputs(fusion: Fusion, group: Sequence[Expr], rest: Sequence[Expr]) 
 def segment(fusion: Fusion, target: TargetInfo) -> SegmentedFusion:
     """Split ``fusion`` into kernels (see the module docstring)."""
     exprs = fusion.exprs()
-    if pick_scheduler(fusion, target)[0] is not None:
+    # The whole fusion as the kernel it would be (twin inputs, materialized outputs).
+    whole, _, _ = sub_fusion(fusion, exprs, _group_outputs(fusion, exprs, []), "trial")
+    if pick_scheduler(whole, target)[0] is not None:
         return _plans(fusion, [exprs], target)
     prologue = _matmul_prologue(exprs)
     if prologue:
@@ -352,11 +354,11 @@ def _plans(fusion: Fusion, groups: list[list[Expr]], target: TargetInfo) -> Segm
     # A kernel whose outputs are all empty has nothing to do: it is not launched (its
     # outputs and intermediates are still allocated, with no elements).
     intermediates: dict[str, TensorView] = {}
-    launched = []
-    for number, group in enumerate(groups):
-        produced = _group_outputs(fusion, group, [e for g in groups[number + 1 :] for e in g])
+    launched: list[list[Expr]] = []  # last first: a kernel only feeding dropped ones drops too
+    for group in reversed(groups):
+        produced = _group_outputs(fusion, group, [e for g in launched for e in g])
         if any(tv.numel > 0 for tv in produced):
-            launched.append(group)
+            launched.insert(0, group)
             continue
         for tv in produced:
             if not fusion.is_output(tv):
@@ -369,6 +371,11 @@ def _plans(fusion: Fusion, groups: list[list[Expr]], target: TargetInfo) -> Segm
         kernel_fusion, boundary, originals = sub_fusion(fusion, group, outputs, name)
         chosen, reasons = pick_scheduler(kernel_fusion, target)
         if chosen is None:
+            pieces = _units(group)
+            if len(pieces) > 1:
+                # Declined as planned (a kernel that fed only empty ones lost outputs the
+                # greedy walk counted): one kernel per expr instead.
+                return _plans(fusion, [*groups[:number], *pieces, *groups[number + 1 :]], target)
             detail = "; ".join(f"{n}: {r}" for n, r in reasons.items())
             raise ScheduleError(f"no scheduler accepts kernel {name} ({detail})")
         kernels.append(KernelPlan(kernel_fusion, chosen, declined=reasons))
