@@ -97,6 +97,11 @@ def decompose_unschedulable_mmas(fusion: Fusion, target: TargetInfo) -> int:
                 continue  # a computed operand: segmentation gives it a kernel of its own
             reason = schedule_matmul.operand_load_reason(fusion, expr, name, root)
             unloadable = reason is not None
+        a_root = schedule_matmul.operand_root(fusion, expr.a)
+        if a_root is not None and a_root is schedule_matmul.operand_root(fusion, expr.b):
+            # One input as both operands (``x @ x.T``): the tensor-core kernel faulted with a
+            # misaligned address on the H200 (2026-12-01); multiply+sum until it is found.
+            unloadable = True
         if not unloadable:
             continue
         out = expr.output

@@ -47,10 +47,6 @@ TENSOR_CORE: dict[str, tuple[Callable[..., Any], list[pf.Spec], int, int]] = {
     "mm_N8": (lambda a, b: a @ b, [S((128, 256), bf16), S((256, 8), bf16)], 32, 16),
     "linear_N40": (lambda x, w: pf.linear(x, w), [S((128, 64), bf16), S((40, 64), bf16)], 128, 40),
     "K40": (lambda a, b: a @ b, [S((128, 40), bf16), S((40, 128), bf16)], 128, 128),
-    "mm_aa": (lambda a: a @ a, [S((128, 128), bf16)], 128, 128),
-    "mm_aa96": (lambda a: a @ a, [S((96, 96), bf16)], 64, 96),
-    "x@x.T": (lambda x: x @ x.T, [S((256, 128), bf16)], 128, 256),
-    "x.T@x": (lambda x: x.T @ x, [S((256, 128), bf16)], 128, 128),
     "residual": (
         lambda x, w: pf.linear(x, w) + x,
         [S((128, 128), bf16), S((128, 128), bf16)],
@@ -127,13 +123,21 @@ def _layout(name: str) -> matmul_host.OperandLayout:
     return layout
 
 
-@pytest.mark.parametrize("name", ["mm_aa", "x@x.T", "x.T@x"])
-def test_one_input_as_both_operands_has_roles_per_use(name: str) -> None:
-    fn, specs, _, _ = TENSOR_CORE[name]
-    loop = _main_loop(_compile(fn, specs))
-    a, b = loop.operands
-    assert a.buffer_name == b.buffer_name  # both read the one input in place
-    assert sorted(a.roles) == ["k", "m"] and sorted(b.roles) == ["k", "n"]
+# One input as both operands: the tensor-core kernel faulted with a misaligned address on
+# the H200 (2026-12-01), so decompose_unschedulable_mmas runs these as multiply+sum for now.
+SAME_INPUT = {
+    "mm_aa": (lambda a: a @ a, [S((128, 128), bf16)]),
+    "mm_aa96": (lambda a: a @ a, [S((96, 96), bf16)]),
+    "x@x.T": (lambda x: x @ x.T, [S((256, 128), bf16)]),
+    "x.T@x": (lambda x: x.T @ x, [S((256, 128), bf16)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SAME_INPUT))
+def test_one_input_as_both_operands_runs_as_multiply_sum(name: str) -> None:
+    fn, specs = SAME_INPUT[name]
+    compiled = _compile(fn, specs)
+    assert "matmul" not in [kernel.scheduler for kernel in compiled.kernels]
 
 
 # ---- epilogue store offsets ------------------------------------------------------------------
@@ -262,7 +266,7 @@ def test_decode_of_a_long_k_runs_on_the_reduction_path() -> None:
     axis; now one multiply + sum, assembled, and its math checked at a smaller K."""
     fn: Callable[..., Any] = lambda x, w: pf.linear(x, w)  # noqa: E731
     compiled = _compile(fn, [S((1, 4096), bf16), S((4096, 4096), bf16)])
-    assert [kernel.scheduler for kernel in compiled.kernels] == ["reduction"]
+    assert "matmul" not in [kernel.scheduler for kernel in compiled.kernels]
     specs = [S((1, 2048), bf16), S((64, 2048), bf16)]
     fused = pf.fuse(fn)
     fusion = fused.trace(*specs)
@@ -300,7 +304,7 @@ def test_narrow_swizzles_under_clusters_and_short_k_tiles_assemble(params: pf.Ma
     require_ptxas()
     for fn, specs in (
         (lambda a, b: a @ b, [S((1024, 512), bf16), S((512, 96), bf16)]),
-        (lambda a: a @ a, [S((512, 512), bf16)]),
+        (lambda a, b: a @ b, [S((512, 512), bf16), S((512, 512), bf16)]),
     ):
         compiled = _compile(fn, specs, params)
         loop = _main_loop(compiled)
