@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pyfuse.ir import dtypes
 from pyfuse.ir import ops as ir_ops
-from pyfuse.ir.exprs import BinaryOpType, LinearOp, MatmulOp, ReductionOpType
+from pyfuse.ir.exprs import BinaryOpType, LinearOp, MatmulOp, MmaOp, ReductionOpType
 from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.naming import source_location
 from pyfuse.ir.target import TargetInfo
@@ -81,7 +81,6 @@ def decompose_unschedulable_mmas(fusion: Fusion, target: TargetInfo) -> int:
     M/N/K axes split across memory, inputs whose addresses are not 16-byte aligned: the
     target of such a call has ``vector_bytes`` below 16) into multiply + sum, so they still
     run — on the reduction path — instead of failing. Returns how many were rewritten."""
-    from pyfuse.ir.exprs import MmaOp
 
     mmas = [expr for expr in fusion.exprs() if isinstance(expr, MmaOp)]
     if not mmas:
@@ -104,14 +103,20 @@ def decompose_unschedulable_mmas(fusion: Fusion, target: TargetInfo) -> int:
             unloadable = True
         if not unloadable:
             continue
-        out = expr.output
-        with fusion, source_location(expr.source):
-            a = ir_ops.cast(expr.a, dtypes.float32)
-            b = ir_ops.cast(expr.b, dtypes.float32)
-            product = ir_ops.binary(BinaryOpType.MUL, a, b)
-            axes = [i for i, axis in enumerate(out.logical) if axis.is_reduction]
-            result = ir_ops.reduce(ReductionOpType.SUM, product, axes)
-        fusion.replace_uses(out, result)  # output slots too: an output keeps its place
-        expr.unlink()
+        mma_to_multiply_sum(fusion, expr)
         count += 1
     return count
+
+
+def mma_to_multiply_sum(fusion: Fusion, expr: MmaOp) -> None:
+    """Rewrite one MmaOp in place as ``sum_K(a * b)`` in fp32 (its operands are broadcast to
+    ``[..., M, N, K]`` already); its uses, and an output slot, read the sum."""
+    out = expr.output
+    with fusion, source_location(expr.source):
+        a = ir_ops.cast(expr.a, dtypes.float32)
+        b = ir_ops.cast(expr.b, dtypes.float32)
+        product = ir_ops.binary(BinaryOpType.MUL, a, b)
+        axes = [i for i, axis in enumerate(out.logical) if axis.is_reduction]
+        result = ir_ops.reduce(ReductionOpType.SUM, product, axes)
+    fusion.replace_uses(out, result)  # output slots too: an output keeps its place
+    expr.unlink()

@@ -26,12 +26,10 @@ order changes).
 
 from __future__ import annotations
 
-from pyfuse.ir import dtypes
-from pyfuse.ir import ops as ir_ops
-from pyfuse.ir.exprs import BinaryOpType, MmaOp, ReductionOpType
+from pyfuse.ir.exprs import MmaOp
 from pyfuse.ir.fusion import Fusion
-from pyfuse.ir.naming import source_location
 from pyfuse.ir.records import record
+from pyfuse.passes.decompose_matmul import mma_to_multiply_sum
 
 
 @record(frozen=True)
@@ -67,23 +65,12 @@ def has_mma(fusion: Fusion) -> bool:
 
 
 def mmas_to_multiply_sum(fusion: Fusion) -> int:
-    """Rewrite every MmaOp of ``fusion`` in place as ``sum_K(a * b)`` in fp32 (its operands
-    are broadcast to ``[..., M, N, K]`` already); returns how many were rewritten."""
-    count = 0
-    for expr in fusion.exprs():
-        if not isinstance(expr, MmaOp):
-            continue
-        out = expr.output
-        with fusion, source_location(expr.source):
-            a = ir_ops.cast(expr.a, dtypes.float32)
-            b = ir_ops.cast(expr.b, dtypes.float32)
-            product = ir_ops.binary(BinaryOpType.MUL, a, b)
-            axes = [i for i, axis in enumerate(out.logical) if axis.is_reduction]
-            result = ir_ops.reduce(ReductionOpType.SUM, product, axes)
-        fusion.replace_uses(out, result)  # output slots too: an output keeps its place
-        expr.unlink()
-        count += 1
-    return count
+    """Rewrite every MmaOp of ``fusion`` in place as multiply + sum in fp32; returns how many
+    were rewritten."""
+    mmas = [expr for expr in fusion.exprs() if isinstance(expr, MmaOp)]
+    for expr in mmas:
+        mma_to_multiply_sum(fusion, expr)
+    return len(mmas)
 
 
 def failure_summary(error: BaseException) -> str:
