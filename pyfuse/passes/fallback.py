@@ -60,10 +60,6 @@ def attempts_for(has_mma: bool) -> list[Attempt]:
     return [attempt for attempt in ATTEMPTS if attempt.tensor_cores]
 
 
-def has_mma(fusion: Fusion) -> bool:
-    return any(isinstance(expr, MmaOp) for expr in fusion.exprs())
-
-
 def mmas_to_multiply_sum(fusion: Fusion) -> int:
     """Rewrite every MmaOp of ``fusion`` in place as multiply + sum in fp32; returns how many
     were rewritten."""

@@ -58,11 +58,10 @@ from pyfuse.passes.fallback import (
     Attempt,
     attempts_for,
     failure_summary,
-    has_mma,
     mmas_to_multiply_sum,
 )
 from pyfuse.passes.lower import kernel_name, lower
-from pyfuse.passes.plan import MATMUL_SCHEDULER, KernelPlan, SegmentedFusion
+from pyfuse.passes.plan import MATMUL_SCHEDULER, KernelPlan, SegmentedFusion, has_mma
 from pyfuse.passes.reshape_inputs import copy_strided_reshape_inputs
 from pyfuse.passes.segment import cut, replan, segment
 from pyfuse.passes.skip_intermediates import skip_intermediates

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import field
 
-from pyfuse.ir.exprs import Expr
+from pyfuse.ir.exprs import Expr, MmaOp
 from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.records import record
 from pyfuse.ir.tensor import TensorView
@@ -18,6 +18,11 @@ from pyfuse.ir.tensor import TensorView
 # The matmul scheduler's name (``schedule_matmul.NAME``), here so that the segmenter and the
 # pipeline can test for it without loading that scheduler: it loads with the first MMA.
 MATMUL_SCHEDULER = "matmul"
+
+
+def has_mma(fusion: Fusion) -> bool:
+    """``fusion`` holds an MMA (what the matmul scheduler, and its rules, need)."""
+    return any(isinstance(expr, MmaOp) for expr in fusion.exprs())
 
 
 # eq=False on both: they hold mutable IR and are told apart by identity.

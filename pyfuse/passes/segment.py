@@ -27,7 +27,7 @@ from pyfuse.ir.id_model import IdMappingMode, IdModel
 from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.tensor import MemoryType, TensorView, new_axes_like
 from pyfuse.passes import schedule_pointwise, schedule_reduction
-from pyfuse.passes.plan import MATMUL_SCHEDULER, KernelPlan, SegmentedFusion
+from pyfuse.passes.plan import MATMUL_SCHEDULER, KernelPlan, SegmentedFusion, has_mma
 from pyfuse.passes.skip_intermediates import is_metadata_op, metadata_source
 
 # A decline check: None when the scheduler accepts the fusion, else its reason.
@@ -36,7 +36,7 @@ DeclineCheck = Callable[[Fusion, TargetInfo], "str | None"]
 
 def _matmul_reason(fusion: Fusion, target: TargetInfo) -> str | None:
     # The matmul scheduler, and what it imports, loads with the first fusion that has an MMA.
-    if not any(isinstance(expr, MmaOp) for expr in fusion.exprs()):
+    if not has_mma(fusion):
         return "no MMA"
     from pyfuse.passes import schedule_matmul
 
@@ -61,8 +61,9 @@ def pick_scheduler(fusion: Fusion, target: TargetInfo) -> tuple[str | None, dict
     declined: dict[str, str] = {}
     # (The matmul scheduler finds each MMA operand's roles along that operand's own chain, so
     # ``x.T @ x`` needs no boundary.)
-    has_mma = any(isinstance(expr, MmaOp) for expr in fusion.exprs())
-    tied = _self_mapped(fusion) if not has_mma and _reads_a_tensor_twice(fusion) else None
+    tied = None
+    if not has_mma(fusion) and _reads_a_tensor_twice(fusion):
+        tied = _self_mapped(fusion)
     if tied is not None:
         # Twin inputs (sub_fusion) untie an input read along two paths; a computed tensor
         # read so needs a kernel boundary: the next kernel reads it as an input.
@@ -150,7 +151,7 @@ def separate_self_mapped_inputs(fusion: Fusion) -> list[tuple[int, int]]:
     every use of that input past the first reads a twin input of its own, which the launch
     binds to the same memory. Returns (position of the twin in ``fusion.inputs``, position
     of the input it duplicates), in order of insertion."""
-    if any(isinstance(expr, MmaOp) for expr in fusion.exprs()):
+    if has_mma(fusion):
         return []  # an MMA's operands take their roles per use (see pick_scheduler)
     if not _reads_a_tensor_twice(fusion) or _self_mapped(fusion) is None:
         return []

@@ -159,6 +159,17 @@ def _as_tuple(result: object) -> tuple[Array, ...]:
 # ---- CPU ------------------------------------------------------------------------------------
 
 
+def _trace(fused: pf.FusedFunction, specs: Sequence[pf.Spec]) -> pf.Fusion | Outcome:
+    """The traced fusion, or the outcome of a trace that raised: a FusionError is an
+    invalid case, anything else a compile error."""
+    try:
+        return fused.trace(*specs)
+    except pf.FusionError as error:
+        return _error("invalid", "trace", error)
+    except Exception as error:
+        return _error("compile_error", "trace", error)
+
+
 def run_function(
     fn: Callable[..., Any],
     specs: Sequence[pf.Spec],
@@ -176,12 +187,9 @@ def run_function(
     from pyfuse.passes.plan import MATMUL_SCHEDULER
 
     fused = pf.fuse(fn)
-    try:
-        fusion = fused.trace(*specs)
-    except pf.FusionError as error:
-        return _error("invalid", "trace", error)
-    except Exception as error:
-        return _error("compile_error", "trace", error)
+    fusion = _trace(fused, specs)
+    if isinstance(fusion, Outcome):
+        return fusion
     emitted: dict[int, tuple[str, str | None]] = {}
 
     def emit(index: int, stages: pipeline.KernelStages) -> None:
@@ -294,12 +302,9 @@ def run_function_gpu(
     import torch
 
     fused = pf.fuse(fn)
-    try:
-        fusion = fused.trace(*specs)
-    except pf.FusionError as error:
-        return _error("invalid", "trace", error)
-    except Exception as error:
-        return _error("compile_error", "trace", error)
+    fusion = _trace(fused, specs)
+    if isinstance(fusion, Outcome):
+        return fusion
     flags = list(lenient) if lenient is not None else [False] * len(fusion.outputs)
     for call in range(2):
         arrays = random_inputs(specs, data_seed * 2 + call)
