@@ -18,9 +18,7 @@ def _residual_rms(x: pf.Tensor, r: pf.Tensor, w: pf.Tensor) -> tuple[pf.Tensor, 
     return pf.rms_norm(h, w), h
 
 
-def _residual_layer_norm(
-    x: pf.Tensor, r: pf.Tensor, w: pf.Tensor
-) -> tuple[pf.Tensor, pf.Tensor]:
+def _residual_layer_norm(x: pf.Tensor, r: pf.Tensor, w: pf.Tensor) -> tuple[pf.Tensor, pf.Tensor]:
     h = x + r
     return pf.layer_norm(h, w), h
 
@@ -48,6 +46,28 @@ def _minus_row_max(a: pf.Tensor) -> tuple[pf.Tensor, pf.Tensor]:
 def _plus_global_max(a: pf.Tensor, w: pf.Tensor) -> pf.Tensor:
     v = pf.layer_norm(a, w)
     return v + pf.max(v, None, keepdim=True)
+
+
+def _expanded_where(v: pf.Tensor, mask: pf.Tensor) -> pf.Tensor:
+    w = pf.where(mask, v.expand(2), 0.5)  # its columns an expanded broadcast
+    return w.T - w
+
+
+def _squeeze_beside_full_min(x: pf.Tensor, y: pf.Tensor) -> tuple[pf.Tensor, pf.Tensor]:
+    return y.sum((1,)), pf.gt(x, y) + x.min((-2, -1))
+
+
+def _view_beside_full_sum(x: pf.Tensor, w: pf.Tensor) -> tuple[pf.Tensor, ...]:
+    return pf.sum(x, None, keepdim=True), w * x, w.view(-1)
+
+
+def _max_of_permuted_layer_norm(x: pf.Tensor, w: pf.Tensor) -> pf.Tensor:
+    return pf.max(pf.layer_norm(pf.permute(x, (1, 3, 0, 2)), w), (-1, 2, 1, -4))
+
+
+def _linear_plus_transpose(x: pf.Tensor, w: pf.Tensor, b: pf.Tensor) -> pf.Tensor:
+    y = pf.linear(x, w, b)
+    return y + y.T
 
 
 # name -> (function, input specs)
@@ -111,4 +131,29 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
     # casts out of range saturate (torch on the GPU)
     "cast_saturates": (lambda x: pf.cast(x * 1e10, i32), [S((8,), f32)]),
     "cast_bf16_div_bool": (lambda x, y: pf.cast(x / y, i32), [S((2,), bf16), S((2,), pf.bool)]),
+    # the GPU fuzzer, seed 53 (29,168 fusions at 9b22522)
+    "expanded_intermediate_transposed": (_expanded_where, [S((1,), bf16), S((2, 1), pf.bool)]),
+    "squeeze_beside_full_min": (_squeeze_beside_full_min, [S((12, 3), i32), S((12, 1), f32)]),
+    "matmul_of_computed_odd_rows": (
+        lambda a, b: pf.cast(a, bf16) @ b,
+        [S((97, 97), f32), S((97, 24), bf16)],
+    ),
+    "matmul_k0": (
+        lambda a, b: pf.matmul(pf.cast(a, bf16), b.T),
+        [S((24, 0), f32), S((128, 0), bf16)],
+    ),
+    "linear_f16_then_f32_min": (
+        lambda s, x, w: pf.minimum(pf.linear(x, w), s),
+        [S((), bf16), S((64, 64), f16), S((8, 64), f16, strides=(65, 1))],
+    ),
+    "linear_plus_transpose": (_linear_plus_transpose, [S((2, 72), bf16)] * 2 + [S((2,), bf16)]),
+    "view_beside_full_sum": (
+        _view_beside_full_sum,
+        [S((3, 6, 3, 1, 1), f32), S((3, 1, 1, 1, 1), bf16)],
+    ),
+    "max_of_permuted_layer_norm": (
+        _max_of_permuted_layer_norm,
+        [S((12, 1, 3, 1), f16), S((3,), f16)],
+    ),
+    "rms_norm_50400": (lambda x: pf.rms_norm(x.reshape(50400)), [S((42, 48, 25), bf16)]),
 }

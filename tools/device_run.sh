@@ -3,7 +3,9 @@
 # logs under $OUT (what comes back: at most 8 files, so folders are packed into one archive).
 #
 #   bash tools/device_run.sh tests [SECONDS]     pytest -m gpu (a time limit, default 420 s)
-#   bash tools/device_run.sh fuzz SEED SECONDS   the fuzzer's GPU mode for SECONDS
+#   bash tools/device_run.sh fuzz SEED SECONDS [SHRINK]
+#                                                the fuzzer's GPU mode for SECONDS, then (with
+#                                                SHRINK) SHRINK seconds to shrink each failure
 #   bash tools/device_run.sh bench [CASE ...]    benchmarks/run.py (all cases by default)
 #
 # Several steps in one call: bash tools/device_run.sh tests 400 && bash tools/device_run.sh ...
@@ -25,9 +27,12 @@ case "$step" in
   fuzz)
     seed=${1:-7}
     seconds=${2:-150}
+    shrink=${3:-0}
     minutes=$(python3 -c "print($seconds / 60)")
-    timeout $((seconds + 120)) python3 -m pyfuse.testing.fuzz --gpu --seed "$seed" \
-      --minutes "$minutes" --jobs "$(($(nproc) - 2))" --out "$out/fuzz_$seed" \
+    shrink_flags=()
+    [ "$shrink" -gt 0 ] && shrink_flags=(--shrink --shrink-seconds "$shrink")
+    timeout $((seconds + 120 + 3 * shrink)) python3 -m pyfuse.testing.fuzz --gpu --seed "$seed" \
+      --minutes "$minutes" --jobs "$(($(nproc) - 2))" --out "$out/fuzz_$seed" "${shrink_flags[@]}" \
       >"$out/fuzz_$seed.log" 2>&1
     echo "fuzz --gpu seed $seed: exit $?"
     tail -45 "$out/fuzz_$seed.log"

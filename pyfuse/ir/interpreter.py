@@ -62,23 +62,59 @@ from pyfuse.ir.tensor import Scalar, TensorView, Val
 Array = npt.NDArray[Any]
 
 
-def evaluate(fusion: Fusion, inputs: Sequence[Array]) -> list[Array]:
-    """The fusion's outputs on ``inputs``, in ``fusion.outputs`` order (see the module doc)."""
-    values = evaluate_all(fusion, inputs)
+# The relative size of :func:`evaluate`'s jitter: a few float32 ulps, the noise a float32
+# kernel's own rounding and summation order add to each result.
+JITTER = 2.0**-21
+
+
+Jitter = np.random.Generator | float
+
+
+def evaluate(
+    fusion: Fusion, inputs: Sequence[Array], jitter: Jitter | None = None
+) -> list[Array]:
+    """The fusion's outputs on ``inputs``, in ``fusion.outputs`` order (see the module doc).
+    With ``jitter``, every floating result is first scaled by ``1 + JITTER * u`` before its
+    rounding (``u`` uniform in [-1, 1] drawn from a Generator, or the given float for every
+    element) and float32 denormals flush to zero, as the GPU's approximate functions
+    flush them: where that moves an output past a comparison's tolerance, the output is
+    ill-conditioned in float32 (a sqrt of a cancellation, a comparison of two near values,
+    a value that underflowed), and no kernel can be held to it."""
+    values = evaluate_all(fusion, inputs, jitter)
     return [np.array(values[out], order="C", copy=True) for out in fusion.outputs]
 
 
-def evaluate_all(fusion: Fusion, inputs: Sequence[Array]) -> dict[TensorView, Array]:
+def evaluate_all(
+    fusion: Fusion, inputs: Sequence[Array], jitter: Jitter | None = None
+) -> dict[TensorView, Array]:
     """Every tensor's value, keyed by TensorView: the inputs as given, then each expr's result
-    in its output dtype. Values may be read-only broadcast views; copy before writing."""
+    in its output dtype. Values may be read-only broadcast views; copy before writing.
+    ``jitter``: see :func:`evaluate`."""
     check_inputs(fusion, inputs)
     env = _Env()
     for tv, array in zip(fusion.inputs, inputs, strict=True):
         env.values[tv] = array
     with np.errstate(all="ignore"):
         for expr in fusion.exprs():
-            env.values[expr.output] = _evaluate_expr(expr, env)
+            value = _evaluate_expr(expr, env)
+            dtype = expr.output.dtype
+            if jitter is not None and dtype.is_floating and value.size:
+                value = _jittered(np.asarray(value), dtype, jitter)
+            env.values[expr.output] = value
     return env.values
+
+
+_SMALLEST_NORMAL_F32 = float(np.finfo(np.float32).tiny)
+
+
+def _jittered(value: Array, dtype: DType, jitter: Jitter) -> Array:
+    if isinstance(jitter, float):
+        noise: Array | float = JITTER * jitter
+    else:
+        noise = jitter.uniform(-JITTER, JITTER, np.shape(value))
+    wide = _widen(value, dtype) * (1.0 + noise)
+    wide = np.where(np.abs(wide) < _SMALLEST_NORMAL_F32, np.copysign(0.0, wide), wide)
+    return _narrow(wide, dtype)
 
 
 def check_inputs(fusion: Fusion, inputs: Sequence[Array]) -> None:

@@ -517,9 +517,10 @@ def _without_expansion(x: TensorView) -> TensorView:
     return x
 
 
-def matmul(a: TensorView, b: TensorView) -> TensorView:
+def matmul(a: TensorView, b: TensorView, out_dtype: DType | None = None) -> TensorView:
     """torch.matmul: ``[..., M, K] @ [..., K, N] -> [..., M, N]`` with batch broadcasting;
-    a 1-D operand is a vector (its M or N axis is dropped)."""
+    a 1-D operand is a vector (its M or N axis is dropped). ``out_dtype`` (the operands'
+    by default) is what the fp32 accumulator rounds to: split-K's parts keep fp32."""
     if a.ndim == 0 or b.ndim == 0:
         raise FusionError(f"operands must have rank >= 1, got shapes {a.shape} and {b.shape}")
     _check_matmul_dtypes(a, b)
@@ -537,7 +538,7 @@ def matmul(a: TensorView, b: TensorView) -> TensorView:
     if b.ndim >= 2:
         axes.append(IterDomain(b_axes[-1].extent, b_axes[-1].iter_type))
     axes.append(IterDomain(k_a, IterType.REDUCTION))
-    out = TensorView(axes, a.dtype)
+    out = TensorView(axes, out_dtype or a.dtype)
     MatmulOp(out, a, b)
     return out
 

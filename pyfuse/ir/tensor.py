@@ -91,6 +91,10 @@ class TensorView(Val):
         self.inline_position = 0
         # Steps applied to the loop domain, in order, for printing and replay.
         self.history: list[IdTransform | Reorder] = []
+        # Set by replay: the reference merged an axis this tensor lacks into one it has, so
+        # its loops are shorter than the reference's and only its consumer's nest (whose
+        # index is the reference's) computes it right (validate checks it is inlined).
+        self.replay_short = False
         # Set by the scheduler: circular-buffer depth of a shared-memory operand.
         self.circular_buffer_stages = 0
         # Set by skip_intermediates/remove_broadcasts: the tensor whose memory this one reads.

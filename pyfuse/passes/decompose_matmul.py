@@ -96,6 +96,10 @@ def decompose_unschedulable_mmas(fusion: Fusion, target: TargetInfo) -> int:
                 continue  # a computed operand: segmentation gives it a kernel of its own
             reason = schedule_matmul.operand_load_reason(fusion, expr, name, root)
             unloadable = reason is not None
+        if any(axis.is_reduction and axis.extent == 0 for axis in expr.output.logical):
+            # K = 0: no tile to load (a TMA box of extent 0 is invalid); the sum over no
+            # elements then folds to zeros (fold_empty_reductions).
+            unloadable = True
         a_root = schedule_matmul.operand_root(fusion, expr.a)
         if a_root is not None and a_root is schedule_matmul.operand_root(fusion, expr.b):
             # One input as both operands (``x @ x.T``): the tensor-core kernel faulted with a
@@ -118,5 +122,8 @@ def mma_to_multiply_sum(fusion: Fusion, expr: MmaOp) -> None:
         product = ir_ops.binary(BinaryOpType.MUL, a, b)
         axes = [i for i, axis in enumerate(out.logical) if axis.is_reduction]
         result = ir_ops.reduce(ReductionOpType.SUM, product, axes)
+        if out.dtype != dtypes.float32:
+            # The MMA rounded its fp32 accumulator to its output dtype: so does the sum.
+            result = ir_ops.cast(result, out.dtype)
     fusion.replace_uses(out, result)  # output slots too: an output keeps its place
     expr.unlink()

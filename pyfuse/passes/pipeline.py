@@ -10,7 +10,8 @@
     copy_strided_reshape_inputs  a reshape of a strided input reads a contiguous copy
     fold_empty_reductions a reduction over no elements is its identity (a full tensor)
     ── segmentation ─────────────────────────────────────────────────────────────────────
-    segment               kernels, each with the scheduler that accepts it
+    segment               kernels, each with the scheduler that accepts it (where none
+                          accepts a kernel with an MMA, the MMAs run as multiply+sum)
     ── scheduling (per kernel) ──────────────────────────────────────────────────────────
     skip_intermediates    metadata ops right after inputs become aliases, not copies
     schedule_<name>       loop domains, memory types, caches, parallel types
@@ -51,7 +52,11 @@ from pyfuse.ir.records import record
 from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.verify import verify_fusion
 from pyfuse.passes import inline, schedule_pointwise, schedule_reduction
-from pyfuse.passes.decompose_matmul import decompose_matmuls, decompose_unschedulable_mmas
+from pyfuse.passes.decompose_matmul import (
+    decompose_matmuls,
+    decompose_unschedulable_mmas,
+    mma_to_multiply_sum,
+)
 from pyfuse.passes.empty_reductions import fold_empty_reductions
 from pyfuse.passes.fallback import (
     ATTEMPTS,
@@ -142,7 +147,8 @@ def schedule_kernel(
         _check(fusion, f"schedule_{plan.scheduler}", boundary=False)
         inline.inline_most(fusion)
         _check(fusion, "inline", boundary=True)
-        return validate(fusion)
+        simt = plan.scheduler != MATMUL_SCHEDULER  # its lowering indexes from the reference
+        return validate(fusion, plan.reference if simt else None)
 
 
 def _lower_kernel(plan: KernelPlan, name: str, target: TargetInfo, id_model: IdModel) -> Kernel:
@@ -210,6 +216,23 @@ def _build_kernel(
     return failures[0][1]
 
 
+def _segment_or_decompose(fusion: Fusion, target: TargetInfo) -> SegmentedFusion:
+    """The fusion's kernels; where no scheduler accepts some kernel and the fusion holds
+    MMAs (an operand an earlier kernel computes, written with rows TMA cannot load; an MMA
+    whose output is read in ways its epilogue cannot take), every MMA runs as
+    multiply+sum, which the reduction path always takes."""
+    try:
+        return segment(fusion, target)
+    except ScheduleError:
+        mmas = [expr for expr in fusion.exprs() if isinstance(expr, MmaOp)]
+        if not mmas:
+            raise
+        for expr in mmas:
+            mma_to_multiply_sum(fusion, expr)
+        _check(fusion, "decompose_matmuls", boundary=False)
+        return segment(fusion, target)
+
+
 Pass = Callable[[Fusion], object]
 
 # What translate_patterns rewrites or describes: matmuls, and reductions (multiply-then-sum).
@@ -273,7 +296,7 @@ def run(
 
     # ── segmentation
     with timer.stage("segment"):
-        segmented = segment(fusion, target)
+        segmented = _segment_or_decompose(fusion, target)
 
     kernels: list[KernelStages] = []
     first_failure: Exception | None = None  # what the user hears if no cut helps either

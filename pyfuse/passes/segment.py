@@ -24,6 +24,7 @@ from pyfuse.ir import ops as ir_ops
 from pyfuse.ir.exprs import Expr, MmaOp
 from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.id_model import IdMappingMode, IdModel
+from pyfuse.ir.iterdomain import IterType
 from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.tensor import MemoryType, TensorView, new_axes_like
 from pyfuse.passes import schedule_pointwise, schedule_reduction
@@ -62,7 +63,9 @@ def pick_scheduler(fusion: Fusion, target: TargetInfo) -> tuple[str | None, dict
     # (The matmul scheduler finds each MMA operand's roles along that operand's own chain, so
     # ``x.T @ x`` needs no boundary.)
     tied = None
-    if not has_mma(fusion) and _reads_a_tensor_twice(fusion):
+    if has_mma(fusion):
+        tied = _self_mapped(fusion, _epilogue_tensors(fusion))
+    elif _reads_a_tensor_twice(fusion):
         tied = _self_mapped(fusion)
     if tied is not None:
         # Twin inputs (sub_fusion) untie an input read along two paths; a computed tensor
@@ -100,6 +103,7 @@ def sub_fusion(
             # An intermediate written by an earlier kernel: read it as a contiguous input.
             twin.definition = None
             twin.alias_of = None
+            _expanded_as_real(twin)
         copied.add_input(twin)
     for tv in outputs:
         twin = memo[id(tv)]
@@ -108,6 +112,16 @@ def sub_fusion(
     for position, original in separate_self_mapped_inputs(copied):
         boundary.insert(position, boundary[original])
     return copied, boundary, list(outputs)
+
+
+def _expanded_as_real(tv: TensorView) -> None:
+    """An intermediate read back from memory: the earlier kernel wrote every element of its
+    expanded broadcast axes (:func:`materialize_expanded`), so they are real axes here, with
+    strides, not one stored value each."""
+    for axis in tv.logical:
+        if axis.expanded_extent is not None:
+            axis.extent, axis.expanded_extent = axis.expanded_extent, None
+            axis.iter_type = IterType.ITERATION
 
 
 def materialize_expanded(fusion: Fusion, tv: TensorView) -> TensorView:
@@ -120,12 +134,26 @@ def materialize_expanded(fusion: Fusion, tv: TensorView) -> TensorView:
         return ir_ops.materialize(tv)
 
 
-def _self_mapped(fusion: Fusion) -> TensorView | None:
-    """A tensor two of whose axes the IdModel maps to each other (``x + x.T`` ties ``x``'s
-    rows to its columns): no loop structure indexes it right, since every index is derived
-    from one reference through that relation."""
+def _epilogue_tensors(fusion: Fusion) -> list[TensorView]:
+    """The MMA results and every tensor computed from them (the matmul kernel's epilogue)."""
+    found: dict[int, TensorView] = {}
+    frontier = [e.output for e in fusion.exprs() if isinstance(e, MmaOp)]
+    while frontier:
+        tv = frontier.pop()
+        if id(tv) in found:
+            continue
+        found[id(tv)] = tv
+        frontier.extend(use.output for use in fusion.uses_in_fusion(tv))
+    return list(found.values())
+
+
+def _self_mapped(fusion: Fusion, tensors: Sequence[TensorView] | None = None) -> TensorView | None:
+    """A tensor (of ``tensors``, all by default) two of whose axes the IdModel maps to each
+    other (``x + x.T`` ties ``x``'s rows to its columns): no loop structure indexes it right,
+    since every index is derived from one reference through that relation. In an MMA's
+    epilogue (``y + y.T`` of ``y = a @ b``) the tile a warpgroup holds has no transpose."""
     id_model = IdModel(fusion)
-    for tv in fusion.tensors():
+    for tv in fusion.tensors() if tensors is None else tensors:
         axes = [a for a in tv.logical if not a.is_broadcast or a.expanded_extent is not None]
         for i, first in enumerate(axes):
             for second in axes[i + 1 :]:

@@ -159,7 +159,7 @@ def _split(fusion: Fusion, expr: MatmulOp | LinearOp, parts: int, target: Target
             )
         if b_k_last:  # the weight's view is [S, N, K/S]: put K/S before N, as matmul wants
             b_view = ir_ops.transpose(b_view, -1, -2)
-        partial = ir_ops.cast(ir_ops.matmul(a_view, b_view), dtypes.float32)
+        partial = ir_ops.matmul(a_view, b_view, out_dtype=dtypes.float32)  # no bf16 round
         result = ir_ops.reduce(ReductionOpType.SUM, partial, -3)
         if bias is not None:
             result = ir_ops.binary(BinaryOpType.ADD, result, ir_ops.cast(bias, dtypes.float32))

@@ -86,6 +86,9 @@ def replay_like(target: TensorView, reference: TensorView, id_model: IdModel) ->
             elif outer is not None or inner is not None:
                 present = outer if outer is not None else inner
                 assert present is not None
+                missing = step.inner if inner is None else step.outer
+                if not missing.is_broadcast and missing.extent > 1:
+                    target.replay_short = True
                 mapping[id(step.output)] = present
         elif isinstance(step, Swizzle):
             x = mapping.get(id(step.inputs[0]))

@@ -16,6 +16,12 @@ holds; otherwise it raises :class:`pyfuse.errors.ScheduleError` naming the tenso
    and moves at most 16 bytes.
 5. **No grid reductions.** A reduction axis is not bound to a block index (the kernels have
    no cross-block reduction step) unless it is the split-K axis of a matmul accumulator.
+6. **Reference trips.** Given the kernel's reference (pointwise and reduction kernels, whose
+   lowering derives every index from the reference's loop indices), a tensor lacking an
+   axis the reference merged into one it has (``x.squeeze(1)`` of an ``[M, 1]`` beside an
+   ``[M, K]`` reference flattened to ``M*K``; ``replay_short``, set by replay) is inlined
+   into a consumer: in a loop nest of its own, the split replayed on its shorter extent
+   would be indexed by the reference's loops and only part of it computed.
 """
 
 from __future__ import annotations
@@ -123,13 +129,23 @@ def _check_inline(tv: TensorView, consumers: list[TensorView], id_model: IdModel
                 )
 
 
-def validate(fusion: Fusion) -> IdModel:
+def _check_reference_trips(tv: TensorView, reference: TensorView) -> None:
+    if tv.replay_short and tv.inline_position == 0:
+        _fail(
+            f"T{tv.name} lacks an axis the reference T{reference.name} merges into its loops, "
+            "and runs a loop nest of its own: the reference's indices would cover part of it"
+        )
+
+
+def validate(fusion: Fusion, reference: TensorView | None = None) -> IdModel:
     """Check ``fusion``'s schedule (see the module docstring); returns the IdModel it built,
-    for a later pass that reads the same fusion unchanged."""
+    for a later pass that reads the same fusion unchanged. ``reference``: rule 6."""
     id_model = IdModel(fusion)
     for tv in fusion.tensors():
         if fusion.is_input(tv) or tv.alias_of is not None:
             continue
+        if reference is not None and tv is not reference:
+            _check_reference_trips(tv, reference)
         _check_bindings(tv)
         _check_vectorize(tv)
         _check_reductions(tv)

@@ -23,9 +23,14 @@ Outcome classes (:data:`FAILURES` are the ones a fuzz run reports):
 
 Comparison: floats within ``rtol * |want| + atol * scale`` (``scale`` the output's RMS, at
 least 1; f32 1e-4, f16 1e-2, bf16 3e-2) with NaN where the reference has NaN and infinities
-equal; integers and bools exactly. An output fed by an op that can flip on a last-bit
-difference (a comparison or integer cast of a computed float) may differ in up to 1% of its
-elements, at least one.
+equal; integers and bools exactly. Elements float32 cannot determine are left out: where the
+reference computed again with a few float32 ulps of noise on every result
+(``evaluate(..., jitter=)``) moves past that tolerance (a sqrt of a cancellation, a
+comparison of near values, an integer cast of a computed float). An output fed by an op
+that can flip on a last-bit difference (a comparison or integer cast of a computed float)
+may differ in up to 1% of its elements, at least one; any output may be off by up to 0.5% in
+one element of a thousand, at least one (a 16-bit intermediate that rounded the other way,
+amplified after).
 """
 
 from __future__ import annotations
@@ -60,6 +65,9 @@ CLASSES = ("ok", "compiled", "invalid", *FAILURES)
 # (rtol, atol relative to the output's scale) per floating dtype name.
 _TOLERANCE = {"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (3e-2, 3e-2)}
 _LENIENT_SHARE = 0.01
+# At most one element in this many may miss the tolerance, by up to this much (relative).
+_NEAR_MISS_SHARE = 1000
+_NEAR_MISS_TOLERANCE = 5e-3
 
 
 @record(frozen=True)
@@ -111,27 +119,48 @@ def _error(cls: str, stage: str, error: BaseException, kernels: int = 0) -> Outc
 # ---- comparison ------------------------------------------------------------------------------
 
 
-def compare(got: Array, want: Array, lenient: bool = False) -> tuple[str, str] | None:
+def _mismatches(got: Array, want: Array, at_least: float = 0.0) -> Array:
+    """Where ``got`` is not ``want`` within the tolerance of the module doc (same shapes),
+    both tolerances at least ``at_least``."""
+    name = np.dtype(want.dtype).name
+    if name not in _TOLERANCE:
+        return np.asarray(got != want)
+    rtol, atol = (max(at_least, t) for t in _TOLERANCE[name])
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    finite = np.isfinite(w)
+    scale = max(1.0, float(np.sqrt(np.mean(w[finite] ** 2)))) if finite.any() else 1.0
+    with np.errstate(invalid="ignore"):
+        close = np.abs(g - w) <= rtol * np.abs(w) + atol * scale
+    same_special = (np.isnan(g) & np.isnan(w)) | (np.isinf(w) & (g == w))
+    return np.asarray(~(close | same_special))
+
+
+def compare(
+    got: Array, want: Array, lenient: bool = False, jittered: Sequence[Array] = ()
+) -> tuple[str, str] | None:
     """None when ``got`` matches ``want`` (see the module doc), else the kind of difference
-    (``shape``, ``dtype``, ``values``, ``nan``, ``not_nan``, ``poison``) and a description."""
+    (``shape``, ``dtype``, ``values``, ``nan``, ``not_nan``, ``poison``) and a description.
+    ``jittered``, the reference with float32-sized noise on every result, marks the
+    elements float32 cannot determine (where one differs from ``want``): those are not
+    compared."""
     if got.shape != want.shape or got.dtype != want.dtype:
         kind = "shape" if got.shape != want.shape else "dtype"
         return kind, f"got {got.dtype}{list(got.shape)}, want {want.dtype}{list(want.shape)}"
     if got.size == 0:
         return None
     name = np.dtype(want.dtype).name
-    if name in _TOLERANCE:
-        rtol, atol = _TOLERANCE[name]
-        g, w = got.astype(np.float64), want.astype(np.float64)
-        finite = np.isfinite(w)
-        scale = max(1.0, float(np.sqrt(np.mean(w[finite] ** 2)))) if finite.any() else 1.0
-        with np.errstate(invalid="ignore"):
-            close = np.abs(g - w) <= rtol * np.abs(w) + atol * scale
-        same_special = (np.isnan(g) & np.isnan(w)) | (np.isinf(w) & (g == w))
-        bad = ~(close | same_special)
-    else:
-        bad = got != want
+    bad = _mismatches(got, want)
+    for other in jittered:
+        if other.shape == want.shape:
+            bad &= ~_mismatches(other, want)
     count = int(bad.sum())
+    if (
+        0 < count <= max(1, got.size // _NEAR_MISS_SHARE)
+        and not (bad & _mismatches(got, want, _NEAR_MISS_TOLERANCE)).any()
+    ):
+        # A few elements just past the tolerance: a 16-bit intermediate rounded the other
+        # way (its sum taken in another order) and an op after it amplified that ulp.
+        return None
     if count == 0 or (lenient and count <= max(1, int(_LENIENT_SHARE * got.size))):
         return None
     where = np.unravel_index(int(np.flatnonzero(bad)[0]), got.shape)
@@ -152,8 +181,16 @@ def compare(got: Array, want: Array, lenient: bool = False) -> tuple[str, str] |
     )
 
 
-def _as_tuple(result: object) -> tuple[Array, ...]:
-    return result if isinstance(result, tuple) else (result,)  # type: ignore[return-value]
+def _references(
+    fusion: pf.Fusion, arrays: Sequence[Array], data_seed: int
+) -> tuple[list[Array], list[list[Array]]]:
+    """The reference outputs, and per output the same under float32-sized jitter (random,
+    then every result a little up, then down; see :func:`compare`)."""
+    from pyfuse.ir.interpreter import evaluate
+
+    jitters = (np.random.default_rng([data_seed, 0x717]), 1.0, -1.0)
+    runs = [evaluate(fusion, arrays, jitter) for jitter in jitters]
+    return evaluate(fusion, arrays), [list(outputs) for outputs in zip(*runs, strict=True)]
 
 
 # ---- CPU ------------------------------------------------------------------------------------
@@ -221,7 +258,7 @@ def run_function(
         return Outcome("compiled", kernels=kernels)
     arrays = random_inputs(specs, data_seed)
     try:
-        expected = _as_tuple(fused.reference(*arrays))
+        expected, jittered = _references(fusion, arrays, data_seed)
     except Exception as error:
         return _error("reference_error", "reference", error, kernels)
     output_specs = [(tv.shape, tv.dtype) for tv in fusion.outputs]
@@ -231,7 +268,7 @@ def run_function(
         return _error("interpreter_error", "simulate", error, kernels)
     flags = list(lenient) if lenient is not None else [False] * len(expected)
     for index, (got, want, flag) in enumerate(zip(actual, expected, flags, strict=True)):
-        difference = compare(got, np.asarray(want), flag)
+        difference = compare(got, want, flag, jittered[index])
         if difference is not None:
             kind, text = difference
             return Outcome("wrong_result", "compare", kind, f"output {index}: {text}", kernels)
@@ -309,13 +346,14 @@ def run_function_gpu(
     for call in range(2):
         arrays = random_inputs(specs, data_seed * 2 + call)
         try:
-            expected = _as_tuple(fused.reference(*arrays))
+            expected, jittered = _references(fusion, arrays, data_seed * 2 + call)
         except Exception as error:
             return _error("reference_error", "reference", error)
         tensors = [_to_torch(array, torch) for array in arrays]
         _poison_allocator(torch)
         try:
-            outputs = _as_tuple(fused(*tensors))
+            result = fused(*tensors)
+            outputs = result if isinstance(result, tuple) else (result,)
             torch.cuda.synchronize()
         except (pf.FusionError, pf.ScheduleError) as error:
             return _error("compile_error", f"call {call}", error)
@@ -323,7 +361,7 @@ def run_function_gpu(
             cls = "gpu_error" if _is_device_error(error) else "compile_error"
             return _error(cls, f"call {call}", error)
         for index, (got, want, flag) in enumerate(zip(outputs, expected, flags, strict=True)):
-            difference = compare(_to_host(got, torch), np.asarray(want), flag)
+            difference = compare(_to_host(got, torch), want, flag, jittered[index])
             if difference is not None:
                 kind, text = difference
                 return Outcome("wrong_result", f"call {call}", kind, f"output {index}: {text}")

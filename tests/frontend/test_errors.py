@@ -292,7 +292,8 @@ def test_schedule_error_naming_a_traced_tensor_starts_with_its_op(
         pipeline,
         "validate",
         planted(
-            "def planted(fusion):\n    raise ScheduleError('T1 is bound badly', op='validate')\n",
+            "def planted(fusion, reference=None):\n"
+            "    raise ScheduleError('T1 is bound badly', op='validate')\n",
             ScheduleError=pf.ScheduleError,
         ),
     )

@@ -113,7 +113,9 @@ def driver_module() -> Any:
         if state.ready:
             return state.module
         if state.error is not None:
-            raise state.error
+            # The same error each time, without the tracebacks of earlier raises (re-raising
+            # the stored object would append each raise's frames to it, without end).
+            raise state.error.with_traceback(None)
         try:
             cu = state.module if state.module is not None else _import_bindings()
             result = cu.cuInit(0)
