@@ -78,8 +78,9 @@ REDUCTION_COMBINE = {
 # A loop this short that indexes registers is unrolled; a longer one is a schedule bug.
 MAX_UNROLL = 256
 # Elements one thread may keep of one tensor in registers: the reduction scheduler's budget
-# for a persistent row (schedule_reduction.MAX_PERSISTENT_PER_THREAD); more spills.
-MAX_REGISTER_ELEMENTS = 64
+# for a persistent row (schedule_reduction.MAX_PERSISTENT_PER_THREAD); more spills (61
+# f32 of an outer softmax's column, kept for two loop nests, spilled 8 bytes).
+MAX_REGISTER_ELEMENTS = 48
 
 
 def kernel_name(base: str, index: int) -> str:
@@ -588,4 +589,27 @@ class _Lowering(IndexDerivation):
 def lower(plan: KernelPlan, name: str, id_model: IdModel | None = None) -> k.Kernel:
     """Kernel IR for one scheduled kernel (see the module docstring)."""
     with plan.fusion:
-        return _Lowering(plan, name, id_model).lower()
+        kernel = _Lowering(plan, name, id_model).lower()
+    if plan.params.get("vector_width", 1) == 1:
+        _check_scalar_arrays(kernel)
+    return kernel
+
+
+# 32-bit words of register arrays a kernel without vectors may keep per thread. Element by
+# element, each array slot comes with an address of its own, and ptxas spilled kernels of
+# 24 to 48 words (an outer reduction's 24-row column kept for two loop nests; five 19-element
+# bf16 rows); vectorized rows of 192 words did not.
+MAX_SCALAR_ARRAY_WORDS = 16
+
+
+def _check_scalar_arrays(kernel: k.Kernel) -> None:
+    words = sum(
+        buffer.size * max(buffer.dtype.itemsize, 2) / 4
+        for buffer in kernel.buffers.values()
+        if buffer.memory == MemoryType.LOCAL and buffer.size > 1
+    )
+    if words > MAX_SCALAR_ARRAY_WORDS:
+        raise ScheduleError(
+            f"kernel {kernel.name}: register arrays of {words:g} words per thread with one "
+            f"element per access (at most {MAX_SCALAR_ARRAY_WORDS}): ptxas would spill them"
+        )
