@@ -12,8 +12,7 @@ process (this file, re-run with ``--child``), ``--reps`` times; the tables show 
   an empty cache; a warm one (the variant record of an earlier process: no passes, no
   emission, no compiler import); and pyfuse's modules compiled from source, as a checkout run
   under ``PYTHONDONTWRITEBYTECODE=1`` (no ``__pycache__``) compiles them in every process.
-- **GPU stages** (skipped without a GPU): the same (with the emission of the compact form,
-  the quick build's source, before the PTX's), plus ``import cuda.bindings.driver``,
+- **GPU stages** (skipped without a GPU): the same, plus ``import cuda.bindings.driver``,
   ``cuInit``, the primary context, device attributes, module load (driver JIT of the PTX, or
   the cubin from the cache), and the first launch with its synchronize. Columns: with torch
   already holding the GPU (as a torch user has it: torch made the primary context, so pyfuse
@@ -83,7 +82,6 @@ GPU_ROWS = [
     "variant cache lookup",
     "passes",
     "emit",
-    "emit, compact form",
     "compile other",
     "module load",
     "first launch + sync",
@@ -94,7 +92,7 @@ GPU_ROWS = [
 # The GPU stages of one first call after ``import pyfuse``, in order.
 AFTER_IMPORT = GPU_ROWS[1 : GPU_ROWS.index("first launch + sync") + 1]
 # Compiled.timings keys that are not passes.
-_NOT_PASSES = frozenset({"trace", "emit", "emit_compact", "load", "variant_cache"})
+_NOT_PASSES = frozenset({"trace", "emit", "load", "variant_cache"})
 
 
 # ---- children: one measurement each, in a fresh process --------------------------------------
@@ -144,10 +142,8 @@ def _compile_stages(stages: dict[str, float], compiled: Any, wall_ms: float) -> 
     stages["trace"] = timings.get("trace", 0.0)
     stages["passes"] = sum(ms for name, ms in timings.items() if name not in _NOT_PASSES)
     stages["emit"] = timings.get("emit", 0.0)
-    if "emit_compact" in timings:  # a GPU call's quick build source, emitted before the PTX
-        stages["emit, compact form"] = timings["emit_compact"]
     stages["variant cache lookup"] = timings.get("variant_cache", 0.0)
-    named = ("trace", "passes", "emit", "emit, compact form", "variant cache lookup")
+    named = ("trace", "passes", "emit", "variant cache lookup")
     stages["compile other"] = wall_ms - sum(stages.get(name, 0.0) for name in named)
 
 

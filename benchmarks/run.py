@@ -56,16 +56,6 @@ def _check(name: str, got: Any, want: Any, tolerance: float) -> None:
         raise SystemExit(f"{name}: pyfuse disagrees with torch (max error {error})")
 
 
-def _warm_call(fused: pf.FusedFunction, args: tuple[Any, ...]) -> Any:
-    """A call of the kernels a warm process runs: the first call of a new kernel runs its
-    quick (-O0) build, so wait for the optimized build and call again (that call swaps it in)."""
-    from pyfuse.frontend.cache import wait_for_jits
-
-    fused(*args)
-    wait_for_jits()
-    return fused(*args)
-
-
 def _memory_case(
     name: str,
     fused: pf.FusedFunction,
@@ -76,7 +66,7 @@ def _memory_case(
     import torch
 
     compiled = torch.compile(eager)
-    out = _warm_call(fused, args)
+    out = fused(*args)
     _check(name, out, eager(*args), tolerance)
     moved = sum(a.numel() * a.element_size() for a in args) + out.numel() * out.element_size()
     result = Result(
@@ -165,7 +155,7 @@ def case_host_overhead() -> Result:
 
     x, y = torch.randn(16, device="cuda"), torch.randn(16, device="cuda")
     fused = pf.fuse(lambda x, y: x + y, name="tiny_add")
-    _warm_call(fused, (x, y))
+    fused(x, y)
     torch.cuda.synchronize()
 
     def per_call(fn: Callable[[], Any], trials: int = 9, count: int = 2000) -> float:
@@ -243,7 +233,7 @@ def _matmul_case(
 ) -> Result:
     import torch
 
-    out = _warm_call(fused, args)
+    out = fused(*args)
     want = eager(*args)
     outs = out if isinstance(out, tuple) else (out,)
     wants = want if isinstance(want, tuple) else (want,)

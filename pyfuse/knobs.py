@@ -77,12 +77,6 @@ KNOBS: dict[str, Knob] = {
         _parse_bool,
         lambda: False,
     ),
-    "quick_jit": Knob(
-        "PYFUSE_QUICK_JIT",
-        "0 makes a new kernel's first launch wait for the optimized JIT instead of a quick one",
-        _parse_bool,
-        lambda: True,
-    ),
     "verify": Knob(
         "PYFUSE_VERIFY",
         "1 runs the IR verifier at the pipeline's boundaries, 2 after every pass",
@@ -130,10 +124,6 @@ def require_ptxas() -> bool:
 
 def ptxas_path() -> str:
     return get("ptxas")  # type: ignore[no-any-return]
-
-
-def quick_jit() -> bool:
-    return get("quick_jit")  # type: ignore[no-any-return]
 
 
 def cache_enabled() -> bool:

@@ -78,8 +78,7 @@ def assert_close(got: np.ndarray, want: np.ndarray, *, atol: float, rtol: float,
 
 def run_twice(torch: Any, fused: Any, inputs: list[Any]) -> list[tuple[Any, ...]]:
     """Two calls of ``fused`` (a result that moves between them is a race), synchronized, each
-    call's outputs as a tuple. A new kernel's first call may run its quick (-O0) build; the
-    second waits for the optimized build itself, so both builds meet the reference."""
+    call's outputs as a tuple."""
     runs = []
     for _ in range(2):
         out = fused(*inputs)

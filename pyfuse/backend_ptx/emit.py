@@ -16,24 +16,12 @@ Layout of the emitted kernel:
   the copies of an unrolled loop differ only in that immediate (ptxas then keeps one address
   register for all of them) and address math never wraps, even past 2**31 elements.
 
-Compact form (:func:`emit_compact_ptx`, the quick first build's source): element loops, the
-unrolled loops whose bodies only compute, store and copy elements (no sync, shuffle or
-variable binding), run as loops, and the register arrays they touch live in per-thread
-``.local`` memory instead (a vector copy into or out of one moves the vector's bytes as they
-are; bools go byte by byte). The arithmetic is the same instructions in the same order, so
-both forms compute the same bits; the compact one is a fraction of the text (gelu over bf16
-vectors of 8: one copy of the math instead of 8), which ptxas builds in a fraction of the
-time.
-
 Scalar math (folding, dtype conversion, op expansions and their accuracy) is in
 :mod:`pyfuse.backend_ptx.emit_math`. The output is deterministic: the same kernel IR gives the
 same text. A construct the emitter cannot express raises :class:`~pyfuse.errors.ScheduleError`.
 """
 
 from __future__ import annotations
-
-import contextlib
-from collections.abc import Iterator
 
 from pyfuse.backend_ptx.abi import ParamKind
 from pyfuse.backend_ptx.emit_math import (
@@ -65,32 +53,6 @@ _MAX_VECTOR_BYTES = 16
 
 def emit_ptx(kernel: kir.Kernel, target: TargetInfo) -> str:
     """A PTX module with one ``.entry`` for ``kernel`` that assembles for ``target.arch``."""
-    return _emit_module(kernel, target, _ElementLoops.none())[0]
-
-
-# The compact form is worth a second emission and its own JIT only when it is at most this
-# share of the PTX's length (estimated from the loops it rolls).
-_COMPACT_MAX_SHARE = 0.75
-
-
-def emit_compact_ptx(kernel: kir.Kernel, target: TargetInfo) -> str | None:
-    """``kernel`` in the compact form (module docstring), with the same entry, params and
-    launch shape as :func:`emit_ptx`'s; None when that would not be much shorter than the PTX
-    (no element loop, or loops too light to outweigh the local-memory traffic)."""
-    plan = _ElementLoops.of(kernel)
-    if not plan.loops:
-        return None
-    text, emitter = _emit_module(kernel, target, plan)
-    lines = len(emitter.kb.lines)
-    # The PTX's length, about: these lines without the compact form's own (local-memory
-    # traffic, loop control), with each rolled loop's math repeated as unrolling repeats it.
-    estimate = lines - emitter.compact_lines + emitter.unrolled_extra_lines
-    return text if lines <= _COMPACT_MAX_SHARE * estimate else None
-
-
-def _emit_module(
-    kernel: kir.Kernel, target: TargetInfo, compact: _ElementLoops
-) -> tuple[str, _KernelEmitter]:
     module = PtxModule(target=target.arch)
     main_loop = kernel.main_loop()
     if main_loop is not None:
@@ -102,9 +64,8 @@ def _emit_module(
     else:
         directives = Directives(maxntid=kernel.block)
     builder = module.kernel(kernel.name, directives)
-    emitter = _KernelEmitter(kernel, builder, main_loop, compact)
-    emitter.emit()
-    return module.render(), emitter
+    _KernelEmitter(kernel, builder, main_loop).emit()
+    return module.render()
 
 
 def memory_type(dtype: DType) -> str:
@@ -130,90 +91,6 @@ class _Location:
     read_only: bool = False
 
 
-# Statements an element loop's body may hold: each computes, stores or copies elements, and
-# none needs the copies of an unrolled body to differ in constants (syncs and shuffles do).
-# No Let or Assign: a variable bound in one copy and read in the next would be read, in the
-# one rolled body, as it was bound before the loop.
-_ELEMENTWISE = (
-    kir.Store,
-    kir.If,
-    kir.For,
-    kir.Alloc,
-    kir.VectorLoad,
-    kir.VectorStore,
-    kir.Comment,
-)
-
-
-@record(frozen=True)
-class _ElementLoops:
-    """The compact form's choices: which unrolled loops run as loops (by id) and which LOCAL
-    buffers therefore live in local memory (in first-use order)."""
-
-    loops: frozenset[int]
-    in_memory: tuple[kir.Buffer, ...]
-
-    @classmethod
-    def none(cls) -> _ElementLoops:
-        return cls(frozenset(), ())
-
-    @classmethod
-    def of(cls, kernel: kir.Kernel) -> _ElementLoops:
-        if kernel.main_loop() is not None:
-            return cls.none()  # matmul kernels are built once, optimized
-        loops: list[kir.For] = []
-        buffers: dict[int, kir.Buffer] = {}
-        pending = list(reversed(kernel.body))
-        while pending:
-            stmt = pending.pop()
-            if isinstance(stmt, kir.For) and stmt.unroll and _elementwise(stmt.body):
-                # The outermost element loop: it and every unrolled loop inside it run as loops.
-                loops += [s for s in kir.walk(stmt.body) if isinstance(s, kir.For) and s.unroll]
-                loops.append(stmt)
-                for buffer in _local_buffers(stmt.body):
-                    buffers.setdefault(id(buffer), buffer)
-                continue
-            for body in stmt.children():
-                pending.extend(reversed(body))
-        return cls(frozenset(id(loop) for loop in loops), tuple(buffers.values()))
-
-
-def _elementwise(body: list[kir.Stmt]) -> bool:
-    return all(isinstance(stmt, _ELEMENTWISE) for stmt in kir.walk(body))
-
-
-def _local_buffers(body: list[kir.Stmt]) -> list[kir.Buffer]:
-    """The LOCAL buffers that ``body`` (element-wise statements) allocates, reads or writes,
-    in the order they appear."""
-    found: list[kir.Buffer] = []
-    for stmt in kir.walk(body):
-        expressions: list[kir.KExpr] = []
-        if isinstance(stmt, kir.Alloc):
-            found.append(stmt.buffer)
-        elif isinstance(stmt, kir.Store):
-            found.append(stmt.buffer)
-            expressions += [stmt.index, stmt.value]
-        elif isinstance(stmt, kir.VectorLoad | kir.VectorStore):
-            found += [stmt.target, stmt.source]
-            expressions += [stmt.target_index, stmt.source_index]
-        elif isinstance(stmt, kir.If):
-            expressions.append(stmt.condition)
-        elif isinstance(stmt, kir.For):
-            expressions.append(stmt.extent)
-        while expressions:
-            expr = expressions.pop()
-            if isinstance(expr, kir.Load):
-                found.append(expr.buffer)
-                expressions.append(expr.index)
-            elif isinstance(expr, kir.Binary):
-                expressions += [expr.lhs, expr.rhs]
-            elif isinstance(expr, kir.Unary | kir.Cast):
-                expressions.append(expr.operand)
-            elif isinstance(expr, kir.Select):
-                expressions += [expr.condition, expr.if_true, expr.if_false]
-    return [buffer for buffer in found if buffer.memory == MemoryType.LOCAL]
-
-
 def _assigned(kernel: kir.Kernel) -> frozenset[str]:
     """Variables updated after their Let: those always get a register."""
     names = set()
@@ -229,16 +106,8 @@ class _KernelEmitter:
         kernel: kir.Kernel,
         kb: KernelBuilder,
         main_loop: kir.MatmulMainLoop | None,
-        compact: _ElementLoops,
     ) -> None:
         self.kernel = kernel
-        self.compact = compact
-        self.local_arrays: dict[int, Reg] = {}  # LOCAL buffers in local memory: their address
-        # What the compact form costs and saves, in lines: its own (local-memory traffic,
-        # loop control), and how many more the rolled loops' math would take unrolled.
-        self.compact_lines = 0
-        self.unrolled_extra_lines = 0
-        self.rolling: list[list[int]] = []  # per rolled loop being emitted: inner [math, unrolled]
         self.main_loop = main_loop
         self.kb = kb
         self.math = ScalarMath(kb)
@@ -277,25 +146,8 @@ class _KernelEmitter:
         if kernel.smem_bytes > 0:
             self.smem = kb.reg(RegClass.B32)
             kb.emit(memory.mov_address(self.smem, kb.dynamic_smem()))
-        with self.compact_only():
-            self.declare_local_arrays()
         self.block(kernel.body)
         kb.emit(control.ret())
-
-    def declare_local_arrays(self) -> None:
-        kb = self.kb
-        if self.compact.loops:
-            kb.comment(
-                f"compact form: {len(self.compact.loops)} element loop(s) run as loops, "
-                f"{len(self.compact.in_memory)} array(s) in local memory"
-            )
-        for buffer in self.compact.in_memory:
-            # Declared and addressed once, at entry: an Alloc may sit inside a loop or branch.
-            nbytes = buffer.size * buffer.dtype.itemsize
-            symbol = kb.local_array(f"local_{buffer.name}", nbytes)
-            base = kb.reg(RegClass.B64)
-            kb.emit(memory.mov_address(base, symbol))
-            self.local_arrays[id(buffer)] = base
 
     # ---- statements ------------------------------------------------------------------------
 
@@ -357,12 +209,10 @@ class _KernelEmitter:
             if loop.unroll:
                 raise self.fail(f"unrolled loop {name} needs a constant extent, got {loop.extent}")
             self.serial_loop(loop, extent)
-        elif loop.unroll and id(loop) not in self.compact.loops:
+        elif loop.unroll:
             for iteration in range(int(extent)):
                 self.env[name] = iteration
                 self.block(loop.body)
-        elif int(extent) > 1 and loop.unroll:
-            self.rolled_loop(loop, int(extent))
         elif int(extent) > 1:
             self.serial_loop(loop, extent)
         elif int(extent) == 1:
@@ -371,33 +221,7 @@ class _KernelEmitter:
         if saved is not None:
             self.env[name] = saved
 
-    @contextlib.contextmanager
-    def compact_only(self) -> Iterator[None]:
-        """Count the lines emitted inside as the compact form's own (the PTX has none)."""
-        start = len(self.kb.lines)
-        try:
-            yield
-        finally:
-            self.compact_lines += len(self.kb.lines) - start
-
-    def rolled_loop(self, loop: kir.For, trips: int) -> None:
-        """An element loop of the compact form: a serial loop, and the estimate of what
-        unrolling it would cost (its math lines, times its trips)."""
-        start, own_start = len(self.kb.lines), self.compact_lines
-        self.rolling.append([0, 0])
-        body_lines = self.serial_loop(loop, trips)
-        inner_math, inner_unrolled = self.rolling.pop()
-        math_lines = body_lines - (self.compact_lines - own_start)
-        self.compact_lines += len(self.kb.lines) - start - body_lines  # the loop's control
-        unrolled = trips * (math_lines - inner_math + inner_unrolled)
-        if self.rolling:
-            self.rolling[-1][0] += math_lines
-            self.rolling[-1][1] += unrolled
-        else:
-            self.unrolled_extra_lines += unrolled - math_lines
-
-    def serial_loop(self, loop: kir.For, extent: Value) -> int:
-        """The loop; returns how many lines its body took."""
+    def serial_loop(self, loop: kir.For, extent: Value) -> None:
         kb, dtype = self.kb, loop.var.dtype
         ptype = storage_type(dtype)
         counter = kb.reg(storage_class(dtype))
@@ -410,9 +234,7 @@ class _KernelEmitter:
             kb.emit(control.bra(end).guarded(empty))
         kb.place(top)
         self.env[loop.var.name] = counter
-        body_start = len(kb.lines)
         self.block(loop.body)
-        body_lines = len(kb.lines) - body_start
         again = kb.reg(RegClass.PRED)
         kb.emit(
             arith.add(ptype, counter, counter, 1),
@@ -420,7 +242,6 @@ class _KernelEmitter:
             control.bra(top).guarded(again),
         )
         kb.place(end)
-        return body_lines
 
     def branch(self, stmt: kir.If) -> None:
         condition = self.expr(stmt.condition)
@@ -461,8 +282,6 @@ class _KernelEmitter:
 
     def allocate(self, buffer: kir.Buffer) -> None:
         if buffer.memory == MemoryType.LOCAL:
-            if id(buffer) in self.local_arrays:
-                return  # declared at entry
             if id(buffer) not in self.arrays:  # an Alloc run again names the same registers
                 self.arrays[id(buffer)] = self.kb.regs(storage_class(buffer.dtype), buffer.size)
         elif buffer.memory == MemoryType.SHARED:
@@ -480,10 +299,7 @@ class _KernelEmitter:
         if stmt.value.dtype != buffer.dtype:
             raise self.fail(f"store of {stmt.value.dtype.name} into {buffer.dtype.name} {buffer}")
         value = self.expr(stmt.value)
-        if id(buffer) in self.local_arrays:
-            with self.compact_only():
-                self.store_memory(self.local_address(buffer, stmt.index), value, buffer.dtype)
-        elif buffer.memory == MemoryType.LOCAL:
+        if buffer.memory == MemoryType.LOCAL:
             self.math.move(self.element(buffer, stmt.index), value, buffer.dtype)
         else:
             self.store_memory(self.address(buffer, stmt.index, store=True), value, buffer.dtype)
@@ -509,14 +325,6 @@ class _KernelEmitter:
 
     def element(self, buffer: kir.Buffer, index: kir.KExpr) -> Reg:
         return self.array(buffer)[self.constant_index(buffer, index)]
-
-    def local_address(self, buffer: kir.Buffer, index: kir.KExpr, width: int = 1) -> _Location:
-        """Where ``buffer[index]`` is in local memory (a compact form's array)."""
-        base, itemsize = self.local_arrays[id(buffer)], buffer.dtype.itemsize
-        address, constant = self.indexed(base, index, itemsize)
-        if address is base and not 0 <= constant <= buffer.size - width:
-            raise self.fail(f"index {constant} (+{width}) is outside local array {buffer}")
-        return _Location("local", Address(address, constant * itemsize))
 
     def indexed(self, base: Reg, index: kir.KExpr, itemsize: int) -> tuple[Reg, int]:
         """``base`` plus the register terms of ``index`` (times ``itemsize``) in 64 bits, and
@@ -652,9 +460,6 @@ class _KernelEmitter:
                 f"a vector of {width} x {dtype.name} must be a power of two of at most "
                 f"{_MAX_VECTOR_BYTES} bytes, got {nbytes}"
             )
-        if id(local) in self.local_arrays:
-            self.vector_copy_local(stmt, local, local_index, other, other_index)
-            return
         start = self.constant_index(local, local_index, width)
         registers = self.array(local)[start : start + width]
         where = self.address(other, other_index, store=not load)
@@ -662,59 +467,6 @@ class _KernelEmitter:
             self.vector_load(where, registers, dtype)
         else:
             self.vector_store(where, registers, dtype)
-
-    def vector_copy_local(
-        self,
-        stmt: kir.VectorLoad | kir.VectorStore,
-        local: kir.Buffer,
-        local_index: kir.KExpr,
-        other: kir.Buffer,
-        other_index: kir.KExpr,
-    ) -> None:
-        """A vector copy whose local side is in local memory: the vector's bytes move as they
-        are, one vector access on each side (element by element on the local side where its
-        address may not be aligned to the vector)."""
-        dtype, width = local.dtype, stmt.width
-        nbytes = width * dtype.itemsize
-        with self.compact_only():
-            home = self.local_address(local, local_index, width)
-        aligned = home.address.offset % nbytes == 0 and all(
-            coefficient * dtype.itemsize % nbytes == 0
-            for coefficient in self.affine(local_index)[0].values()
-        )
-        load = isinstance(stmt, kir.VectorLoad)
-        where = self.address(other, other_index, store=not load)
-        if aligned and not dtype.is_bool:
-            # Memory holds elements as the local array does: the words of the global access
-            # are the array's bytes. (Bools go element by element, through predicates, so a
-            # byte other than 0 or 1 in memory reads as 1, as in the PTX.)
-            if dtype.itemsize >= 4:
-                words, kind = self.kb.regs(storage_class(dtype), width), memory_type(dtype)
-            else:
-                words, kind = self.words(nbytes)
-            if load:
-                self.kb.emit(memory.ld(where.space, kind, words, where.address, nc=where.read_only))
-                with self.compact_only():
-                    self.kb.emit(memory.st("local", kind, home.address, list(words)))
-            else:
-                with self.compact_only():
-                    self.kb.emit(memory.ld("local", kind, words, home.address))
-                self.kb.emit(memory.st(where.space, kind, where.address, list(words)))
-            return
-        elements = [
-            _Location("local", Address(home.address.base, home.address.offset + i * dtype.itemsize))
-            for i in range(width)
-        ]
-        if load:
-            registers = self.kb.regs(storage_class(dtype), width)
-            self.vector_load(where, registers, dtype)
-            with self.compact_only():
-                for register, element in zip(registers, elements, strict=True):
-                    self.store_memory(element, register, dtype)
-            return
-        with self.compact_only():
-            loaded = tuple(self.load_memory(element, dtype) for element in elements)
-        self.vector_store(where, loaded, dtype)
 
     def words(self, nbytes: int) -> tuple[tuple[Reg, ...], str]:
         """Registers that carry ``nbytes`` of narrow elements, and their ld/st type."""
@@ -927,9 +679,6 @@ class _KernelEmitter:
         buffer = expr.buffer
         if expr.dtype != buffer.dtype:
             raise self.fail(f"load of {buffer.dtype.name} {buffer.name} as {expr.dtype.name}")
-        if id(buffer) in self.local_arrays:
-            with self.compact_only():
-                return self.load_memory(self.local_address(buffer, expr.index), buffer.dtype)
         if buffer.memory == MemoryType.LOCAL:
             return self.element(buffer, expr.index)
         return self.load_memory(self.address(buffer, expr.index), buffer.dtype)

@@ -4,7 +4,7 @@ The lowering builds each kernel with a :class:`KernelBuilder`: it declares
 params, asks for typed virtual registers, and appends the :class:`Instr` values
 that the ``instructions`` modules return. The builder never writes instruction
 text itself; it only writes the parts of a module that are not instructions
-(header, ``.param`` list, performance directives, ``.reg`` and ``.local`` declarations).
+(header, ``.param`` list, performance directives, ``.reg`` declarations).
 
 Rendering is deterministic: params keep declaration order, registers are
 numbered in allocation order, and register classes are declared in a fixed
@@ -195,7 +195,6 @@ class KernelBuilder:
         self._label_count = 0
         self._lines: list[Line] = []
         self._uses_dynamic_smem = False
-        self._local_arrays: dict[str, tuple[int, int]] = {}  # name -> (bytes, alignment)
 
     # ---- parameters -------------------------------------------------------------------------
 
@@ -246,23 +245,6 @@ class KernelBuilder:
     def uses_dynamic_smem(self) -> bool:
         return self._uses_dynamic_smem
 
-    def local_array(self, name: str, nbytes: int, align: int = 16) -> Symbol:
-        """Declare a per-thread ``.local`` byte array of this kernel; its symbol is its address
-        in the local window (``mov.u64`` it into a register to index it)."""
-        check_identifier(name, "local array name")
-        if (
-            name == DYNAMIC_SMEM
-            or name in self._local_arrays
-            or any(p.name == name for p in self._params)
-        ):
-            raise ValueError(f"kernel {self.name}: the name {name!r} is already declared")
-        if not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes < 1:
-            raise ValueError(f"local array {name}: size must be a positive integer, got {nbytes!r}")
-        if align not in (1, 2, 4, 8, 16):
-            raise ValueError(f"local array {name}: alignment must be 1-16, a power of two")
-        self._local_arrays[name] = (nbytes, align)
-        return Symbol(name)
-
     # ---- body -------------------------------------------------------------------------------
 
     def emit(self, *items: Line | Iterable[Line]) -> None:
@@ -308,8 +290,6 @@ class KernelBuilder:
             count = self._reg_counts[cls]
             if count:
                 out.append(f"    .reg .{cls.value} {REG_PREFIX[cls]}<{count}>;")
-        for name, (nbytes, align) in self._local_arrays.items():
-            out.append(f"    .local .align {align} .b8 {name}[{nbytes}];")
         out.append("")
         for line in self._lines:
             if isinstance(line, Label):

@@ -2,17 +2,19 @@
 
 ``compile_fusion`` runs the pass pipeline and the PTX emitter; it needs no GPU. Each
 stage's artifact is kept (math IR, scheduled IR, kernel IR, PTX) and drives both
-``PYFUSE_DUMP`` and the introspection properties.
+``PYFUSE_DUMP`` and the introspection properties. A ``jit`` hook gets each kernel's name and
+PTX the moment it is emitted (before the next kernel is planned), so the runtime can start
+the driver's JIT beside the rest of the compile.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from typing import Protocol
+from collections.abc import Callable
 
 from pyfuse import knobs
-from pyfuse.backend_ptx.emit import emit_compact_ptx, emit_ptx
+from pyfuse.backend_ptx.emit import emit_ptx
 from pyfuse.errors import ScheduleError
 from pyfuse.frontend import variant_cache
 from pyfuse.frontend.compiled import Compiled, Kernel
@@ -23,7 +25,6 @@ from pyfuse.ir.kernel_ir import ParamRole
 from pyfuse.ir.params import MatmulParams
 from pyfuse.ir.target import TargetInfo
 from pyfuse.passes import pipeline
-from pyfuse.passes.plan import MATMUL_SCHEDULER
 
 # The sources the compiler was loaded from: the variant cache stores its results only while
 # they are unchanged.
@@ -43,33 +44,8 @@ def _arguments(
     return result
 
 
-class QuickStart(Protocol):
-    """A quick build started on a kernel's compact form, before its PTX exists."""
-
-    def abandon(self) -> None:
-        """The kernel's PTX will not come (its emission failed)."""
-
-
-class JitHooks(Protocol):
-    """Where a compile hands each kernel's PTX as soon as it exists: the runtime starts the
-    driver's JIT on it, beside the rest of the compile."""
-
-    def compact(self, name: str, ptx: str) -> QuickStart | None:
-        """The compact form of a kernel whose first launches may run a quick build, before
-        its PTX is emitted; what it returns goes with that PTX to :meth:`full`."""
-
-    def full(self, name: str, ptx: str, quick: bool, compact: QuickStart | None) -> None:
-        """A kernel's PTX; ``quick``: its first launches may run a quick (-O0) build."""
-
-
-def _compact_form(kernel_ir: KernelIR, target: TargetInfo) -> str | None:
-    """The kernel's compact form, or None where it has none or the emitter cannot write it
-    (an IR shape only the PTX's unrolling handles): it only speeds the first launches up,
-    and the PTX's emission, next, reports any real fault of the kernel."""
-    try:
-        return emit_compact_ptx(kernel_ir, target)
-    except (ScheduleError, ValueError):
-        return None
+# Where a compile hands each kernel's (name, PTX) as soon as it exists.
+JitHook = Callable[[str, str], None]
 
 
 def _dump(stage: str, text: str) -> None:
@@ -80,11 +56,10 @@ def compile_fusion(
     fusion: Fusion,
     target: TargetInfo,
     matmul: MatmulParams | None = None,
-    jit: JitHooks | None = None,
+    jit: JitHook | None = None,
 ) -> Compiled:
     """Passes and PTX emission for a traced fusion; no GPU needed. ``jit`` gets each kernel's
-    PTX as soon as it is emitted, and first its compact form (the quick build's source) where
-    its first launches may run one and the form differs (``emit_compact_ptx``).
+    name and PTX as soon as it is emitted.
 
     Errors leave in the user's terms: a ScheduleError starts with the user's op, line, shapes
     and dtypes; any exception that is not a PyfuseError (a bug) becomes an InternalError that
@@ -113,42 +88,25 @@ def compile_fusion(
 
 
 def _compile(
-    fusion: Fusion, target: TargetInfo, matmul: MatmulParams | None, jit: JitHooks | None
+    fusion: Fusion, target: TargetInfo, matmul: MatmulParams | None, jit: JitHook | None
 ) -> Compiled:
     # Stages are rendered as text only when PYFUSE_DUMP asks for them.
     dump = knobs.dump()
     if "ir" in dump:
         _dump("ir", str(fusion))
     built: dict[int, Kernel] = {}
-    emit_seconds = compact_seconds = 0.0
+    emit_seconds = 0.0
 
     def emit(index: int, stages: pipeline.KernelStages) -> None:
-        """One kernel's PTX (and, first, its compact form for the quick JIT); inside the
-        pipeline, so a kernel the emitter cannot write takes a simpler plan."""
-        nonlocal emit_seconds, compact_seconds
+        """One kernel's PTX; inside the pipeline, so a kernel the emitter cannot write takes a
+        simpler plan."""
+        nonlocal emit_seconds
         kernel_ir = stages.kernel_ir
-        # A matmul kernel's first launch waits for its optimized build: its -O0 build was
-        # never measured, and ptxas may serialize a wgmma pipeline it does not schedule.
-        quick = stages.plan.scheduler != MATMUL_SCHEDULER
-        started = None
-        if jit is not None and quick and knobs.quick_jit():
-            # The compact form first: its quick build, a fraction of the PTX's, then runs
-            # while the PTX is emitted.
-            start = time.perf_counter()
-            compact = _compact_form(kernel_ir, target)
-            compact_seconds += time.perf_counter() - start
-            if compact is not None:
-                started = jit.compact(kernel_ir.name, compact)
         start = time.perf_counter()
-        try:
-            ptx = emit_ptx(kernel_ir, target)
-        except BaseException:
-            if started is not None:
-                started.abandon()
-            raise
+        ptx = emit_ptx(kernel_ir, target)
         emit_seconds += time.perf_counter() - start
         if jit is not None:
-            jit.full(kernel_ir.name, ptx, quick, started)
+            jit(kernel_ir.name, ptx)
         built[index] = Kernel(
             name=kernel_ir.name,
             scheduler=stages.plan.scheduler,
@@ -182,8 +140,6 @@ def _compile(
         kernel.arguments = _arguments(kernel_ir, sources, sinks)
         kernels.append(kernel)
     timings["emit"] = emit_seconds
-    if compact_seconds:
-        timings["emit_compact"] = compact_seconds
     return Compiled(
         name=fusion.name,
         kernels=kernels,

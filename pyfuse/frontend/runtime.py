@@ -30,8 +30,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pyfuse import knobs
@@ -215,7 +214,7 @@ def _compile(
             if compiled is not None:
                 compiled.timings = {"trace": traced, "variant_cache": time.perf_counter() - start}
         if compiled is None:
-            compiled = full_compile(None if device is None else _JitAhead(device, target.arch))
+            compiled = full_compile(None if device is None else _jit_ahead(device, target.arch))
             compiled.timings = {"trace": traced, **compiled.timings}
             if key is not None:
                 variant_cache.store(key, compiled)
@@ -225,23 +224,16 @@ def _compile(
         return compiled
 
 
-class _JitAhead:
-    """A compile's :class:`~pyfuse.frontend.compile.JitHooks` for a GPU call: each kernel's
-    JIT starts on a background thread as soon as its compact form or PTX exists."""
+def _jit_ahead(device: int, arch: str) -> Callable[[str, str], None]:
+    """A compile's ``jit`` hook for a GPU call: each kernel's driver JIT starts on a
+    background thread as soon as its PTX exists (:func:`~pyfuse.frontend.cache.jit_ahead`)."""
 
-    def __init__(self, device: int, arch: str) -> None:
-        self.device = device
-        self.arch = arch
-
-    def compact(self, name: str, ptx: str) -> Any:
+    def start(name: str, ptx: str) -> None:
         from pyfuse.frontend import cache
 
-        return cache.jit_compact(ptx, name, device=self.device)
+        cache.jit_ahead(ptx, name, device=device, arch=arch)
 
-    def full(self, name: str, ptx: str, quick: bool, compact: Any) -> None:
-        from pyfuse.frontend import cache
-
-        cache.jit_ahead(ptx, name, device=self.device, arch=self.arch, quick=quick, compact=compact)
+    return start
 
 
 def compile_for(fused: Any, args: Sequence[object]) -> Any:
@@ -422,12 +414,8 @@ class Loaded:
     cache), functions with their shared-memory opt-in, and launchers whose argument packing
     is built once. ``compiled.timings["load"]`` adds the time taken.
 
-    A kernel first loaded from its quick build (:func:`~pyfuse.frontend.cache.load_for_launch`)
-    keeps an :class:`~pyfuse.frontend.cache.OptimizedBuild`. Only the first launch may run the
-    quick build (it swaps in the optimized builds already done); every later one waits for the
-    rest and swaps them in first, so a benchmark or a loop right after a first call never runs
-    the -O0 build twice (a warm launch checks one empty list). The quick module stays loaded,
-    since a CUDA graph captured by that first launch still launches it."""
+    Loading a new kernel waits for its driver JIT (started ahead by the compile, or run here):
+    every launch, the first included, runs the one optimized build of each kernel."""
 
     def __init__(self, compiled: Any, plan: Plan, device: int, arch: str) -> None:
         global _several_devices
@@ -435,33 +423,12 @@ class Loaded:
 
         start = time.perf_counter()
         self.device = device
-        self.sources: list[str] = []  # where each module came from (cache, jit, quick jit, ptx)
+        self.sources: list[str] = []  # where each module came from (cache, jit, ptx)
         launches = []
-        # (kernel index, kernel, its buffer slots, its optimized build) per quick build running
-        self._pending: list[tuple[int, Any, tuple[int, ...], Any]] = []
-        # Set by the first launch: the one launch the quick builds may serve is spent.
-        self._quick_spent = False
-        for index, (kernel, slots) in enumerate(
-            zip(compiled.kernels, plan.kernel_slots, strict=True)
-        ):
-            module, source, optimized = cache.load_for_launch(
-                kernel.ptx, kernel.name, device=device, arch=arch, quick=not kernel.launch_needs_ir
-            )
+        for kernel, slots in zip(compiled.kernels, plan.kernel_slots, strict=True):
+            module, source = cache.load_module(kernel.ptx, kernel.name, device=device, arch=arch)
             self.sources.append(source)
             launches.append(_launch_entry(kernel, slots, module))
-            if optimized is not None:
-                self._pending.append((index, kernel, slots, optimized))
-        self._set_launches(launches)
-        from pyfuse.backend_ptx import driver
-
-        self._context = driver.context
-        # Launchers write their argument slots in place: one launch sequence at a time.
-        self._lock = threading.Lock()
-        compiled.timings["load"] = compiled.timings.get("load", 0.0) + time.perf_counter() - start
-        _loaded_devices.add(device)
-        _several_devices = len(_loaded_devices) > 1
-
-    def _set_launches(self, launches: list[tuple[Any, ...]]) -> None:
         self._launches = tuple(launches)
         # The common case, one kernel whose parameters are the buffers in order, launches
         # with the caller's buffer list as is.
@@ -473,54 +440,20 @@ class Loaded:
         ):
             launcher, grid, block, smem, _, _ = launches[0]
             self._direct = launcher.bound(grid, block, smem)
-
-    def _install_optimized(self) -> list[str]:
-        """Swap in the optimized builds (under the launch lock): at the first launch those
-        that are ready, the others left to their quick builds for this one launch; at every
-        later launch all of them, waiting for those still building. One that fails leaves its
-        kernel on the quick build for good: never an error at the call (nor a build again),
-        but one warning, whose text this returns for :meth:`launch` to give after the launch."""
-        wait = self._quick_spent
-        self._quick_spent = True
-        if not wait and not any(optimized.ready() for _, _, _, optimized in self._pending):
-            return []
         from pyfuse.backend_ptx import driver
-        from pyfuse.frontend import cache
 
-        if wait:
-            # Before anything changes, so an interrupted wait leaves the launch as it was. A
-            # host wait, which a CUDA graph capture under way on this thread survives (the
-            # JIT thread relaxes its own capture mode for the build).
-            for _, _, _, optimized in self._pending:
-                optimized.wait()
-        launches = list(self._launches)
-        waiting, failures = [], []
-        for index, kernel, slots, optimized in self._pending:
-            if not optimized.ready():
-                waiting.append((index, kernel, slots, optimized))
-                continue
-            try:
-                # The caller may be capturing a CUDA graph: loading a module enqueues nothing.
-                with driver.capture_tolerant():
-                    launches[index] = _launch_entry(kernel, slots, optimized.load())
-            except Exception as error:  # LaunchError; anything else must not break calls either
-                failures.append(
-                    f"pyfuse: kernel {kernel.name} keeps running its quick (-O0) build: {error}"
-                )
-                continue
-            self.sources[index] = cache.FROM_JIT
-        self._pending = waiting
-        self._set_launches(launches)
-        return failures
+        self._context = driver.context
+        # Launchers write their argument slots in place: one launch sequence at a time.
+        self._lock = threading.Lock()
+        compiled.timings["load"] = compiled.timings.get("load", 0.0) + time.perf_counter() - start
+        _loaded_devices.add(device)
+        _several_devices = len(_loaded_devices) > 1
 
     def launch(self, buffers: list[int], stream: Any) -> None:
         """Launch every kernel in order on ``stream`` with the numbered buffers."""
-        failures = None
         lock = self._lock
         lock.acquire()  # cheaper than ``with`` on the hot path
         try:
-            if self._pending:
-                failures = self._install_optimized()
             if _several_devices:
                 self._context(self.device)
             if self._direct is not None:
@@ -533,12 +466,6 @@ class Loaded:
                     launcher.launch(grid, block, smem, stream, arguments)
         finally:
             lock.release()
-        # After the launch: a warning that ``-W error`` raises must not stop this call's kernels
-        # (and the kernel is off the pending list already, so later calls do not warn again).
-        for message in failures or ():
-            # The frames up to the user's line: launch, Bound.run, call (or run_compiled),
-            # FusedFunction.__call__ (or Compiled.__call__).
-            warnings.warn(message, RuntimeWarning, stacklevel=5)
 
 
 def _launch_entry(kernel: Any, slots: tuple[int, ...], module: Any) -> tuple[Any, ...]:

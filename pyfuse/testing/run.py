@@ -1,7 +1,7 @@
 """Run one fuzz case and classify what happened.
 
 :func:`run_program` (CPU) traces the program, runs ``pipeline.run(fusion, HOPPER)``, emits
-every kernel's PTX and its compact form, assembles each with ``ptxas -arch=sm_90a -v``, runs
+every kernel's PTX, assembles each with ``ptxas -arch=sm_90a -v``, runs
 every kernel on the kernel-IR interpreter (unless the fusion has a matmul kernel, which the
 interpreter does not run: those cases stop after assembly) and compares each output with
 ``FusedFunction.reference`` on fresh random inputs laid out as the specs say.
@@ -216,7 +216,7 @@ def run_function(
     assemble: bool = True,
 ) -> Outcome:
     """Compile, assemble and simulate ``fn`` for ``specs`` on the CPU; never raises."""
-    from pyfuse.backend_ptx.emit import emit_compact_ptx, emit_ptx
+    from pyfuse.backend_ptx.emit import emit_ptx
     from pyfuse.backend_ptx.ptxas import PtxasError
     from pyfuse.backend_ptx.ptxas import assemble as ptxas_assemble
     from pyfuse.ir.target import HOPPER
@@ -227,14 +227,11 @@ def run_function(
     fusion = _trace(fused, specs)
     if isinstance(fusion, Outcome):
         return fusion
-    emitted: dict[int, tuple[str, str | None]] = {}
+    emitted: dict[int, str] = {}
 
     def emit(index: int, stages: pipeline.KernelStages) -> None:
         # As the frontend's compile does: a kernel the emitter cannot write falls back.
-        emitted[index] = (
-            emit_ptx(stages.kernel_ir, HOPPER),
-            emit_compact_ptx(stages.kernel_ir, HOPPER),
-        )
+        emitted[index] = emit_ptx(stages.kernel_ir, HOPPER)
 
     try:
         result = pipeline.run(fusion, HOPPER, emit=emit)
@@ -243,13 +240,11 @@ def run_function(
     kernels = len(result.kernels)
     has_matmul = any(stages.plan.scheduler == MATMUL_SCHEDULER for stages in result.kernels)
     for index in range(kernels):
-        ptx, compact = emitted[index]
+        ptx = emitted[index]
         if not assemble:
             continue
         try:
             problems = ptxas_assemble(ptx).problems()
-            if compact is not None:
-                ptxas_assemble(compact)  # its local arrays are by design: only errors count
         except PtxasError as error:
             return _error("compile_error", "ptxas", error, kernels)
         if problems:

@@ -33,7 +33,6 @@ class CUjit_option(enum.IntEnum):  # noqa: N801 (binding name)
     CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES = 4
     CU_JIT_ERROR_LOG_BUFFER = 5
     CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6
-    CU_JIT_OPTIMIZATION_LEVEL = 7
     CU_JIT_LOG_VERBOSE = 12
 
 
@@ -207,10 +206,8 @@ class FakeDriver:
     init_result: CUresult = CUresult.CUDA_SUCCESS
     jit_error_log: bytes = b"ptxas application ptx input, line 7; error   : Unknown symbol 'x'"
     cubin: bytes = b"\x7fELF fake cubin"
-    # What a link at CU_JIT_OPTIMIZATION_LEVEL 0 returns (the quick build).
-    quick_cubin: bytes = b"\x7fELF fake quick cubin"
-    # Set by a test to hold every optimized link (no -O0 option) until the event is set.
-    optimized_gate: threading.Event | None = None
+    # Set by a test to hold every link (cuLinkComplete) until the event is set.
+    link_gate: threading.Event | None = None
     # Set by a test while a CUDA graph capture in the global mode is under way: module loads
     # and links from a thread whose capture mode is not relaxed then fail, as the driver's
     # "unsafe" calls do, and invalidate the capture.
@@ -238,7 +235,6 @@ class FakeDriver:
 
     def __post_init__(self) -> None:
         self._cubin_buffer = ctypes.create_string_buffer(self.cubin, len(self.cubin))
-        self._quick_buffer = ctypes.create_string_buffer(self.quick_cubin, len(self.quick_cubin))
         # Each thread's capture mode, by thread id (the driver's is per thread).
         self._capture_modes: dict[int, CUstreamCaptureMode] = {}
 
@@ -341,17 +337,14 @@ class FakeDriver:
         return (CUresult.CUDA_SUCCESS,)
 
     def cuLinkCreate(self, count: int, options: list[Any], values: list[Any]) -> tuple[Any, ...]:
-        level = 4  # the driver's default
-        if CUjit_option.CU_JIT_OPTIMIZATION_LEVEL in options:
-            level = values[options.index(CUjit_option.CU_JIT_OPTIMIZATION_LEVEL)]
-        self._record("cuLinkCreate", count, level)
+        self._record("cuLinkCreate", count)
         if self._refused_in_capture():
             return (CUresult.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, None)
-        return (CUresult.CUDA_SUCCESS, Handle("link", level))
+        return (CUresult.CUDA_SUCCESS, Handle("link", 1))
 
-    def link_levels(self) -> list[int]:
-        """The optimization level of every link so far, in order."""
-        return [call[2] for call in self.calls if call[0] == "cuLinkCreate"]
+    def links(self) -> int:
+        """How many links (driver JITs) were made so far."""
+        return self.names().count("cuLinkCreate")
 
     def cuLinkAddData(self, state: Handle, kind: Any, data: bytes, *rest: Any) -> tuple[Any, ...]:
         self._record("cuLinkAddData", kind, data)
@@ -360,11 +353,8 @@ class FakeDriver:
         return (CUresult.CUDA_SUCCESS,)
 
     def cuLinkComplete(self, state: Handle) -> tuple[Any, ...]:
-        if state.value == 0:
-            quick = ctypes.addressof(self._quick_buffer)
-            return (CUresult.CUDA_SUCCESS, quick, len(self.quick_cubin))
-        if self.optimized_gate is not None:
-            self.optimized_gate.wait()
+        if self.link_gate is not None:
+            self.link_gate.wait()
         if self._refused_in_capture():
             return (CUresult.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, 0, 0)
         return (CUresult.CUDA_SUCCESS, ctypes.addressof(self._cubin_buffer), len(self.cubin))

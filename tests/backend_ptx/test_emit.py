@@ -15,11 +15,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pytest
-from check_utils import require_ptxas
 
 import pyfuse as pf
 from pyfuse.backend_ptx import emit_math, ptxas
-from pyfuse.backend_ptx.emit import emit_compact_ptx, emit_ptx
+from pyfuse.backend_ptx.emit import emit_ptx
 from pyfuse.errors import ScheduleError
 from pyfuse.frontend.spec import Spec
 from pyfuse.ir import dtypes
@@ -106,206 +105,6 @@ def test_corpus_assembles_clean(
 ) -> None:
     for ptx, registers in assemble_all(assemble_clean, fn, *specs).values():
         assert ".maxntid" in ptx and registers > 0
-
-
-def _entry_header(ptx: str) -> str:
-    """The module header, the entry's params and its directives: what a launch relies on."""
-    return ptx[: ptx.index("{")]
-
-
-@pytest.mark.parametrize(("name", "fn", "specs"), CORPUS, ids=[c[0] for c in CORPUS])
-def test_compact_form_of_the_corpus_assembles(
-    name: str, fn: Callable[..., Any], specs: list[Spec]
-) -> None:
-    """The quick build's source: same entry, params and directives as the PTX, fewer lines,
-    assembles at -O0; local memory is its point, spills at -O4 would be a bug."""
-    require_ptxas()
-    for kernel in kernels_of(fn, *specs):
-        full, compact = emit_ptx(kernel, HOPPER), emit_compact_ptx(kernel, HOPPER)
-        if compact is None:
-            continue  # no element loop, or too light a one (test_light_loops_stay_unrolled)
-        assert _entry_header(compact) == _entry_header(full)
-        assert len(compact.splitlines()) <= len(full.splitlines())
-        assert "ld.local" in compact or "st.local" in compact
-        assert ".local" not in full
-        ptxas.assemble(compact, options=["-O0"])
-        optimized = ptxas.assemble(compact).kernel(kernel.name)
-        assert optimized.spill_store_bytes == optimized.spill_load_bytes == 0
-
-
-def test_compact_gelu_has_one_copy_of_the_math() -> None:
-    """gelu over bf16 vectors of 8: the PTX unrolls the math 8 times, the compact form runs
-    one copy in a loop over local memory."""
-    (kernel,) = kernels_of(lambda x, y, z: pf.gelu(x * y + z), *[spec((4096, 4096), bf16)] * 3)
-    full, compact = emit_ptx(kernel, HOPPER), emit_compact_ptx(kernel, HOPPER)
-    assert compact is not None
-    assert full.count("rcp.approx") == 8 and compact.count("rcp.approx") == 1
-    assert compact.count("$L__loop_") >= 3  # one loop per element-wise statement
-    # The global accesses stay the PTX's vector ones; each element then moves to local memory.
-    for text in (full, compact):
-        assert text.count("ld.global.nc.v4.b32") == 3 and text.count("st.global.v4.b32") == 1
-    # The vectors' bytes go to and from local memory as they are, one access each.
-    assert compact.count("st.local.v4.b32") == 3 and compact.count("ld.local.v4.b32") == 1
-    assert len(compact.splitlines()) < len(full.splitlines()) / 3
-
-
-def test_compact_vector_copy_at_an_unaligned_local_index(assemble_clean: Assemble) -> None:
-    """A vector of two f32 copied to local elements 1-2 (4 bytes into the array, not 8-byte
-    aligned) moves element by element on the local side."""
-    x = kir.Buffer("X", f32, MemoryType.GLOBAL, 64)
-    out = kir.Buffer("O", f32, MemoryType.GLOBAL, 64)
-    values = kir.Buffer("V", f32, MemoryType.LOCAL, 4)
-    i = kir.Var("i", dtypes.int32, 4)
-    one, zero = kir.Const(1, dtypes.int32), kir.Const(0, dtypes.int32)
-    body: list[kir.Stmt] = [
-        kir.Alloc(values),
-        kir.VectorLoad(values, zero, x, zero, 4),
-        kir.VectorLoad(values, one, x, kir.Const(8, dtypes.int32), 2),
-        kir.For(i, kir.Const(4, dtypes.int32), [
-            kir.Store(out, i, kir.Unary("gelu", kir.Load(values, i, f32), f32)),
-        ], unroll=True),
-    ]  # fmt: skip
-    kernel = kir.Kernel(
-        name="unaligned", params=[kir.TensorParam("X", f32, kir.ParamRole.INPUT, 0, (64,)),
-                                  kir.TensorParam("O", f32, kir.ParamRole.OUTPUT, 0, (64,))],
-        buffers={b.name: b for b in (x, out, values)}, body=body, grid=(1, 1, 1),
-        block=(1, 1, 1),
-    )  # fmt: skip
-    assemble_clean(emit_ptx(kernel, HOPPER))
-    compact = emit_compact_ptx(kernel, HOPPER)
-    assert compact is not None
-    ptxas.assemble(compact, options=["-O0"])
-    assert compact.count("st.local.v4.f32") == 1  # elements 0-3: aligned, one access
-    assert "ld.global.nc.v2.f32" in compact  # the global side stays one vector access
-    assert "st.local.f32 [%rd4+4], %f4;" in compact and "st.local.f32 [%rd4+8], %f5;" in compact
-
-
-def _heavy_loop_kernel(
-    body_of: Callable[[kir.Var, kir.Buffer, kir.Buffer], list[kir.Stmt]], dtype: DType = f32
-) -> kir.Kernel:
-    """One thread: a vector of four ``dtype`` X elements into local V, then an unrolled loop
-    over i with the given body (heavy enough, with a gelu, to be worth a compact form)."""
-    x = kir.Buffer("X", dtype, MemoryType.GLOBAL, 4)
-    out = kir.Buffer("O", f32, MemoryType.GLOBAL, 4)
-    values = kir.Buffer("V", dtype, MemoryType.LOCAL, 4)
-    i = kir.Var("i", dtypes.int32, 4)
-    zero = kir.Const(0, dtypes.int32)
-    body: list[kir.Stmt] = [
-        kir.Alloc(values), kir.VectorLoad(values, zero, x, zero, 4),
-        kir.For(i, kir.Const(4, dtypes.int32), body_of(i, values, out), unroll=True),
-    ]  # fmt: skip
-    return kir.Kernel(
-        name="heavy", params=[kir.TensorParam("X", dtype, kir.ParamRole.INPUT, 0, (4,)),
-                              kir.TensorParam("O", f32, kir.ParamRole.OUTPUT, 0, (4,))],
-        buffers={b.name: b for b in (x, out, values)}, body=body, grid=(1, 1, 1),
-        block=(1, 1, 1),
-    )  # fmt: skip
-
-
-def test_loops_that_bind_variables_stay_unrolled() -> None:
-    """A Let (or Assign) in an element loop could be read by the next copy of its body; run
-    as one loop body, that read would see the binding from before the loop."""
-
-    def gelu_of(i: kir.Var, values: kir.Buffer, out: kir.Buffer) -> list[kir.Stmt]:
-        return [kir.Store(out, i, kir.Unary("gelu", kir.Load(values, i, f32), f32))]
-
-    assert emit_compact_ptx(_heavy_loop_kernel(gelu_of), HOPPER) is not None
-    carried = kir.Var("x", f32, 1)
-
-    def carrying(i: kir.Var, values: kir.Buffer, out: kir.Buffer) -> list[kir.Stmt]:
-        return [
-            kir.Store(out, i, kir.Unary("gelu", carried, f32)),
-            kir.Let(carried, kir.Load(values, i, f32)),
-        ]
-
-    kernel = _heavy_loop_kernel(carrying)
-    kernel.body.insert(0, kir.Let(carried, kir.Const(1.0, f32)))
-    assert emit_compact_ptx(kernel, HOPPER) is None
-
-
-def test_bool_vectors_move_element_by_element() -> None:
-    """A bool vector reaches local memory one byte at a time through a predicate, so a byte
-    other than 0 or 1 in memory reads as 1, as in the PTX."""
-
-    def select(i: kir.Var, flags: kir.Buffer, out: kir.Buffer) -> list[kir.Stmt]:
-        value = kir.Unary("gelu", kir.Cast(kir.Load(flags, i, boolean), f32), f32)
-        return [kir.Store(out, i, value)]
-
-    compact = emit_compact_ptx(_heavy_loop_kernel(select, boolean), HOPPER)
-    assert compact is not None
-    ptxas.assemble(compact, options=["-O0"])
-    assert "ld.global.nc.b32" in compact and compact.count("st.local.u8") == 4
-    assert "st.local.b32" not in compact
-
-
-def test_light_loops_stay_unrolled() -> None:
-    """A compact form that would not be much shorter than the PTX is not made: moving a
-    select's four int32 elements through local memory costs more lines than it saves."""
-    (kernel,) = kernels_of(lambda x, y: pf.where(x < y, x, y), *[spec((1000,), i32)] * 2)
-    assert any(isinstance(s, kir.For) and s.unroll for s in kernel.walk())
-    assert emit_compact_ptx(kernel, HOPPER) is None
-
-
-def test_compact_softmax_rolls_its_nested_loops() -> None:
-    (kernel,) = kernels_of(lambda x: pf.softmax(x, -1), spec(BIG, bf16))
-    full, compact = emit_ptx(kernel, HOPPER), emit_compact_ptx(kernel, HOPPER)
-    assert compact is not None
-    # The cross-thread reductions stay as they are: shuffles and the shared workspace.
-    for text in (full, compact):
-        assert text.count("shfl.sync.bfly.b32") == 10 and text.count("bar.sync 0") == 4
-    assert full.count("ex2.approx") == 32 and compact.count("ex2.approx") == 1
-    assert len(compact.splitlines()) < len(full.splitlines()) / 2
-
-
-def test_compact_form_of_hand_built_ir(assemble_clean: Assemble) -> None:
-    """An element loop (heavy enough: a gelu) with a branch on its variable, a bool array, an
-    accumulator read at constant indices outside the loop, and a loop that syncs (which
-    stays unrolled)."""
-    x = kir.Buffer("X", f32, MemoryType.GLOBAL, 64)
-    out = kir.Buffer("O", f32, MemoryType.GLOBAL, 64)
-    values = kir.Buffer("V", f32, MemoryType.LOCAL, 4)
-    flags = kir.Buffer("F", boolean, MemoryType.LOCAL, 4)
-    total = kir.Buffer("S", f32, MemoryType.LOCAL, 1)
-    tid = kir.Var("t", dtypes.int32, 16)
-    i, j = kir.Var("i", dtypes.int32, 4), kir.Var("j", dtypes.int32, 2)
-    four, zero = kir.Const(4, dtypes.int32), kir.Const(0, dtypes.int32)
-    element = kir.Binary("add", kir.Binary("mul", tid, four, dtypes.int32), i, dtypes.int32)
-    loaded = kir.Load(values, i, f32)
-    body: list[kir.Stmt] = [
-        kir.Let(tid, kir.Special(kir.SpecialKind.TID_X, 16, dtypes.int32)),
-        kir.Alloc(values), kir.Alloc(flags), kir.Alloc(total),
-        kir.VectorLoad(values, zero, x, kir.Binary("mul", tid, four, dtypes.int32), 4),
-        kir.Store(total, zero, kir.Const(0.0, f32)),
-        kir.For(i, four, [
-            kir.Store(flags, i, kir.Binary("gt", loaded, kir.Const(0.0, f32), boolean)),
-            kir.If(kir.Binary("lt", i, kir.Const(3, dtypes.int32), boolean), [
-                kir.Store(total, zero, kir.Binary("add", kir.Load(total, zero, f32), loaded, f32)),
-            ]),
-            kir.Store(values, i, kir.Select(kir.Load(flags, i, boolean),
-                                            kir.Unary("gelu", loaded, f32), kir.Const(0.0, f32),
-                                            f32)),
-        ], unroll=True),
-        kir.For(j, kir.Const(2, dtypes.int32), [kir.Sync()], unroll=True),
-        kir.Store(out, element, kir.Binary("add", kir.Load(values, i, f32),
-                                           kir.Load(total, zero, f32), f32)),
-    ]  # fmt: skip
-    body[-1] = kir.For(i, four, [body[-1]], unroll=True)
-    kernel = kir.Kernel(
-        name="hand", params=[kir.TensorParam("X", f32, kir.ParamRole.INPUT, 0, (64,)),
-                             kir.TensorParam("O", f32, kir.ParamRole.OUTPUT, 0, (64,))],
-        buffers={b.name: b for b in (x, out, values, flags, total)}, body=body,
-        grid=(1, 1, 1), block=(16, 1, 1),
-    )  # fmt: skip
-    full = emit_ptx(kernel, HOPPER)
-    compact = emit_compact_ptx(kernel, HOPPER)
-    assert compact is not None
-    assemble_clean(full)
-    ptxas.assemble(compact, options=["-O0"])
-    assert full.count("bar.sync 0") == compact.count("bar.sync 0") == 2  # stays unrolled
-    for name in ("V", "F", "S"):
-        assert f".local .align 16 .b8 local_{name}[" in compact
-    assert "st.local.u8" in compact and "ld.local.u8" in compact  # bools: a byte each
-    assert compact.count("setp.lt.s32") >= 2  # the branch on i is a real one now
 
 
 def test_big_normalizations_stay_in_budget(assemble_clean: Assemble) -> None:
@@ -867,17 +666,15 @@ def _host_inputs(kernel: kir.Kernel, rng: np.random.Generator, low: int) -> list
     return arrays
 
 
-def _run_on_gpu(
-    kernel: kir.Kernel, inputs: list[Array], image: bytes | str | None = None
-) -> list[Array]:
-    """Launch ``kernel`` (its PTX, or the given PTX or cubin) once on fresh buffers."""
+def _run_on_gpu(kernel: kir.Kernel, inputs: list[Array]) -> list[Array]:
+    """Launch ``kernel``'s PTX once on fresh buffers."""
     from pyfuse.backend_ptx import driver
     from pyfuse.backend_ptx.abi import ParamKind
 
     outputs = {p.index: np.zeros(p.shape, p.dtype.numpy()) for p in kernel.params
                if p.role == kir.ParamRole.OUTPUT}  # fmt: skip
     launcher = driver.Launcher(
-        driver.load_kernel(emit_ptx(kernel, HOPPER) if image is None else image, kernel.name),
+        driver.load_kernel(emit_ptx(kernel, HOPPER), kernel.name),
         [ParamKind.PTR] * len(kernel.params),
     )
     buffers = []
@@ -944,38 +741,6 @@ def test_gpu_results_match_the_interpreter(
         rtol = _GPU_RTOL[param_dtype] * (4 if "pow" in name else 1)
         np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol,
                                    atol=1e-6, equal_nan=True)  # fmt: skip
-
-
-# The GPU cases that have a compact form (the others' loops are too light to roll).
-COMPACT_GPU_CASES = [c for c in GPU_CASES if c[0] in {
-    "unary_exp_bfloat16", "unary_tanh_float32", "unary_tanh_bfloat16", "unary_gelu_float32",
-    "unary_gelu_bfloat16", "unary_gelu_tanh_float32", "unary_gelu_tanh_bfloat16",
-    "softmax_f32_5x1000", "layer_norm_bf16_5x1000", "softmax_bf16_256x4096",
-    "rms_norm_bf16_64x4096",
-}]  # fmt: skip
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize(
-    ("name", "fn", "specs"), COMPACT_GPU_CASES, ids=[c[0] for c in COMPACT_GPU_CASES]
-)
-def test_gpu_compact_form_computes_the_same_bits(
-    name: str, fn: Callable[..., Any], specs: list[Spec]
-) -> None:
-    """The quick build (the compact form at -O0) and the optimized one (the PTX at -O4)
-    write the same bits, twice each on fresh random data."""
-    from pyfuse.backend_ptx import driver
-
-    (kernel,) = kernels_of(fn, *specs)
-    compact = emit_compact_ptx(kernel, HOPPER)
-    assert compact is not None
-    quick = driver.cubin_from_ptx(compact, kernel.name, optimization_level=0)
-    for seed in (1, 2):
-        inputs = _host_inputs(kernel, np.random.default_rng(seed + len(name)), -7)
-        want = _run_on_gpu(kernel, inputs)
-        for _ in range(2):
-            for got, expected in zip(_run_on_gpu(kernel, inputs, quick), want, strict=True):
-                assert got.tobytes() == expected.tobytes()
 
 
 @pytest.mark.gpu

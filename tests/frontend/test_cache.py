@@ -8,7 +8,6 @@ import sys
 import textwrap
 import threading
 import time
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,9 +37,9 @@ def fake() -> Iterator[FakeDriver]:
     fake_driver = FakeDriver()
     with driver.use_driver(fake_driver):
         yield fake_driver
-        # A test that failed with a held optimized build must not leave its thread blocked.
-        if fake_driver.optimized_gate is not None:
-            fake_driver.optimized_gate.set()
+        # A test that failed with a held link must not leave its thread blocked.
+        if fake_driver.link_gate is not None:
+            fake_driver.link_gate.set()
         cache.wait_for_jits()
         cache._forget_ahead()  # jobs a test started and never took
 
@@ -195,9 +194,6 @@ def test_a_new_function_with_the_same_kernel_loads_from_disk(
         assert compiled.timings["load"] > 0
         return list(compiled.runtime.loaded[0].sources), set(compiled.timings)
 
-    # The quick build is another test's subject: here the first load is the optimized JIT,
-    # not whichever of the two a loaded machine happens to finish first.
-    monkeypatch.setitem(knobs._overrides, "quick_jit", False)
     sources, timings = run_fresh()
     assert sources == [cache.FROM_JIT] and "emit" in timings
     # The second function traces the same fusion: the variant cache gives its kernels (no
@@ -216,8 +212,7 @@ def _gpu_function(
     fn: Any = lambda x: x * 2 + 1,
 ) -> tuple[Any, Any, list[str]]:
     """A new fusion ``fn`` on a fake GPU whose emitted PTX is ``// <kernel name><body>``, an
-    input array, and the names of the threads that ran the driver's JIT (one per link). The
-    compact form is the real emitter's: ``x * 2 + 1`` has none (too light), gelu has one."""
+    input array, and the names of the threads that ran the driver's JIT (one per link)."""
     from pyfuse.frontend import compile as compile_module
     from pyfuse.frontend.arrays import DeviceArray
 
@@ -248,9 +243,8 @@ def test_a_first_call_jits_its_kernel_once_on_a_background_thread(
     cache_dir: Path, fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fused, x, jit_threads = _gpu_function(fake, monkeypatch)
-    with knobs.overrides(quick_jit=False):
-        fused(x)
-    assert fake.link_levels() == [4]
+    fused(x)
+    assert fake.links() == 1
     (compiled,) = fused.__dict__["_pyfuse_runtime"].compiled.values()
     (kernel,) = compiled.kernels
     assert compiled.runtime.loaded[0].sources == [cache.FROM_JIT]
@@ -260,6 +254,12 @@ def test_a_first_call_jits_its_kernel_once_on_a_background_thread(
     loads = [c[1] for c in fake.calls if c[0] == "cuModuleLoadDataEx"]
     assert loads == [fake.cubin]
     assert not cache._ahead  # taken by the load
+    # The JIT thread relaxed its capture mode for the build (another thread may be capturing
+    # a CUDA graph in the global mode), then restored it.
+    relaxed = fake.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+    restored = fake.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL
+    exchanges = [c[1:] for c in fake.calls if c[0] == "cuThreadExchangeStreamCaptureMode"]
+    assert [mode for mode, name in exchanges if name == jit_threads[0]] == [relaxed, restored]
 
 
 def test_a_failed_background_jit_is_redone_and_raised_at_the_call(
@@ -282,11 +282,10 @@ def test_compile_for_gpu_arrays_fills_the_cache_without_a_launch(
     (kernel,) = compiled.kernels
     assert cache.read_entry(_entry(kernel.ptx)) == fake.cubin
     ((_, job),) = cache._ahead.items()
-    # On disk: a job never taken holds no cubin, not even its quick build.
-    assert job.ok and job.cubin is None and job.quick_cubin is None
+    assert job.ok and job.cubin is None  # on disk: a job never taken holds no cubin
     fused(x)  # the launch takes the cubin the background JIT made: no further JIT
-    assert fake.link_levels() == [0, 4] and not cache._ahead
-    assert jit_threads == [f"pyfuse-jit-{kernel.name}"] * 2
+    assert fake.links() == 1 and not cache._ahead
+    assert jit_threads == [f"pyfuse-jit-{kernel.name}"]
     assert compiled.runtime.loaded[0].sources == [cache.FROM_JIT]
 
 
@@ -302,7 +301,7 @@ def test_compile_for_specs_starts_no_jit(
 def test_a_background_jit_is_used_with_the_cache_disabled(
     cache_dir: Path, fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    job = cache._CubinAhead(quick=False)
+    job = cache._CubinAhead()
     job.ok, job.cubin = True, fake.cubin
     job.finished.set()
     path = _entry()
@@ -347,18 +346,17 @@ def test_jit_ahead_returns_once_the_compile_is_under_way(
     compiling, release = threading.Event(), threading.Event()
     add_data = fake.cuLinkAddData
 
-    def held_quick_compile(state: Any, *args: Any) -> tuple[Any, ...]:
-        if state.value == 0:
-            compiling.set()
-            release.wait()
+    def held_compile(state: Any, *args: Any) -> tuple[Any, ...]:
+        compiling.set()
+        release.wait()
         return add_data(state, *args)
 
-    fake.cuLinkAddData = held_quick_compile  # type: ignore[method-assign]
+    fake.cuLinkAddData = held_compile  # type: ignore[method-assign]
     start = time.perf_counter()
     try:
-        cache.jit_ahead(PTX, "k", device=0, arch="sm_90a", quick=True)
+        cache.jit_ahead(PTX, "k", device=0, arch="sm_90a")
         # The thread's calls before the compile gave the GIL up; the caller waited for them,
-        # and for no more: the quick build's compile is still held.
+        # and for no more: the compile is still held.
         assert compiling.is_set() and time.perf_counter() - start < 0.5
     finally:
         release.set()
@@ -370,7 +368,7 @@ def test_jit_ahead_does_not_wait_for_a_thread_that_failed_before_its_compile(
     monkeypatch.setattr(cache, "_COMPILE_START_WAIT_S", 1.0)
     fake.cuLinkCreate = lambda *args: (fake.CUresult.CUDA_ERROR_INVALID_CONTEXT, None)  # type: ignore[method-assign]
     start = time.perf_counter()
-    cache.jit_ahead(PTX, "k", device=0, arch="sm_90a", quick=True)
+    cache.jit_ahead(PTX, "k", device=0, arch="sm_90a")
     assert time.perf_counter() - start < 0.5
 
 
@@ -379,7 +377,7 @@ def test_jit_ahead_waits_for_the_compile_to_start_a_bounded_time(
 ) -> None:
     _slow_link_create(fake, 0.5)
     start = time.perf_counter()
-    cache.jit_ahead(PTX, "k", device=0, arch="sm_90a", quick=True)
+    cache.jit_ahead(PTX, "k", device=0, arch="sm_90a")
     assert time.perf_counter() - start < 0.4
     assert "cuLinkAddData" not in fake.names()
 
@@ -396,300 +394,90 @@ def test_jit_ahead_never_raises(
 
 
 def test_a_forked_child_forgets_the_jobs_of_its_parent(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(cache._ahead, (Path("x"), 0), cache._CubinAhead(quick=True))
+    monkeypatch.setitem(cache._ahead, (Path("x"), 0), cache._CubinAhead())
     cache._forget_ahead()  # registered with os.register_at_fork(after_in_child=...)
     assert not cache._ahead
 
 
-# ---- quick first JIT ------------------------------------------------------------------------
+# ---- a first launch waits for its JIT -----------------------------------------------------
 
 
-def _function_loaded_by(fake: FakeDriver, image: bytes) -> Any:
-    """The handle of the function from the only module loaded from ``image`` (the fake
-    numbers modules by load and gives each function its module's number)."""
-    loads = [c for c in fake.calls if c[0] == "cuModuleLoadDataEx"]
-    (number,) = [c[-1] for c in loads if c[1] == image]
-    return type(fake.launches[0]["function"])("function", number)
-
-
-def _call_in_thread(fused: Any, x: Any, name: str = "second-call") -> threading.Thread:
-    """``fused(x)`` on a thread of its own, started: a call that waits can be watched."""
-    thread = threading.Thread(target=fused, args=(x,), name=name)
-    thread.start()
-    return thread
-
-
-def test_the_first_launch_runs_the_quick_build_and_the_next_waits_for_the_optimized_one(
+def test_the_first_launch_waits_for_the_background_jit(
     cache_dir: Path, fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fake.optimized_gate = threading.Event()
+    fake.link_gate = threading.Event()
     fused, x, jit_threads = _gpu_function(fake, monkeypatch)
-    fused(x)
+    call = threading.Thread(target=fused, args=(x,), name="first-call")
+    call.start()
+    call.join(0.2)
+    # While the link is held nothing is loaded or launched: no other build to run meanwhile.
+    assert call.is_alive() and not fake.launches
+    assert "cuModuleLoadDataEx" not in fake.names()
+    fake.link_gate.set()
+    call.join(5)
+    assert not call.is_alive()
     (compiled,) = fused.__dict__["_pyfuse_runtime"].compiled.values()
     (kernel,) = compiled.kernels
-    loaded = compiled.runtime.loaded[0]
-    assert loaded.sources == [cache.FROM_QUICK_JIT] and loaded._quick_spent
-    quick_function = _function_loaded_by(fake, fake.quick_cubin)
-    assert [launch["function"] for launch in fake.launches] == [quick_function]
-    assert cache.read_entry(_entry(kernel.ptx)) is None  # the optimized build is held
-
-    # The second call waits for the optimized build: while its link is held, nothing launches.
-    second = _call_in_thread(fused, x)
-    second.join(0.2)
-    assert second.is_alive() and len(fake.launches) == 1
-    fake.optimized_gate.set()
-    second.join(5)
-    assert not second.is_alive()
-    optimized_function = _function_loaded_by(fake, fake.cubin)
-    assert [launch["function"] for launch in fake.launches] == [
-        quick_function,
-        optimized_function,
-    ]
-    assert loaded.sources == [cache.FROM_JIT] and not loaded._pending
-    assert cache.read_entry(_entry(kernel.ptx)) == fake.cubin
-    fused(x)  # warm: the optimized module, nothing loaded again
-    assert fake.launches[-1]["function"] == optimized_function
-    assert fake.names().count("cuModuleLoadDataEx") == 2
-    # Both builds on the JIT thread, the quick one first, with that thread's capture mode
-    # relaxed; the swap loaded the module with the waiting call's mode relaxed (a CUDA graph
-    # capture may be under way), then restored.
-    assert jit_threads == [f"pyfuse-jit-{kernel.name}"] * 2 and fake.link_levels() == [0, 4]
-    relaxed = fake.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
-    restored = fake.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL
-    exchanges = [c[1:] for c in fake.calls if c[0] == "cuThreadExchangeStreamCaptureMode"]
-    for thread in (jit_threads[0], "second-call"):
-        assert [mode for mode, name in exchanges if name == thread] == [relaxed, restored]
-    swap = [i for i, c in enumerate(fake.calls) if c[0] == "cuModuleLoadDataEx"][1]
-    relax = fake.calls.index(("cuThreadExchangeStreamCaptureMode", relaxed, "second-call"))
-    assert relax < swap
+    assert compiled.runtime.loaded[0].sources == [cache.FROM_JIT]
+    assert jit_threads == [f"pyfuse-jit-{kernel.name}"] and fake.links() == 1
+    assert [c[1] for c in fake.calls if c[0] == "cuModuleLoadDataEx"] == [fake.cubin]
+    assert len(fake.launches) == 1
 
 
-def test_a_launch_inside_a_graph_capture_waits_for_the_optimized_build(
+def test_a_jit_finishing_during_a_global_graph_capture_leaves_it_valid(
     cache_dir: Path, fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fake.optimized_gate = threading.Event()
+    fake.link_gate = threading.Event()
     fused, x, _ = _gpu_function(fake, monkeypatch)
-    fused(x)  # the quick build
+    fused.compile(x)  # its JIT runs on, held
     # The fake refuses what the driver refuses during a global capture, and the capture is
     # lost: a module load from a thread whose mode is not relaxed, say.
     fake.capturing = True
     with pytest.raises(pf.LaunchError, match="CAPTURE_UNSUPPORTED"):
         driver.load_module(fake.cubin, "k")
     fake.capture_invalidated = False
-    fake.calls.clear()
-    # A capture begins while the optimized link is held; the launch it records waits for the
-    # build (finished on the JIT thread during the capture), swaps it in and launches it.
-    threading.Timer(0.1, fake.optimized_gate.set).start()
-    fused(x)
+    fake.link_gate.set()  # the JIT thread completes its link while the capture is under way
+    cache.wait_for_jits()
     fake.capturing = False
     assert not fake.capture_invalidated
-    (compiled,) = fused.__dict__["_pyfuse_runtime"].compiled.values()
-    assert compiled.runtime.loaded[0].sources == [cache.FROM_JIT]
-    assert fake.launches[-1]["function"] == _function_loaded_by(fake, fake.cubin)
+    ((_, job),) = cache._ahead.items()
+    assert job.ok
 
 
-def test_quick_builds_can_be_turned_off(
+def test_a_launch_without_a_jit_ahead_jits_on_the_callers_thread(
     cache_dir: Path, fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fused, x, _ = _gpu_function(fake, monkeypatch)
-    monkeypatch.setenv("PYFUSE_QUICK_JIT", "0")
-    fused(x)
-    (compiled,) = fused.__dict__["_pyfuse_runtime"].compiled.values()
-    assert fake.link_levels() == [4]
-    assert compiled.runtime.loaded[0].sources == [cache.FROM_JIT]
-
-
-def test_turning_quick_builds_off_after_the_compile_waits_for_the_optimized_one(
-    cache_dir: Path, fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    fake.optimized_gate = threading.Event()
-    fused, x, _ = _gpu_function(fake, monkeypatch)
-    compiled = fused.compile(x)  # the JIT ahead builds quickly first
-    (job,) = cache._ahead.values()
-    job.quick_done.wait()
-    threading.Timer(0.3, fake.optimized_gate.set).start()
-    with knobs.overrides(quick_jit=False):
-        compiled(x)
-    assert compiled.runtime.loaded[0].sources == [cache.FROM_JIT]
-
-
-def test_a_launch_without_a_jit_ahead_starts_one_with_a_quick_build(
-    cache_dir: Path, fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    fake.optimized_gate = threading.Event()
     fused, x, jit_threads = _gpu_function(fake, monkeypatch)
     compiled = fused.compile(pf.spec((4,), pf.float32))  # specs: no JIT started
     assert jit_threads == []
     compiled(x)
-    assert compiled.runtime.loaded[0].sources == [cache.FROM_QUICK_JIT]
-    fake.optimized_gate.set()
-    cache.wait_for_jits()
-    compiled(x)
     assert compiled.runtime.loaded[0].sources == [cache.FROM_JIT]
-    assert fake.link_levels() == [0, 4]
+    assert jit_threads == [threading.current_thread().name]
 
 
-def _first_call_whose_optimized_build_fails(
-    fake: FakeDriver, monkeypatch: pytest.MonkeyPatch, release: bool = True
-) -> tuple[Any, Any]:
-    """A new fusion called once (its quick build), whose optimized build then failed (or,
-    without ``release``, fails once ``fake.optimized_gate`` is set)."""
-    fake.optimized_gate = threading.Event()
-    fused, x, _ = _gpu_function(fake, monkeypatch)
-    complete = fake.cuLinkComplete
-
-    def optimized_fails(state: Any) -> tuple[Any, ...]:
-        if state.value == 0:
-            return complete(state)
-        assert fake.optimized_gate is not None
-        fake.optimized_gate.wait()  # fails after the first launch took the quick build
-        return (fake.CUresult.CUDA_ERROR_INVALID_PTX,)
-
-    fake.cuLinkComplete = optimized_fails  # type: ignore[method-assign]
-    fused(x)
-    if release:
-        fake.optimized_gate.set()
-        cache.wait_for_jits()
-    return fused, x
-
-
-def test_an_optimized_build_that_fails_keeps_the_quick_one_with_a_warning(
-    cache_dir: Path, fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    fused, x = _first_call_whose_optimized_build_fails(fake, monkeypatch)
-    with pytest.warns(
-        RuntimeWarning, match="keeps running its quick .-O0. build.*linking PTX"
-    ) as seen:
-        fused(x)  # the background JIT's reason, without compiling again; the call still runs
-    assert [Path(w.filename).name for w in seen] == [Path(__file__).name]  # the caller's line
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        fused(x)  # warned once: nothing pending any more
-    (compiled,) = fused.__dict__["_pyfuse_runtime"].compiled.values()
-    loaded = compiled.runtime.loaded[0]
-    assert loaded.sources == [cache.FROM_QUICK_JIT] and not loaded._pending
-    quick_function = _function_loaded_by(fake, fake.quick_cubin)
-    assert [launch["function"] for launch in fake.launches] == [quick_function] * 3
-    assert fake.link_levels() == [0, 4]
-    assert not any(cache_dir.rglob("*.cubin"))
-
-
-def test_a_launch_waiting_for_an_optimized_build_that_fails_keeps_the_quick_one(
-    cache_dir: Path, fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    fused, x = _first_call_whose_optimized_build_fails(fake, monkeypatch, release=False)
-    assert fake.optimized_gate is not None
-    threading.Timer(0.1, fake.optimized_gate.set).start()  # fails while the call waits
-    with pytest.warns(RuntimeWarning, match="keeps running its quick .-O0. build") as seen:
-        fused(x)
-    assert len(seen) == 1
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        fused(x)
-        fused(x)
-    quick_function = _function_loaded_by(fake, fake.quick_cubin)
-    assert [launch["function"] for launch in fake.launches] == [quick_function] * 4
-    assert fake.link_levels() == [0, 4]  # the failed build is not tried again
-
-
-def test_warnings_as_errors_still_launch_and_warn_once(
-    cache_dir: Path, fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    fused, x = _first_call_whose_optimized_build_fails(fake, monkeypatch)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        with pytest.raises(RuntimeWarning, match="keeps running its quick"):
-            fused(x)
-        fused(x)
-    assert len(fake.launches) == 3  # the call that raised the warning launched its kernel
-
-
-def test_load_module_never_returns_a_quick_build(cache_dir: Path, fake: FakeDriver) -> None:
-    fake.optimized_gate = threading.Event()
-    cache.jit_ahead(PTX, "k", device=0, arch="sm_90a", quick=True)
-    (job,) = cache._ahead.values()
-    job.quick_done.wait()  # the quick build is there to take, the optimized one held
-    threading.Timer(0.3, fake.optimized_gate.set).start()
-    _, source = cache.load_module(PTX, "k", device=0, arch="sm_90a")
-    assert source == cache.FROM_JIT
-    (load,) = [c for c in fake.calls if c[0] == "cuModuleLoadDataEx"]
-    assert load[1] == fake.cubin
-
-
-class _JitRecorder:
-    """JitHooks that record what a compile hands over: (name, quick) per PTX, and the names
-    of the compact forms, each handed back with its PTX."""
-
-    def __init__(self) -> None:
-        self.full_calls: list[tuple[str, bool]] = []
-        self.compacts: list[str] = []
-        self.paired: list[str | None] = []
-
-    def compact(self, name: str, ptx: str) -> Any:
-        assert "compact form" in ptx
-        self.compacts.append(name)
-        return name
-
-    def full(self, name: str, ptx: str, quick: bool, compact: Any) -> None:
-        self.full_calls.append((name, quick))
-        self.paired.append(compact)
-
-
-def test_matmul_kernels_are_not_built_quickly() -> None:
+def test_compile_hands_every_kernels_ptx_to_the_jit_hook_as_it_is_emitted() -> None:
     from pyfuse.frontend.compile import compile_fusion
 
-    def kernels_asking_for_quick(fn: Any, *specs: Any) -> list[bool]:
-        recorder = _JitRecorder()
-        compile_fusion(pf.fuse(fn).trace(*specs), HOPPER, jit=recorder)
-        return [quick for _, quick in recorder.full_calls]
-
+    handed: list[tuple[str, str]] = []
+    two_kernels = pf.fuse(lambda x: (x - x.mean(1, keepdim=True)).sum(0), name="two")
+    compiled = compile_fusion(
+        two_kernels.trace(pf.spec((8, 40000), pf.float32)),
+        HOPPER,
+        jit=lambda name, ptx: handed.append((name, ptx)),
+    )
+    assert len(compiled.kernels) == 2
+    assert handed == [(kernel.name, kernel.ptx) for kernel in compiled.kernels]
     vector = pf.spec((256, 256), pf.bfloat16)
-    assert kernels_asking_for_quick(lambda x: pf.gelu(x) * 2, vector) == [True]
-    assert kernels_asking_for_quick(lambda x: pf.softmax(x, -1), vector) == [True]
-    assert kernels_asking_for_quick(lambda a, b: pf.matmul(a, b), vector, vector) == [False]
+    handed.clear()
+    compiled = compile_fusion(
+        pf.fuse(lambda a, b: pf.matmul(a, b)).trace(vector, vector),
+        HOPPER,
+        jit=lambda name, ptx: handed.append((name, ptx)),
+    )
+    assert handed == [(kernel.name, kernel.ptx) for kernel in compiled.kernels]
 
 
-def test_no_compact_form_is_emitted_with_quick_builds_off_or_when_it_fails(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from pyfuse.frontend import compile as compile_module
-
-    vector = pf.spec((256, 256), pf.bfloat16)
-    fusion = pf.fuse(lambda x, y: pf.gelu(x * y), name="off").trace(vector, vector)
-    recorder = _JitRecorder()
-    with knobs.overrides(quick_jit=False):
-        compiled = compile_module.compile_fusion(fusion, HOPPER, jit=recorder)
-    assert recorder.compacts == [] and "emit_compact" not in compiled.timings
-
-    def refuse(kernel: Any, target: Any) -> str:
-        raise pf.ScheduleError("an IR shape only unrolling handles")
-
-    # The compact form only speeds first launches up: its failure leaves the compile whole.
-    monkeypatch.setattr(compile_module, "emit_compact_ptx", refuse)
-    recorder = _JitRecorder()
-    compiled = compile_module.compile_fusion(fusion, HOPPER, jit=recorder)
-    assert recorder.compacts == [] and recorder.full_calls == [("off_k0", True)]
-    assert recorder.paired == [None] and compiled.ptx
-
-
-def test_compile_hands_the_compact_form_first_and_pairs_it_with_the_ptx() -> None:
-    from pyfuse.frontend.compile import compile_fusion
-
-    recorder = _JitRecorder()
-    vector = pf.spec((256, 256), pf.bfloat16)
-    fusion = pf.fuse(lambda x, y: pf.gelu(x * y), name="pairs").trace(vector, vector)
-    compiled = compile_fusion(fusion, HOPPER, jit=recorder)
-    assert recorder.compacts == ["pairs_k0"]
-    assert recorder.full_calls == [("pairs_k0", True)]
-    assert recorder.paired == ["pairs_k0"]  # the compact start goes with its own kernel's PTX
-    assert "emit_compact" in compiled.timings
-    matmul = pf.fuse(lambda a, b: pf.matmul(a, b)).trace(vector, vector)
-    recorder = _JitRecorder()
-    compile_fusion(matmul, HOPPER, jit=recorder)
-    assert recorder.compacts == [] and recorder.paired == [None]
-
-
-def test_a_process_exiting_during_the_optimized_build_still_stores_it(tmp_path: Path) -> None:
+def test_a_process_exiting_during_a_background_jit_still_stores_it(tmp_path: Path) -> None:
     script = textwrap.dedent(
         f"""
         import sys, threading
@@ -698,18 +486,16 @@ def test_a_process_exiting_during_the_optimized_build_still_stores_it(tmp_path: 
         from pyfuse.backend_ptx import driver
         from pyfuse.frontend import cache
 
-        fake = FakeDriver(optimized_gate=threading.Event())
+        fake = FakeDriver(link_gate=threading.Event())
         using = driver.use_driver(fake)  # kept: the context ends when collected
         using.__enter__()
-        module, source, optimized = cache.load_for_launch(
-            {PTX!r}, "k", device=0, arch="sm_90a", quick=True
-        )
-        assert source == cache.FROM_QUICK_JIT and not optimized.ready()
-        threading.Timer(0.3, fake.optimized_gate.set).start()
+        cache.jit_ahead({PTX!r}, "k", device=0, arch="sm_90a")
+        assert cache._ahead and not fake.link_gate.is_set()
+        threading.Timer(0.3, fake.link_gate.set).start()
         print("returning", flush=True)
         """
     )
-    env = {**os.environ, "PYFUSE_CACHE_DIR": str(tmp_path), "PYFUSE_QUICK_JIT": "1"}
+    env = {**os.environ, "PYFUSE_CACHE_DIR": str(tmp_path)}
     result = subprocess.run(
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60
     )
@@ -717,112 +503,3 @@ def test_a_process_exiting_during_the_optimized_build_still_stores_it(tmp_path: 
     assert result.stdout == "returning\n"
     with knobs.overrides(cache_dir=tmp_path):
         assert cache.read_entry(_entry()) == FakeDriver().cubin
-
-
-# ---- the compact form's quick build ---------------------------------------------------------
-
-
-def _linked(fake: FakeDriver) -> list[tuple[int, bytes]]:
-    """(optimization level, PTX) of every link so far, in order."""
-    levels = fake.link_levels()
-    sources = [c[2] for c in fake.calls if c[0] == "cuLinkAddData"]
-    return list(zip(levels, sources, strict=True))
-
-
-def test_a_first_call_builds_the_compact_form_quickly_and_the_ptx_optimized(
-    cache_dir: Path, fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    fake.optimized_gate = threading.Event()
-    fused, x, jit_threads = _gpu_function(fake, monkeypatch, fn=lambda x: pf.gelu(x) * 2)
-    fused(x)
-    (compiled,) = fused.__dict__["_pyfuse_runtime"].compiled.values()
-    (kernel,) = compiled.kernels
-    quick_function = _function_loaded_by(fake, fake.quick_cubin)
-    assert [launch["function"] for launch in fake.launches] == [quick_function]
-    fake.optimized_gate.set()
-    cache.wait_for_jits()
-    # One job on one thread: the compact form at -O0 (the real emitter's, gelu over a vector
-    # of four), then the kernel's PTX (this test's stand-in text) at -O4, stored.
-    (quick, optimized) = _linked(fake)
-    assert quick[0] == 0 and b"compact form" in quick[1] and b"ld.local" in quick[1]
-    assert optimized == (4, kernel.ptx.encode() + b"\0")  # the driver gets C strings
-    assert jit_threads == [f"pyfuse-jit-{kernel.name}"] * 2
-    assert cache.read_entry(_entry(kernel.ptx)) == fake.cubin
-    assert compiled.runtime.loaded[0].sources == [cache.FROM_QUICK_JIT]
-    fused(x)  # swaps the optimized module in
-    assert compiled.runtime.loaded[0].sources == [cache.FROM_JIT] and not cache._ahead
-
-
-def test_a_compact_job_ends_after_its_quick_build_when_the_ptx_is_cached(
-    cache_dir: Path, fake: FakeDriver
-) -> None:
-    cache.write_entry(_entry(), fake.cubin)
-    job = cache.jit_compact("// compact\n", "k", device=0)
-    assert job is not None
-    cache.jit_ahead(PTX, "k", device=0, arch="sm_90a", quick=True, compact=job)
-    assert job.finished.wait(5)
-    assert fake.link_levels() == [0] and not job.ok and not cache._ahead
-    _, source = cache.load_module(PTX, "k", device=0, arch="sm_90a")
-    assert source == cache.FROM_CACHE
-
-
-def test_a_compact_job_ends_when_another_job_builds_the_same_ptx(
-    cache_dir: Path, fake: FakeDriver
-) -> None:
-    cache.jit_ahead(PTX, "k", device=0, arch="sm_90a", quick=False)
-    job = cache.jit_compact("// compact\n", "k", device=0)
-    assert job is not None
-    cache.jit_ahead(PTX, "k", device=0, arch="sm_90a", quick=True, compact=job)
-    cache.wait_for_jits()
-    assert job.finished.is_set() and not job.ok
-    assert sorted(fake.link_levels()) == [0, 4]  # its quick build, the other's optimized one
-
-
-def test_a_failed_emission_abandons_the_compact_job(
-    cache_dir: Path, fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from pyfuse.frontend import compile as compile_module
-
-    fused, x, _ = _gpu_function(fake, monkeypatch, fn=lambda x: pf.gelu(x) * 2)
-
-    def refuse(kernel: Any, target: Any) -> str:
-        raise pf.ScheduleError("no rule for this kernel")
-
-    monkeypatch.setattr(compile_module, "emit_ptx", refuse)
-    with pytest.raises(pf.ScheduleError, match="no rule"):
-        fused(x)
-    start = time.perf_counter()
-    cache.wait_for_jits()  # each job ends after its quick build, not after _PTX_WAIT_S
-    assert time.perf_counter() - start < 5
-    # Each fallback plan (passes/fallback.py) started a quick build and abandoned it.
-    assert set(fake.link_levels()) == {0} and not cache._ahead
-
-
-def test_a_compact_job_stops_waiting_for_its_ptx(
-    cache_dir: Path, fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(cache, "_PTX_WAIT_S", 0.05)
-    job = cache.jit_compact("// compact\n", "k", device=0)
-    assert job is not None and job.finished.wait(5)
-    assert "did not follow" in job.error
-    # The PTX, when it comes after all, gets a job of its own.
-    cache.jit_ahead(PTX, "k", device=0, arch="sm_90a", quick=True, compact=job)
-    _, source = cache.load_module(PTX, "k", device=0, arch="sm_90a")
-    assert source == cache.FROM_JIT and fake.link_levels() == [0, 0, 4]
-
-
-def test_a_failed_compact_build_leaves_the_first_launch_to_the_optimized_one(
-    cache_dir: Path, fake: FakeDriver
-) -> None:
-    job = cache.jit_compact("// compact, bad\n", "k", device=0)
-    assert job is not None
-    cache.jit_ahead(PTX, "k", device=0, arch="sm_90a", quick=True, compact=job)
-    _, source, optimized = cache.load_for_launch(PTX, "k", device=0, arch="sm_90a", quick=True)
-    assert source == cache.FROM_JIT and optimized is None and job.ok
-    assert fake.link_levels() == [0, 4]
-
-
-def test_no_compact_job_when_quick_builds_are_off(cache_dir: Path, fake: FakeDriver) -> None:
-    with knobs.overrides(quick_jit=False):
-        assert cache.jit_compact("// compact\n", "k", device=0) is None
-    assert fake.link_levels() == []

@@ -57,9 +57,7 @@ def _image_bytes(image: bytes | str) -> bytes:
     return data
 
 
-def _jit_options(
-    cu: Any, error_log: bytearray, info_log: bytearray, optimization_level: int | None = None
-) -> tuple[list[Any], list[Any]]:
+def _jit_options(cu: Any, error_log: bytearray, info_log: bytearray) -> tuple[list[Any], list[Any]]:
     opt = cu.CUjit_option
     options = [
         opt.CU_JIT_ERROR_LOG_BUFFER,
@@ -69,9 +67,6 @@ def _jit_options(
         opt.CU_JIT_LOG_VERBOSE,
     ]
     values = [error_log, len(error_log), info_log, len(info_log), 1]
-    if optimization_level is not None:
-        options.append(opt.CU_JIT_OPTIMIZATION_LEVEL)
-        values.append(optimization_level)
     return options, values
 
 
@@ -163,20 +158,19 @@ def cubin_from_ptx(
     name: str,
     *,
     device: int = 0,
-    optimization_level: int | None = None,
     on_compile: Callable[[], None] | None = None,
 ) -> bytes:
     """JIT PTX to a cubin through the driver's linker, so later processes skip the JIT.
 
     ``cuLinkCreate``/``cuLinkAddData``/``cuLinkComplete`` compile for the current
-    context's device; the returned bytes load with :func:`load_module`.
-    ``optimization_level`` is ptxas's ``-O`` (0-4; the driver's default is 4).
+    context's device; the returned bytes load with :func:`load_module`. ptxas builds at
+    the driver's default optimization level (``-O4``).
     ``on_compile`` is called just before the compile itself (``cuLinkAddData``) starts.
     """
     cu = driver_module()
     context(device)
     error_log, info_log = bytearray(JIT_LOG_BYTES), bytearray(JIT_LOG_BYTES)
-    options, values = _jit_options(cu, error_log, info_log, optimization_level)
+    options, values = _jit_options(cu, error_log, info_log)
     state = call(cu, cu.cuLinkCreate(len(options), options, values), "cuLinkCreate", name)
     try:
         data = _image_bytes(ptx)
