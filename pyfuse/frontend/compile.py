@@ -25,6 +25,7 @@ from pyfuse.ir.kernel_ir import ParamRole
 from pyfuse.ir.params import MatmulParams
 from pyfuse.ir.target import TargetInfo
 from pyfuse.passes import pipeline
+from pyfuse.passes.schedulers import scheduler_named
 
 # The sources the compiler was loaded from: the variant cache stores its results only while
 # they are unchanged.
@@ -116,6 +117,7 @@ def _compile(
             block=kernel_ir.block,
             smem_bytes=kernel_ir.smem_bytes,
             params=dict(stages.plan.params),
+            launch_needs_ir=scheduler_named(stages.plan.scheduler).launch_needs_ir,
             arguments=[],  # set below, once segmentation is final
             built_ir=kernel_ir,
         )

@@ -33,18 +33,15 @@ class Kernel:
     block: tuple[int, int, int]
     smem_bytes: int
     params: dict[str, object]
+    # Whether launching needs the kernel IR: a matmul kernel encodes its TMA tensor maps
+    # from it (the scheduler registry's ``launch_needs_ir``, passes/schedulers.py).
+    launch_needs_ir: bool = False
     # Where each kernel argument comes from: ("input", i), ("output", i) or
     # ("intermediate", name), in the order of the kernel's parameters.
     arguments: list[tuple[str, int | str]] = field(default_factory=list, repr=False)
     # None for a kernel restored from the variant cache until ``kernel_ir`` is read.
     built_ir: KernelIR | None = field(default=None, repr=False)
     owner: Compiled | None = field(default=None, repr=False)
-
-    @property
-    def launch_needs_ir(self) -> bool:
-        """Whether launching needs the kernel IR: a matmul kernel encodes its TMA tensor maps
-        from it (and is the only kind with a TMA main loop or cluster launches)."""
-        return self.scheduler == "matmul"  # passes.plan.MATMUL_SCHEDULER, not imported here
 
     @property
     def kernel_ir(self) -> KernelIR:

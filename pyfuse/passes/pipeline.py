@@ -38,7 +38,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, field
+from dataclasses import field
 
 from pyfuse import knobs
 from pyfuse.errors import ScheduleError
@@ -51,7 +51,7 @@ from pyfuse.ir.printer import scheduled_to_str
 from pyfuse.ir.records import record
 from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.verify import verify_fusion
-from pyfuse.passes import inline, schedule_pointwise, schedule_reduction
+from pyfuse.passes import inline
 from pyfuse.passes.decompose_matmul import (
     decompose_matmuls,
     decompose_unschedulable_mmas,
@@ -65,9 +65,10 @@ from pyfuse.passes.fallback import (
     failure_summary,
     mmas_to_multiply_sum,
 )
-from pyfuse.passes.lower import kernel_name, lower
-from pyfuse.passes.plan import MATMUL_SCHEDULER, KernelPlan, SegmentedFusion, has_mma
+from pyfuse.passes.lower import kernel_name
+from pyfuse.passes.plan import KernelPlan, SegmentedFusion, has_mma
 from pyfuse.passes.reshape_inputs import copy_strided_reshape_inputs
+from pyfuse.passes.schedulers import scheduler_named
 from pyfuse.passes.segment import cut, replan, segment
 from pyfuse.passes.skip_intermediates import skip_intermediates
 from pyfuse.passes.split_k import split_k
@@ -126,41 +127,17 @@ def schedule_kernel(
         if attempt.alias_inputs:
             skip_intermediates(fusion)
             _check(fusion, "skip_intermediates", boundary=False)
-        if plan.scheduler == MATMUL_SCHEDULER:
-            from pyfuse.passes import schedule_matmul  # loads with the first matmul kernel
-
-            reference, matmul_params = schedule_matmul.schedule(fusion, matmul, target)
-            plan.reference = reference
-            plan.params.update(asdict(matmul_params))
-        elif plan.scheduler == schedule_pointwise.NAME:
-            plan.reference = schedule_pointwise.reference_output(fusion)
-            params = schedule_pointwise.schedule(fusion, target, attempt.vectorize)
-            plan.params.update(params.as_dict())
-        elif plan.scheduler == schedule_reduction.NAME:
-            reference, reduction_params = schedule_reduction.schedule(
-                fusion, target, attempt.vectorize
-            )
-            plan.reference = reference
-            plan.params.update(reduction_params.as_dict())
-        else:
-            raise ScheduleError(f"unknown scheduler {plan.scheduler!r}")
+        scheduler = scheduler_named(plan.scheduler)
+        plan.reference, params = scheduler.schedule(fusion, target, matmul, attempt.vectorize)
+        plan.params.update(params)
         _check(fusion, f"schedule_{plan.scheduler}", boundary=False)
         inline.inline_most(fusion)
         _check(fusion, "inline", boundary=True)
-        simt = plan.scheduler != MATMUL_SCHEDULER  # its lowering indexes from the reference
-        return validate(fusion, plan.reference if simt else None)
+        return validate(fusion, plan.reference if scheduler.indexes_from_reference else None)
 
 
 def _lower_kernel(plan: KernelPlan, name: str, target: TargetInfo, id_model: IdModel) -> Kernel:
-    if plan.scheduler == MATMUL_SCHEDULER:
-        # The matmul lowering loads with the first matmul kernel, not with pyfuse.
-        from pyfuse.passes.lower_matmul import lower_matmul
-        from pyfuse.passes.remove_broadcasts import remove_broadcasts
-
-        with plan.fusion:
-            remove_broadcasts(plan.fusion)
-        return lower_matmul(plan, name, target)
-    return lower(plan, name, id_model)
+    return scheduler_named(plan.scheduler).lower(plan, name, target, id_model)
 
 
 # What a compile does with a lowered kernel before it counts as built (the frontend emits

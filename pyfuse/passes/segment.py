@@ -27,34 +27,9 @@ from pyfuse.ir.id_model import IdMappingMode, IdModel
 from pyfuse.ir.iterdomain import IterType
 from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.tensor import MemoryType, TensorView, new_axes_like
-from pyfuse.passes import schedule_pointwise, schedule_reduction
-from pyfuse.passes.plan import MATMUL_SCHEDULER, KernelPlan, SegmentedFusion, has_mma
+from pyfuse.passes.plan import KernelPlan, SegmentedFusion, has_mma
+from pyfuse.passes.schedulers import SCHEDULERS
 from pyfuse.passes.skip_intermediates import is_metadata_op, metadata_source
-
-# A decline check: None when the scheduler accepts the fusion, else its reason.
-DeclineCheck = Callable[[Fusion, TargetInfo], "str | None"]
-
-
-def _matmul_reason(fusion: Fusion, target: TargetInfo) -> str | None:
-    # The matmul scheduler, and what it imports, loads with the first fusion that has an MMA.
-    if not has_mma(fusion):
-        return "no MMA"
-    from pyfuse.passes import schedule_matmul
-
-    return schedule_matmul.decline_reason(fusion, target)
-
-
-def _pointwise_reason(fusion: Fusion, target: TargetInfo) -> str | None:
-    del target
-    return schedule_pointwise.decline_reason(fusion)
-
-
-# Schedulers in order of preference.
-SCHEDULERS: list[tuple[str, DeclineCheck]] = [
-    (MATMUL_SCHEDULER, _matmul_reason),
-    (schedule_reduction.NAME, schedule_reduction.decline_reason),
-    (schedule_pointwise.NAME, _pointwise_reason),
-]
 
 
 def pick_scheduler(fusion: Fusion, target: TargetInfo) -> tuple[str | None, dict[str, str]]:
@@ -71,12 +46,12 @@ def pick_scheduler(fusion: Fusion, target: TargetInfo) -> tuple[str | None, dict
         # Twin inputs (sub_fusion) untie an input read along two paths; a computed tensor
         # read so needs a kernel boundary: the next kernel reads it as an input.
         tie = f"two axes of T{tied.name} map to each other (a tensor read along two paths)"
-        return None, {name: tie for name, _ in SCHEDULERS}
-    for name, check in SCHEDULERS:
-        reason = check(fusion, target)
+        return None, {scheduler.name: tie for scheduler in SCHEDULERS}
+    for scheduler in SCHEDULERS:
+        reason = scheduler.decline(fusion, target)
         if reason is None:
-            return name, declined
-        declined[name] = reason
+            return scheduler.name, declined
+        declined[scheduler.name] = reason
     return None, declined
 
 

@@ -221,7 +221,7 @@ def run_function(
     from pyfuse.backend_ptx.ptxas import assemble as ptxas_assemble
     from pyfuse.ir.target import HOPPER
     from pyfuse.passes import pipeline
-    from pyfuse.passes.plan import MATMUL_SCHEDULER
+    from pyfuse.passes.schedulers import scheduler_named
 
     fused = pf.fuse(fn)
     fusion = _trace(fused, specs)
@@ -238,7 +238,11 @@ def run_function(
     except Exception as error:
         return _error("compile_error", "pipeline", error)
     kernels = len(result.kernels)
-    has_matmul = any(stages.plan.scheduler == MATMUL_SCHEDULER for stages in result.kernels)
+    # The kernel interpreter runs SIMT kernels only: a kernel launched from its IR (TMA
+    # tensor maps, wgmma) is compiled and assembled, not simulated.
+    has_matmul = any(
+        scheduler_named(stages.plan.scheduler).launch_needs_ir for stages in result.kernels
+    )
     for index in range(kernels):
         ptx = emitted[index]
         if not assemble:

@@ -171,7 +171,7 @@ def test_lowering_reuses_the_model_validation_built_and_a_fresh_one_agrees(
     from pyfuse.backend_ptx.emit import emit_ptx
     from pyfuse.ir.target import HOPPER
     from pyfuse.passes import lower as lower_module
-    from pyfuse.passes import pipeline
+    from pyfuse.passes import pipeline, schedulers
 
     specs = [pf.spec((96, 130), pf.float32), pf.spec((130,), pf.float32)]
 
@@ -191,5 +191,5 @@ def test_lowering_reuses_the_model_validation_built_and_a_fresh_one_agrees(
     def lower_fresh(plan: object, name: str, id_model: object = None) -> object:
         return real_lower(plan, name)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(pipeline, "lower", lower_fresh)
+    monkeypatch.setattr(schedulers, "lower", lower_fresh)
     assert kernels_ptx() == shared  # a model of its own gives the same kernels
