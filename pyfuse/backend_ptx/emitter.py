@@ -29,6 +29,7 @@ from pyfuse.backend_ptx.operands import (
     RegClass,
     Symbol,
 )
+from pyfuse.ir.hopper import SM90
 from pyfuse.ir.records import record
 
 # The highest PTX ISA version that CUDA 13.0's ptxas and the R580 (13.0) driver JIT
@@ -118,12 +119,13 @@ class Directives:
     maxclusterrank: int | None = None
 
     def __post_init__(self) -> None:
-        _check_dims(self.maxntid, ".maxntid", 1024)
-        _check_dims(self.reqntid, ".reqntid", 1024)
-        _check_dims(self.reqnctapercluster, ".reqnctapercluster", 16)
+        threads = SM90.max_threads_per_block
+        _check_dims(self.maxntid, ".maxntid", threads)
+        _check_dims(self.reqntid, ".reqntid", threads)
+        _check_dims(self.reqnctapercluster, ".reqnctapercluster", SM90.max_cluster_ctas)
         for dims, what in ((self.maxntid, ".maxntid"), (self.reqntid, ".reqntid")):
-            if dims is not None and _product(dims) > 1024:
-                raise ValueError(f"{what} allows at most 1024 threads per CTA, got {dims!r}")
+            if dims is not None and _product(dims) > threads:
+                raise ValueError(f"{what} allows at most {threads} threads per CTA, got {dims!r}")
         if self.maxntid is not None and self.reqntid is not None:
             raise ValueError(".reqntid cannot be combined with .maxntid; give one of them")
         if self.minnctapersm is not None:
@@ -374,7 +376,8 @@ class PtxModule:
         if any(k.uses_dynamic_smem for k in self._kernels):
             # 1024-B alignment is what 128B-swizzled TMA tiles and wgmma descriptors with
             # base_offset 0 need; observed base 0x400 on the H200 without static smem.
-            out.append(f".extern .shared .align 1024 .b8 {DYNAMIC_SMEM}[];")
+            alignment = SM90.max_swizzle_pattern_bytes
+            out.append(f".extern .shared .align {alignment} .b8 {DYNAMIC_SMEM}[];")
             out.append("")
         for kernel in self._kernels:
             out.append(kernel.render())

@@ -56,6 +56,7 @@ from pyfuse.backend_ptx import smem_desc
 from pyfuse.backend_ptx import tma as tma_host
 from pyfuse.backend_ptx.emitter import Directives
 from pyfuse.ir import dtypes
+from pyfuse.ir.hopper import SM90
 from pyfuse.ir.kernel_ir import Kernel, MatmulMainLoop, TmaOperand
 from pyfuse.ir.records import record
 from pyfuse.ir.target import HOPPER, TargetInfo
@@ -63,15 +64,12 @@ from pyfuse.ir.target import HOPPER, TargetInfo
 # The swizzles an operand tile may use, by the bytes of one swizzled row (TmaOperand's
 # ``swizzle_bytes``): the tensor map and the wgmma descriptor of the operand both take it.
 SWIZZLES = {
-    s.span_bytes: s for s in (smem_desc.Swizzle.B128, smem_desc.Swizzle.B64, smem_desc.Swizzle.B32)
+    span: next(s for s in smem_desc.Swizzle if s.span_bytes == span) for span in SM90.swizzle_spans
 }
-ATOM_ROWS = 8  # a swizzle atom is 8 rows of one swizzle span
-WGMMA_K = 16
 # wgmma operand types, by pyfuse dtype (also the TMA dtype names).
 WGMMA_TYPES = {dtypes.bfloat16: "bf16", dtypes.float16: "f16"}
 # Encoded map sets kept per kernel (one per distinct tuple of operand addresses).
 TENSOR_MAP_CACHE_SIZE = 256
-WARPGROUP = 128
 PRODUCER_REGISTERS = 40  # CUTLASS's load warpgroup: one thread issuing TMA needs few
 MAX_CONSUMER_REGISTERS = 240
 
@@ -192,6 +190,7 @@ def operand_layout(stmt: MatmulMainLoop, operand: TmaOperand) -> OperandLayout:
     rows = stmt.tile_m if role == "m" else stmt.tile_n
     itemsize = operand.dtype.itemsize
     span = swizzle.span_bytes // itemsize
+    wgmma_k = SM90.wgmma_k(itemsize)
     box = dict(zip(roles, operand.box, strict=True))
     for dim_role, extent in zip(roles, operand.box, strict=True):
         if dim_role == "batch" and extent != 1:
@@ -209,16 +208,16 @@ def operand_layout(stmt: MatmulMainLoop, operand: TmaOperand) -> OperandLayout:
         wanted = {role: rows, "k": span}
         copies = stmt.tile_k // span
         k_steps = tuple(
-            (k // span) * box_bytes + (k % span) * itemsize for k in range(0, stmt.tile_k, WGMMA_K)
+            (k // span) * box_bytes + (k % span) * itemsize for k in range(0, stmt.tile_k, wgmma_k)
         )
         lbo, sbo = smem_desc.k_major(swizzle)
-        rows64_bytes = 64 * swizzle.span_bytes
+        rows64_bytes = SM90.wgmma_m * swizzle.span_bytes
     else:
         wanted = {role: span, "k": stmt.tile_k}
         copies = rows // span
-        k_steps = tuple(k * swizzle.span_bytes for k in range(0, stmt.tile_k, WGMMA_K))
-        lbo, sbo = box_bytes, ATOM_ROWS * swizzle.span_bytes
-        rows64_bytes = box_bytes * 64 // span
+        k_steps = tuple(k * swizzle.span_bytes for k in range(0, stmt.tile_k, wgmma_k))
+        lbo, sbo = box_bytes, SM90.swizzle_atom_rows * swizzle.span_bytes
+        rows64_bytes = box_bytes * SM90.wgmma_m // span
     for dim_role, extent in wanted.items():
         if box[dim_role] != extent:
             raise _fail(
@@ -290,13 +289,14 @@ def _slice_loads(
     # Fewer boxes than sharers: cut every box along its outer dim (whole swizzle atoms).
     outer = next(d for d, r in enumerate(operand.roles) if r in (role, "k") and d != last)
     extent = operand.box[outer]
-    if extent % (ATOM_ROWS * slices):
+    atom_rows = SM90.swizzle_atom_rows
+    if extent % (atom_rows * slices):
         raise _fail(
             stmt,
             operand,
             f"cannot be multicast to {slices} CTAs of a {stmt.cluster_m}x{stmt.cluster_n} "
             f"cluster: its {copies} box(es) of {list(operand.box)} split neither into {slices} "
-            f"groups of boxes nor into {slices} slices of whole {ATOM_ROWS}-row swizzle atoms",
+            f"groups of boxes nor into {slices} slices of whole {atom_rows}-row swizzle atoms",
         )
     part = extent // slices
     load_box = tuple(part if d == outer else e for d, e in enumerate(operand.box))
@@ -323,12 +323,13 @@ def register_split(
     the register file over the thread count (rounded down to 8, at most 255); the producer
     gives ``cap - 40`` per thread back and the consumers share it.
     """
-    threads = WARPGROUP * (stmt.consumer_warpgroups + 1)
+    warpgroup = SM90.warpgroup_threads
+    threads = warpgroup * (stmt.consumer_warpgroups + 1)
     cap = directives.maxnreg or min(
         target.max_registers_per_thread, target.registers_per_sm // threads // 8 * 8
     )
-    pool = cap * threads - PRODUCER_REGISTERS * WARPGROUP
-    consumer = min(MAX_CONSUMER_REGISTERS, pool // (WARPGROUP * stmt.consumer_warpgroups) // 8 * 8)
+    pool = cap * threads - PRODUCER_REGISTERS * warpgroup
+    consumer = min(MAX_CONSUMER_REGISTERS, pool // (warpgroup * stmt.consumer_warpgroups) // 8 * 8)
     return PRODUCER_REGISTERS, consumer
 
 

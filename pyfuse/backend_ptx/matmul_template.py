@@ -49,8 +49,6 @@ from pyfuse.backend_ptx.instructions import (
     wgmma,
 )
 from pyfuse.backend_ptx.matmul_host import (
-    WARPGROUP,
-    WGMMA_K,
     WGMMA_TYPES,
     OperandLayout,
     TileOrder,
@@ -59,10 +57,10 @@ from pyfuse.backend_ptx.matmul_host import (
     register_split,
 )
 from pyfuse.backend_ptx.operands import Address, Reg, RegClass
+from pyfuse.ir.hopper import SM90
 from pyfuse.ir.kernel_ir import Buffer, Kernel, MatmulMainLoop, Var
 
-WARPS_PER_WARPGROUP = 4
-BARRIER_BYTES = 8
+MBARRIER_BYTES = SM90.mbarrier_bytes  # full[s] and empty[s] are one mbarrier object each
 
 EmitEpilogue = Callable[[dict[Var, Reg], int], None]
 
@@ -146,6 +144,8 @@ class _MainLoop:
         self.kb, self.stmt, self.kernel = kb, stmt, kernel
         self.emit_epilogue = emit_epilogue
         self.layouts = [operand_layout(stmt, operand) for operand in stmt.operands]
+        self.ab_type = WGMMA_TYPES[stmt.operands[0].dtype]  # operand_layout checked the types
+        self.wgmma_k = wgmma.WGMMA_K[self.ab_type]
         self.order = TileOrder.of(stmt)
         self.k_tiles = -(-stmt.k // stmt.tile_k)
         self.stage_tx = sum(layout.copies * layout.box_bytes for layout in self.layouts)
@@ -160,21 +160,21 @@ class _MainLoop:
                     f"accumulator {acc.name}: {stmt.accumulator_registers} registers needed "
                     f"(m64n{stmt.tile_n}), got {len(registers)}"
                 )
-        self.ab_type = WGMMA_TYPES[stmt.operands[0].dtype]
         self.end = kb.new_label("matmul_end")
 
     def _check(self, tensor_map_params: Sequence[Param]) -> None:
         stmt, kernel, kb = self.stmt, self.kernel, self.kb
         c = stmt.consumer_warpgroups
-        if stmt.tile_m != 64 * c or kernel.block != (WARPGROUP, c + 1, 1):
+        rows, warpgroup = SM90.wgmma_m, SM90.warpgroup_threads
+        if stmt.tile_m != rows * c or kernel.block != (warpgroup, c + 1, 1):
             raise ValueError(
-                f"kernel {kernel.name}: tile_m {stmt.tile_m} needs {stmt.tile_m // 64} consumer "
-                f"warpgroups and block (128, {stmt.tile_m // 64 + 1}, 1); got "
-                f"{c} and {kernel.block}"
+                f"kernel {kernel.name}: tile_m {stmt.tile_m} needs {stmt.tile_m // rows} "
+                f"consumer warpgroups and block ({warpgroup}, {stmt.tile_m // rows + 1}, 1); "
+                f"got {c} and {kernel.block}"
             )
         wgmma.check_n(stmt.tile_n)
-        if stmt.tile_k % WGMMA_K:
-            raise ValueError(f"tile_k must be a multiple of 16, got {stmt.tile_k}")
+        if stmt.tile_k % self.wgmma_k:
+            raise ValueError(f"tile_k must be a multiple of {self.wgmma_k}, got {stmt.tile_k}")
         if len({layout.operand.dtype for layout in self.layouts}) != 1:
             raise ValueError(f"kernel {kernel.name}: operands of different dtypes")
         for a, b, _ in stmt.mmas:
@@ -183,7 +183,7 @@ class _MainLoop:
                     f"kernel {kernel.name}: MMA ({a}, {b}) needs an M and an N operand"
                 )
         lowest = min(layout.operand.smem_offset for layout in self.layouts)
-        if 2 * stmt.stages * BARRIER_BYTES > lowest:
+        if 2 * stmt.stages * MBARRIER_BYTES > lowest:
             raise ValueError(f"{2 * stmt.stages} mbarriers do not fit below smem offset {lowest}")
         end = max(
             o.operand.smem_offset
@@ -252,11 +252,11 @@ class _MainLoop:
 
     def full_barrier(self, stage: Reg) -> Reg:
         address = self.u32()
-        self.kb.emit(arith.mad("u32", address, stage, BARRIER_BYTES, self.smem))
+        self.kb.emit(arith.mad("u32", address, stage, MBARRIER_BYTES, self.smem))
         return address
 
     def empty_barrier(self, stage: Reg) -> Address:
-        return Address(self.full_barrier(stage), BARRIER_BYTES * self.stmt.stages)
+        return Address(self.full_barrier(stage), MBARRIER_BYTES * self.stmt.stages)
 
     def release(self, stage: Reg, guard: Reg) -> None:
         """Arrive (where ``guard``) on ``stage``'s empty barrier: this CTA's, or in a cluster
@@ -266,7 +266,7 @@ class _MainLoop:
             kb.emit(mbarrier.arrive(self.empty_barrier(stage)).guarded(guard))
             return
         local = self.full_barrier(stage)
-        kb.emit(arith.add("u32", local, local, BARRIER_BYTES * self.stmt.stages))
+        kb.emit(arith.add("u32", local, local, MBARRIER_BYTES * self.stmt.stages))
         for rank in range(size):
             remote = self.u32()
             # Release at CTA scope, as CUTLASS's ClusterBarrier does: the wgmmas that read the
@@ -335,12 +335,12 @@ class _MainLoop:
             )
         )
         # Every consumer warp of every CTA in the cluster frees a stage (see release()).
-        arrivals = WARPS_PER_WARPGROUP * stmt.consumer_warpgroups * stmt.cluster_size
+        arrivals = SM90.warps_per_warpgroup * stmt.consumer_warpgroups * stmt.cluster_size
         for stage in range(stmt.stages):
             kb.emit(
-                mbarrier.init(Address(self.smem, BARRIER_BYTES * stage), 1).guarded(leader),
+                mbarrier.init(Address(self.smem, MBARRIER_BYTES * stage), 1).guarded(leader),
                 mbarrier.init(
-                    Address(self.smem, BARRIER_BYTES * (stmt.stages + stage)), arrivals
+                    Address(self.smem, MBARRIER_BYTES * (stmt.stages + stage)), arrivals
                 ).guarded(leader),
             )
         kb.emit(mbarrier.fence_init().guarded(leader))
@@ -653,7 +653,7 @@ class _MainLoop:
     def issue_wgmmas(self, descriptors: list[Reg], accumulate: Reg) -> None:
         kb, stmt = self.kb, self.stmt
         kb.emit(wgmma.fence())
-        for step in range(stmt.tile_k // WGMMA_K):
+        for step in range(stmt.tile_k // self.wgmma_k):
             stepped = [
                 descriptor
                 if step == 0
@@ -683,7 +683,7 @@ class _MainLoop:
         kb, stmt = self.kb, self.stmt
         row0, col0, quad = self.u32(), self.u32(), self.u32()
         kb.emit(
-            arith.mad("u32", row0, self.consumer_index, 64, m0),
+            arith.mad("u32", row0, self.consumer_index, SM90.wgmma_m, m0),
             arith.mad("u32", row0, self.warp, 16, row0),
             logic.shr("u32", quad, self.lane, 2),
             arith.add("u32", row0, row0, quad),

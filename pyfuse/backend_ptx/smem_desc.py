@@ -11,7 +11,8 @@ Layout (PTX ISA, "Matrix Descriptor Format" for wgmma; sm_90):
 
 The swizzle *codes* here differ from the TMA enum (``CU_TENSOR_MAP_SWIZZLE_128B``
 is 3 but the descriptor's 128B is 1), which is why :class:`Swizzle` carries both:
-one fact, one place.
+one fact, one place. The span widths pyfuse uses for operand tiles and the 8-row atom are
+:data:`pyfuse.ir.hopper.SM90`'s; a pattern is 8 rows of its span.
 
 For K-major operands with a swizzle, LBO is unused (CUTLASS writes 1, i.e. 16 B)
 and SBO is the distance between 8-row groups (8 x swizzle span when dense);
@@ -27,22 +28,22 @@ import enum
 from pyfuse.backend_ptx.emitter import KernelBuilder
 from pyfuse.backend_ptx.instructions import arith, convert, logic
 from pyfuse.backend_ptx.operands import Reg, RegClass, check_reg
+from pyfuse.ir.hopper import SM90
 from pyfuse.ir.records import record
 
 
 @record(frozen=True)
 class SwizzleInfo:
     span_bytes: int  # bytes in one swizzled row segment (the "atom" width)
-    pattern_bytes: int  # the pattern repeats every 8 rows of span_bytes
     desc_code: int  # wgmma descriptor bits 62-63
     tma_code: int  # CUtensorMapSwizzle value
 
 
 class Swizzle(enum.Enum):
-    NONE = SwizzleInfo(span_bytes=16, pattern_bytes=128, desc_code=0, tma_code=0)
-    B32 = SwizzleInfo(span_bytes=32, pattern_bytes=256, desc_code=3, tma_code=1)
-    B64 = SwizzleInfo(span_bytes=64, pattern_bytes=512, desc_code=2, tma_code=2)
-    B128 = SwizzleInfo(span_bytes=128, pattern_bytes=1024, desc_code=1, tma_code=3)
+    NONE = SwizzleInfo(span_bytes=16, desc_code=0, tma_code=0)
+    B32 = SwizzleInfo(span_bytes=32, desc_code=3, tma_code=1)
+    B64 = SwizzleInfo(span_bytes=64, desc_code=2, tma_code=2)
+    B128 = SwizzleInfo(span_bytes=128, desc_code=1, tma_code=3)
 
     @property
     def span_bytes(self) -> int:
@@ -50,7 +51,8 @@ class Swizzle(enum.Enum):
 
     @property
     def pattern_bytes(self) -> int:
-        return self.value.pattern_bytes
+        """The pattern repeats every swizzle atom: 8 rows of ``span_bytes``."""
+        return SM90.swizzle_atom_rows * self.value.span_bytes
 
     @property
     def desc_code(self) -> int:
@@ -147,7 +149,7 @@ def k_major(swizzle: Swizzle, *, rows_stride_bytes: int | None = None) -> tuple[
     """
     if swizzle is Swizzle.NONE:
         raise ValueError("k_major: an unswizzled (interleave) layout needs explicit LBO/SBO")
-    sbo = rows_stride_bytes if rows_stride_bytes is not None else 8 * swizzle.span_bytes
+    sbo = rows_stride_bytes if rows_stride_bytes is not None else swizzle.pattern_bytes
     return 16, sbo
 
 

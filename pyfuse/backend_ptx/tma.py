@@ -22,6 +22,7 @@ import enum
 from collections.abc import Sequence
 
 from pyfuse.backend_ptx.smem_desc import Swizzle
+from pyfuse.ir.hopper import SM90
 from pyfuse.ir.records import record
 
 
@@ -68,8 +69,8 @@ class OobFill(enum.IntEnum):
     NAN_REQUEST_ZERO_FMA = 1
 
 
-MAX_RANK = 5
-MAX_BOX = 256
+MAX_RANK = SM90.tma_max_rank
+MAX_BOX = SM90.tma_max_box
 MAX_ELEMENT_STRIDE = 8
 _MAX_DIM = 1 << 32
 _MAX_STRIDE = 1 << 40
@@ -113,11 +114,11 @@ class TensorMapPlan:
             )
         _check_ints(self.global_strides, "global strides (bytes)", 1, _MAX_STRIDE - 1)
         for stride in self.global_strides:
-            if stride % 16:
+            if stride % SM90.tma_alignment:
                 raise ValueError(
-                    f"global strides must be multiples of 16 bytes, got {stride} "
+                    f"global strides must be multiples of {SM90.tma_alignment} bytes, got {stride} "
                     f"(for {self.dtype} rows the pitch must be a multiple of "
-                    f"{16 // self.element_size} elements)"
+                    f"{SM90.tma_alignment // self.element_size} elements)"
                 )
         if len(self.box_dims) != rank:
             raise ValueError(f"box dims must have {rank} entries, got {list(self.box_dims)}")
@@ -129,10 +130,10 @@ class TensorMapPlan:
         object.__setattr__(self, "element_strides", tuple(strides))
         inner = self.inner_box_bytes
         if self.interleave is Interleave.NONE:
-            if inner % 16:
+            if inner % SM90.tma_alignment:
                 raise ValueError(
                     f"the inner box ({self.box_dims[0]} x {self.dtype} = {inner} B) must be "
-                    "a multiple of 16 bytes"
+                    f"a multiple of {SM90.tma_alignment} bytes"
                 )
             if self.swizzle is not Swizzle.NONE and inner > self.swizzle.span_bytes:
                 raise ValueError(
@@ -165,7 +166,7 @@ class TensorMapPlan:
 
     @property
     def address_alignment(self) -> int:
-        return 32 if self.interleave is Interleave.B32 else 16
+        return 32 if self.interleave is Interleave.B32 else SM90.tma_alignment
 
 
 def plan_tiled(

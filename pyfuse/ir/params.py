@@ -1,17 +1,17 @@
 """Tuning parameters that users may pass: :class:`MatmulParams`.
 
 Frozen and hashable so a config is usable as a cache key. A field left ``None`` is
-chosen by the matmul scheduler's heuristic from the shape and the device.
+chosen by the matmul scheduler's heuristic from the shape and the device. A standard frozen
+``dataclass`` (not a :func:`pyfuse.ir.records.record`): users hold it, so ``dataclasses``
+and ``inspect`` see exactly what they expect (``replace``, ``asdict``, the signature).
 """
 
 from __future__ import annotations
 
-from dataclasses import fields
-
-from pyfuse.ir.records import record
+from dataclasses import dataclass, fields
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class MatmulParams:
     """Hopper matmul schedule. Tiles are in elements; ``grid_swizzle`` is the number of M tiles
     walked together (1 = none); ``persistent`` makes each CTA loop over tiles; ``splitk``

@@ -1,30 +1,35 @@
 """``record``: ``@dataclass`` with the same meaning, built for a faster import.
 
-Why: the standard library's ``dataclass`` compiles each generated method (``__init__``,
-``__repr__``, ``__eq__``, ``__hash__``, the frozen ``__setattr__`` and ``__delattr__``) from its
-own source string, a separate ``exec`` each. pyfuse declares some seventy record classes, and
-the first compile of a new fusion loads most of them: on Python 3.11 and 3.12 that was 35 ms of
-a 56 ms compiler import and 25 ms of the runtime's (measured with ``time.perf_counter`` around
-``dataclasses._process_class``). ``record`` collects the fields as dataclass does, into the
-same ``dataclasses.Field`` objects (so ``dataclasses.fields``, ``replace``, ``astuple`` and
-``is_dataclass`` keep working), in half of dataclass's time (which also looks for methods to
-write; on Python 3.14, where annotations are read differently, dataclass collects them as
-before). It compiles ``__init__`` alone (its speed matters: the passes build IR nodes by the
-thousand), at the class's first construction: a first call loads most record classes and
-builds only about half of them. The other methods are closures over the field names. So a
-record's ``inspect.signature`` reads ``(*args, **kwargs)`` until its first construction.
+Why: on Python 3.11 and 3.12 the standard library's ``dataclass`` compiles each generated
+method (``__init__``, ``__repr__``, ``__eq__``, ``__hash__``, the frozen ``__setattr__`` and
+``__delattr__``) from its own source string, a separate ``exec`` each: about 1 ms a frozen
+class, while ``dataclass(init=False, repr=False, eq=False)`` only collects the fields (under
+0.1 ms). pyfuse declares some seventy record classes and a first compile loads most of them.
 
-Supported: ``frozen``, ``eq``, ``repr``; fields with defaults, ``field(default_factory=...)``,
-``field(repr=False)``, ``field(compare=False)``, ``field(hash=...)`` and ``field(init=False)``
-(with a default or factory); ``__post_init__``; methods the class defines itself are kept, as
-``dataclass`` keeps them. The generated methods behave as Python 3.11's: ``__eq__`` compares
+How, with the standard library's public API only: ``dataclasses.dataclass`` collects the
+fields (so ``dataclasses.fields``, ``replace``, ``asdict``, ``astuple``, ``is_dataclass`` and
+``__match_args__`` are dataclass's own); ``record`` then adds ``__repr__``, ``__eq__``,
+``__hash__`` and the frozen ``__setattr__``/``__delattr__`` as closures over the field names,
+and an ``__init__`` compiled at the class's first construction (its speed matters: the passes
+build IR nodes by the thousand; a first call builds only about half the record classes it
+loads). Before that construction the stand-in ``__init__`` carries the real signature, so
+``inspect.signature`` reads the fields from the start.
+
+Guarantees: the generated methods behave as Python 3.11's dataclass's. ``__eq__`` compares
 the compared fields as tuples when both operands have the same class; ``eq`` with ``frozen``
 hashes that tuple; ``eq`` without ``frozen`` makes instances unhashable; frozen instances raise
-``dataclasses.FrozenInstanceError`` on assignment and deletion. Not supported (rejected):
-``order``, ``unsafe_hash``, ``slots``, ``kw_only``, ``InitVar`` fields and ``match_args=False``.
-``__dataclass_params__`` reports ``frozen=False, eq=False`` (what the standard library was
-asked for); ``record_options(cls)`` gives the real options. So a record and a standard
-dataclass must not inherit from each other: their frozen checks would disagree.
+``dataclasses.FrozenInstanceError`` on assignment and deletion; methods the class defines
+itself are kept. Supported: ``frozen``, ``eq``, ``repr``; defaults, ``field(default_factory=
+...)``, ``field(repr=False)``, ``field(compare=False)``, ``field(hash=...)``, ``field(init=
+False)`` (with a default or factory), ``__post_init__``. Rejected: ``InitVar`` and ``kw_only``
+fields (``order``, ``unsafe_hash`` and ``slots`` are not options).
+
+Expects: a record's ``__dataclass_params__`` is what dataclass was asked for (fields only:
+``init``, ``repr``, ``eq`` and ``frozen`` all false); :func:`record_options` gives a record's
+real options. So a record and a standard dataclass must not inherit from each other (their
+frozen checks would disagree). A class that users hold or that other libraries inspect as a
+dataclass (``MatmulParams``, ``TargetInfo``) is a plain frozen ``dataclass``: its few hundred
+microseconds buy a ``__dataclass_params__`` that tells the truth.
 """
 
 from __future__ import annotations
@@ -35,8 +40,6 @@ import inspect
 import operator
 import re
 import reprlib
-import sys
-import typing
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
@@ -111,9 +114,9 @@ def _build(cls: _Class, *, frozen: bool, eq: bool, repr_: bool) -> _Class:
                 raise TypeError(f"cannot overwrite attribute {name} in class {cls.__name__}")
     has_doc = bool(own.get("__doc__"))
     if not has_doc:
-        # dataclass (which _fields_of may call) documents a class without a docstring by its
-        # signature: here that of object.__init__, which inspect parses from text at the cost
-        # of a regex compile (16 ms). The docstring is written below, from the fields.
+        # dataclass documents a class without a docstring by its signature: here that of
+        # object.__init__, which inspect parses from text at the cost of a regex compile
+        # (16 ms). The docstring is written below, from the fields.
         cls.__doc__ = cls.__name__
     fields = _fields_of(cls)
     _check_order(fields)
@@ -143,93 +146,34 @@ def _build(cls: _Class, *, frozen: bool, eq: bool, repr_: bool) -> _Class:
     return cls
 
 
-# dataclasses' mark of a regular field (private, the same from Python 3.7 to 3.13): fields()
-# and replace() look for it. Python 3.14 reads annotations differently; there, and wherever the
-# mark is missing, records let dataclass collect their fields as before.
-_FIELD_MARK = getattr(dataclasses, "_FIELD", None) if sys.version_info < (3, 14) else None
-# An annotation (a string under ``from __future__ import annotations``) of one of dataclass's
-# pseudo-fields, with or without its module: ClassVar, InitVar, KW_ONLY.
-_PSEUDO_FIELD = re.compile(r"^\s*(?:\w+\s*\.\s*)?(ClassVar|InitVar|KW_ONLY)\b")
-
-
-@dataclasses.dataclass(init=False, repr=False, eq=False)
-class _Params:
-    """Its ``__dataclass_params__`` (frozen=False, eq=False) is every record's."""
+# An annotation (a string under ``from __future__ import annotations``) of an InitVar, with or
+# without its module: dataclass keeps such a pseudo-field out of ``fields()``, so it is looked
+# for in the class's own annotations.
+_INIT_VAR = re.compile(r"^\s*(?:\w+\s*\.\s*)?InitVar\b")
 
 
 def _fields_of(cls: type) -> tuple[dataclasses.Field[Any], ...]:
-    """The fields of ``cls`` as dataclass collects them (its bases' first, then its own in
-    annotation order), set up so that ``dataclasses.fields``, ``replace``, ``astuple`` and
-    ``is_dataclass`` work; dataclass's own pass costs twice as long (it also looks for
-    methods to write, of which a record asks for none)."""
-    if _FIELD_MARK is None:
-        dataclasses.dataclass(cls, init=False, repr=False, eq=False)
-        fields = dataclasses.fields(cls)
-        if any(f.kw_only is True for f in fields):
-            raise TypeError(f"record {cls.__qualname__}: kw_only fields are not supported")
-        if any("InitVar" in str(f.type) for f in cls.__dataclass_fields__.values()):  # type: ignore[attr-defined]
+    """The fields of ``cls`` (its bases' first, then its own in annotation order), collected
+    by ``dataclass`` asked to write no method; refuses what a record does not support."""
+    for annotation in inspect.get_annotations(cls).values():
+        if _is_init_var(annotation):
             raise TypeError(f"record {cls.__qualname__}: InitVar fields are not supported")
-        return fields
-    collected: dict[str, dataclasses.Field[Any]] = {}
-    for base in cls.__mro__[-1:0:-1]:
-        for f in base.__dict__.get("__dataclass_fields__", {}).values():
-            if f._field_type is _FIELD_MARK:  # type: ignore[attr-defined]
-                collected[f.name] = f
-    annotations: dict[str, Any] = inspect.get_annotations(cls)  # its own, as written
-    for name, annotation in annotations.items():
-        pseudo = _pseudo_field(annotation)
-        if pseudo == "ClassVar":
-            continue
-        if pseudo is not None:
-            raise TypeError(f"record {cls.__qualname__}: {pseudo} fields are not supported")
-        default = getattr(cls, name, dataclasses.MISSING)
-        if isinstance(default, dataclasses.Field):
-            f = default
-        else:
-            f = dataclasses.field(default=default)
-        f.name, f.type = name, annotation
-        f._field_type = _FIELD_MARK  # type: ignore[attr-defined]
-        if f.kw_only is True:
-            raise TypeError(f"record {cls.__qualname__}: kw_only fields are not supported")
-        f.kw_only = False
-        if f.default is not dataclasses.MISSING and type(f.default).__hash__ is None:
-            raise ValueError(
-                f"mutable default {type(f.default)} for field {name} is not allowed: "
-                "use default_factory"
-            )
-        if isinstance(cls.__dict__.get(name), dataclasses.Field):
-            # As dataclass: the class attribute is the default, not the Field describing it.
-            if f.default is dataclasses.MISSING:
-                delattr(cls, name)
-            else:
-                setattr(cls, name, f.default)
-        collected[name] = f
-    for name, value in cls.__dict__.items():
-        if isinstance(value, dataclasses.Field) and name not in annotations:
-            raise TypeError(f"{name!r} is a field but has no type annotation")
-    type.__setattr__(cls, "__dataclass_fields__", collected)
-    type.__setattr__(cls, "__dataclass_params__", _Params.__dataclass_params__)  # type: ignore[attr-defined]
-    if "__match_args__" not in cls.__dict__:
-        type.__setattr__(cls, "__match_args__", tuple(f.name for f in collected.values() if f.init))
-    return tuple(collected.values())
+    dataclasses.dataclass(cls, init=False, repr=False, eq=False)
+    fields = dataclasses.fields(cls)
+    if any(f.kw_only is True for f in fields):
+        raise TypeError(f"record {cls.__qualname__}: kw_only fields are not supported")
+    return fields
 
 
-def _pseudo_field(annotation: Any) -> str | None:
-    """Which pseudo-field ``annotation`` declares (ClassVar, InitVar, KW_ONLY), if any."""
+def _is_init_var(annotation: Any) -> bool:
     if isinstance(annotation, str):
-        match = _PSEUDO_FIELD.match(annotation)
-        return match.group(1) if match else None
-    if annotation is typing.ClassVar or typing.get_origin(annotation) is typing.ClassVar:
-        return "ClassVar"
-    if isinstance(annotation, dataclasses.InitVar) or annotation is dataclasses.InitVar:
-        return "InitVar"
-    if annotation is dataclasses.KW_ONLY:
-        return "KW_ONLY"
-    return None
+        return _INIT_VAR.match(annotation) is not None
+    return isinstance(annotation, dataclasses.InitVar) or annotation is dataclasses.InitVar
 
 
 def _check_order(fields: tuple[dataclasses.Field[Any], ...]) -> None:
-    """As dataclass: an ``__init__`` parameter without a default may not follow one with."""
+    """As dataclass: an ``__init__`` parameter without a default may not follow one with
+    (dataclass checks it while writing ``__init__``, which it is not asked to do here)."""
     seen_default = False
     for f in fields:
         if not f.init:
@@ -252,15 +196,40 @@ def _lazy_init(
     cls: type, fields: tuple[dataclasses.Field[Any], ...], frozen: bool
 ) -> Callable[..., None]:
     """An ``__init__`` that compiles the real one at the first construction and puts it in
-    its place: a first call loads some seventy record classes and builds about half of them."""
+    its place: a first call loads some seventy record classes and builds about half of them.
+    It carries the real one's signature, for ``inspect.signature`` of the class."""
 
     def first_init(self: Any, *args: Any, **kwargs: Any) -> None:
         compiled = _named(_compiled_init(cls, fields, frozen), cls, "__init__")
+        compiled.__signature__ = signature  # type: ignore[attr-defined]  # with the types
         if cls.__dict__.get("__init__") is first_init:
             type.__setattr__(cls, "__init__", compiled)
         compiled(self, *args, **kwargs)
 
+    signature = _init_signature(fields)
+    first_init.__signature__ = signature  # type: ignore[attr-defined]
     return first_init
+
+
+def _init_signature(fields: tuple[dataclasses.Field[Any], ...]) -> inspect.Signature:
+    """The signature of the ``__init__`` that :func:`_compiled_init` writes."""
+    me = "__record_self__" if any(f.name == "self" for f in fields) else "self"
+    parameters = [inspect.Parameter(me, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    for f in fields:
+        if not f.init:
+            continue
+        if f.default is not dataclasses.MISSING:
+            default: Any = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = _USE_FACTORY
+        else:
+            default = inspect.Parameter.empty
+        parameters.append(
+            inspect.Parameter(
+                f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default, annotation=f.type
+            )
+        )
+    return inspect.Signature(parameters, return_annotation=None)
 
 
 # Only __init__ is compiled from source: its speed matters (the passes build IR nodes by

@@ -14,6 +14,7 @@ from pyfuse.ir import dtypes
 from pyfuse.ir import ops as ir_ops
 from pyfuse.ir.exprs import BinaryOpType, LinearOp, MatmulOp, MmaOp, ReductionOpType
 from pyfuse.ir.fusion import Fusion
+from pyfuse.ir.hopper import SM90
 from pyfuse.ir.naming import source_location
 from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.tensor import TensorView
@@ -89,7 +90,7 @@ def decompose_unschedulable_mmas(fusion: Fusion, target: TargetInfo) -> int:
 
     count = 0
     for expr in mmas:
-        unloadable = target.vector_bytes < schedule_matmul.TMA_ALIGNMENT  # unaligned inputs
+        unloadable = target.vector_bytes < SM90.tma_alignment  # unaligned inputs
         for name, operand in (("A", expr.a), ("B", expr.b)):
             root = schedule_matmul.operand_root(fusion, operand)
             if unloadable or root is None:

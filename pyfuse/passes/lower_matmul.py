@@ -34,6 +34,7 @@ from pyfuse.errors import ScheduleError
 from pyfuse.ir import dtypes
 from pyfuse.ir import kernel_ir as k
 from pyfuse.ir.exprs import Expr, LoadStoreKind, LoadStoreOp, MmaOp
+from pyfuse.ir.hopper import SM90
 from pyfuse.ir.id_model import IdMappingMode
 from pyfuse.ir.iterdomain import IdTransform, IterDomain, Merge, Split
 from pyfuse.ir.params import MatmulParams
@@ -42,15 +43,15 @@ from pyfuse.ir.tensor import MemoryType, TensorView, Val
 from pyfuse.passes.lower import _Lowering
 from pyfuse.passes.plan import KernelPlan
 from pyfuse.passes.schedule_matmul import (
-    BARRIER_BYTES,
-    WGMMA_M,
+    BARRIER_REGION_BYTES,
     operand_memory,
     operand_memory_roles,
     operand_swizzle_bytes,
 )
 
-THREADS_PER_WARPGROUP = 128
-SMEM_ALIGN = 1024  # every swizzled tile starts on its pattern boundary (1024 bytes at most)
+# Every swizzled tile starts on its pattern boundary: that of the widest swizzle (1024 bytes)
+# is a multiple of every narrower one's.
+SMEM_ALIGN = SM90.max_swizzle_pattern_bytes
 
 
 def _align(value: int, alignment: int) -> int:
@@ -252,7 +253,7 @@ class _MatmulLowering(_Lowering):
             definition = tv.definition
             if isinstance(definition, LoadStoreOp) and definition.kind == LoadStoreKind.TMA_LOAD:
                 caches.append(tv)
-        offset = _align(BARRIER_BYTES, SMEM_ALIGN)
+        offset = _align(BARRIER_REGION_BYTES, SMEM_ALIGN)
         operands: list[k.TmaOperand] = []
         operand_index: dict[int, int] = {}
         for cache in caches:
@@ -260,9 +261,9 @@ class _MatmulLowering(_Lowering):
             operand_index[id(cache)] = len(operands)
             operands.append(operand)
             offset += operand.stage_bytes
-        stage_total = offset - _align(BARRIER_BYTES, SMEM_ALIGN)
+        stage_total = offset - _align(BARRIER_REGION_BYTES, SMEM_ALIGN)
         operands = [dataclasses.replace(o, stage_bytes=stage_total) for o in operands]
-        smem_bytes = _align(BARRIER_BYTES, SMEM_ALIGN) + stage_total * params.stages
+        smem_bytes = _align(BARRIER_REGION_BYTES, SMEM_ALIGN) + stage_total * params.stages
         if smem_bytes > self.target.max_smem_per_block:
             raise ScheduleError(
                 f"kernel {self.name}: {params.stages} stages of {stage_total} bytes need "
@@ -271,7 +272,7 @@ class _MatmulLowering(_Lowering):
         for tv in self.fusion.inputs + self.fusion.outputs:
             self._buffer(tv)
 
-        warpgroups = params.tile_m // WGMMA_M
+        warpgroups = params.tile_m // SM90.wgmma_m
         mmas: list[tuple[int, int, k.Buffer]] = []
         for mma in self.mmas:
             out = mma.output
@@ -334,7 +335,7 @@ class _MatmulLowering(_Lowering):
             buffers={b.name: b for b in self.buffers.values()},
             body=[loop],
             grid=grid,
-            block=(THREADS_PER_WARPGROUP, warpgroups + 1, 1),
+            block=(SM90.warpgroup_threads, warpgroups + 1, 1),
             smem_bytes=smem_bytes,
             index_dtype=self.index_dtype,
             cluster=(cluster, 1, 1),

@@ -38,6 +38,7 @@ from pyfuse.ir import dtypes
 from pyfuse.ir.caching import cache_after, cache_before
 from pyfuse.ir.exprs import Expr, LoadStoreKind, LoadStoreOp, MmaOp, ReductionOp, ReshapeOp
 from pyfuse.ir.fusion import Fusion
+from pyfuse.ir.hopper import SM90
 from pyfuse.ir.id_model import IdModel
 from pyfuse.ir.iterdomain import (
     IterDomain,
@@ -61,16 +62,15 @@ from pyfuse.passes.transform_replay import replay_like
 
 NAME = MATMUL_SCHEDULER
 OPERAND_DTYPES = (dtypes.bfloat16, dtypes.float16)
-WGMMA_M = 64
-WGMMA_K = 16
-MAX_WGMMA_N = 256
-SWIZZLE_BYTES = 128  # the widest swizzle: one row of the default K tile
-# The TMA/wgmma swizzle modes (bytes of one swizzled row), widest first; every operand tile
-# takes the widest whose rows tile its contiguous extent exactly.
-SWIZZLE_MODES = (128, 64, 32)
-TMA_ALIGNMENT = 16
-BARRIER_BYTES = 1024  # mbarriers and slack at the front of shared memory
-MAX_CLUSTER_CTAS = 8  # the portable cluster size
+# One wgmma K for every operand dtype (both are 2 bytes): the K tile's inner split.
+(WGMMA_K,) = {SM90.wgmma_k(dtype.itemsize) for dtype in OPERAND_DTYPES}
+# The widest swizzle (bytes of one swizzled row): one row of the default K tile, and the line
+# whose index the narrower swizzles XOR into their chunks. Every operand tile takes the
+# widest of SM90.swizzle_spans whose rows tile its contiguous extent exactly.
+WIDEST_SWIZZLE_BYTES = SM90.swizzle_spans[0]
+# The front of shared memory holds the mbarriers, padded so the first operand tile starts on
+# the widest swizzle's pattern boundary (which every narrower pattern divides).
+BARRIER_REGION_BYTES = SM90.max_swizzle_pattern_bytes
 
 
 def _mmas(fusion: Fusion) -> list[MmaOp]:
@@ -106,7 +106,7 @@ def operand_swizzle_bytes(contiguous_tile: int, itemsize: int) -> int | None:
     """The swizzle of an operand tile whose contiguous dim spans ``contiguous_tile``
     elements: the widest mode whose rows tile it exactly (several boxes side by side when
     wider), None when no mode does (the tile is not a multiple of 32 bytes)."""
-    for mode in SWIZZLE_MODES:
+    for mode in SM90.swizzle_spans:
         if contiguous_tile * itemsize % mode == 0:
             return mode
     return None
@@ -132,10 +132,10 @@ def tma_reason(root: TensorView) -> str | None:
     if strides[-1][1] != 1:
         return f"T{root.name}'s innermost stride is {strides[-1][1]}, TMA needs 1"
     for axis, stride in strides[:-1]:
-        if stride * root.dtype.itemsize % TMA_ALIGNMENT:
+        if stride * root.dtype.itemsize % SM90.tma_alignment:
             return (
                 f"T{root.name}'s stride {stride} along {axis} is {stride * root.dtype.itemsize} "
-                f"bytes, not a multiple of {TMA_ALIGNMENT} (a TMA copy needs that)"
+                f"bytes, not a multiple of {SM90.tma_alignment} (a TMA copy needs that)"
             )
     return None
 
@@ -274,10 +274,12 @@ def decline_reason(fusion: Fusion, target: TargetInfo) -> str | None:
 
 def default_tiles(m: int, n: int, *, single_mma: bool) -> tuple[int, int]:
     """The heuristic's (tile_m, tile_n) for an M x N output."""
-    tile_m = 128 if m > 64 else 64
-    wide = single_mma and n >= 256
+    rows = SM90.wgmma_m  # one consumer warpgroup's rows; two above that
+    tile_m = 2 * rows if m > rows else rows
+    widest, step = SM90.wgmma_n_max, SM90.wgmma_n_step
+    wide = single_mma and n >= widest
     # wgmma takes N in multiples of 8 up to 256: no wider than N needs.
-    tile_n = min(256 if wide else 128, max(8, ceil_div(n, 8) * 8))
+    tile_n = min(widest if wide else 128, max(step, ceil_div(n, step) * step))
     return tile_m, tile_n
 
 
@@ -287,7 +289,7 @@ def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo)
     shape = _extents(mmas[0])
     operands = {id(m.a) for m in mmas} | {id(m.b) for m in mmas}
     tile_m, tile_n = default_tiles(shape["m"], shape["n"], single_mma=len(mmas) == 1)
-    tile_k = SWIZZLE_BYTES // mmas[0].a.dtype.itemsize
+    tile_k = WIDEST_SWIZZLE_BYTES // mmas[0].a.dtype.itemsize
     itemsize = mmas[0].a.dtype.itemsize
     given = user or MatmulParams()
     tile_m = given.tile_m or tile_m
@@ -298,7 +300,7 @@ def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo)
     a_count = len({id(m.a) for m in mmas})
     b_count = len(operands) - a_count
     stage_bytes = (tile_m * a_count + tile_n * b_count) * tile_k * itemsize
-    stages = max(1, min(8, (target.max_smem_per_block - BARRIER_BYTES) // stage_bytes))
+    stages = max(1, min(8, (target.max_smem_per_block - BARRIER_REGION_BYTES) // stage_bytes))
     m_tiles = ceil_div(shape["m"], tile_m)
     tiles = m_tiles * ceil_div(shape["n"], tile_n) * shape["batch"]
     defaults = MatmulParams(
@@ -315,7 +317,7 @@ def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo)
         smem_epilogue=False,
     )
     params = given.merged(defaults)
-    _check_params(params, tile_n_limit=MAX_WGMMA_N)
+    _check_params(params, tile_n_limit=SM90.wgmma_n_max)
     _warn_unused(params)
     return params
 
@@ -328,12 +330,13 @@ def _mn_major_tile_n(
     any multiple of 8 (its rows are K)."""
     if all(contiguous_role(fusion, mma, mma.b) != "n" for mma in mmas):
         return tile_n
-    row = SWIZZLE_MODES[-1] // itemsize
+    narrowest = SM90.swizzle_spans[-1]
+    row = narrowest // itemsize
     rounded = ceil_div(tile_n, row) * row
     if requested is not None and rounded != requested:
         warnings.warn(
             f"pyfuse: MatmulParams(tile_n={requested}) rounded up to {rounded}: an N-major B "
-            f"operand is loaded in rows of {SWIZZLE_MODES[-1]} bytes ({row} elements)",
+            f"operand is loaded in rows of {narrowest} bytes ({row} elements)",
             UserWarning,
             stacklevel=3,
         )
@@ -349,8 +352,8 @@ def _cluster_m(
     ``cluster_n``, or when the tile does not split into two multicast halves."""
     if (given.cluster_n or 1) > 1 or m_tiles < 2 or tiles < 2 * target.sm_count:
         return 1
-    if tile_n % (8 * 2) or tile_k % (8 * 2):
-        return 1
+    if tile_n % (SM90.swizzle_atom_rows * 2) or tile_k % (SM90.swizzle_atom_rows * 2):
+        return 1  # the two CTAs would not each load whole swizzle atoms
     return 2
 
 
@@ -387,19 +390,20 @@ def _grid_swizzle(m_tiles: int, tile_m: int, tile_n: int, target: TargetInfo) ->
 
 def _check_params(params: MatmulParams, tile_n_limit: int) -> None:
     assert params.tile_m and params.tile_n and params.tile_k  # filled by merged()
-    if params.tile_m % WGMMA_M:
-        raise ValueError(f"tile_m must be a multiple of {WGMMA_M}, got {params.tile_m}")
-    if params.tile_n % 8 or params.tile_n > tile_n_limit:
+    if params.tile_m % SM90.wgmma_m:
+        raise ValueError(f"tile_m must be a multiple of {SM90.wgmma_m}, got {params.tile_m}")
+    step = SM90.wgmma_n_step
+    if params.tile_n % step or params.tile_n > tile_n_limit:
         raise ValueError(
-            f"tile_n must be a multiple of 8 and at most {tile_n_limit}, got {params.tile_n}"
+            f"tile_n must be a multiple of {step} and at most {tile_n_limit}, got {params.tile_n}"
         )
     if params.tile_k % WGMMA_K:
         raise ValueError(f"tile_k must be a multiple of {WGMMA_K}, got {params.tile_k}")
     cluster_m, cluster_n = params.cluster_m or 1, params.cluster_n or 1
-    if cluster_m * cluster_n > MAX_CLUSTER_CTAS:
+    if cluster_m * cluster_n > SM90.max_portable_cluster_ctas:
         raise ValueError(
             f"cluster_m x cluster_n = {cluster_m} x {cluster_n} CTAs; a portable cluster has at "
-            f"most {MAX_CLUSTER_CTAS}"
+            f"most {SM90.max_portable_cluster_ctas}"
         )
     # Each of the CTAs sharing an operand tile loads a slice of it in whole 8-row swizzle
     # atoms: B tiles are shared by cluster_m CTAs, A tiles by cluster_n.
@@ -407,11 +411,12 @@ def _check_params(params: MatmulParams, tile_n_limit: int) -> None:
         (cluster_m, (params.tile_n, params.tile_k)),
         (cluster_n, (params.tile_m, params.tile_k)),
     ):
-        if sharers > 1 and any(extent % (8 * sharers) for extent in extents):
+        whole_atoms = SM90.swizzle_atom_rows * sharers
+        if sharers > 1 and any(extent % whole_atoms for extent in extents):
             raise ValueError(
                 f"a {cluster_m}x{cluster_n} cluster splits operand tiles of {extents[0]}x"
                 f"{extents[1]} among {sharers} CTAs, which needs both extents to be multiples "
-                f"of {8 * sharers}"
+                f"of {whole_atoms}"
             )
 
 
@@ -483,7 +488,7 @@ def schedule_accumulator(
         accumulator.parallelize(k_outer, ParallelType.BIDZ)
         k_outer += 1
     mi = k_outer + 1
-    accumulator.split(mi, WGMMA_M)  # [Mi/64 (warpgroup), 64]
+    accumulator.split(mi, SM90.wgmma_m)  # [Mi/64 (warpgroup), 64]
     accumulator.parallelize(mi, ParallelType.TIDY)
     accumulator.parallelize(mi + 1, ParallelType.MMA)
     accumulator.parallelize(mi + 2, ParallelType.MMA)  # Ni
@@ -520,16 +525,16 @@ def swizzle_operand_allocation(
     the contiguous axis (when the tile is wider), 16-byte chunks in a row, and the rows in
     8-row atoms whose 128-byte lines (``128 / swizzle_bytes`` rows each) XOR their line number
     into the chunk index."""
-    chunk = TMA_ALIGNMENT // operand.dtype.itemsize
+    chunk = SM90.tma_alignment // operand.dtype.itemsize  # the swizzle moves 16-byte chunks
     span = swizzle_bytes // operand.dtype.itemsize
     boxes: list[IterDomain] = []
-    if swizzle_bytes != SWIZZLE_BYTES and contiguous.extent > span:
+    if swizzle_bytes != WIDEST_SWIZZLE_BYTES and contiguous.extent > span:
         box_split = Split(contiguous, span)
         boxes, contiguous = [box_split.outer], box_split.inner
-    row_split = Split(rows, 8)
+    row_split = Split(rows, SM90.swizzle_atom_rows)
     lines, line_rows = row_split.inner, []
-    if swizzle_bytes != SWIZZLE_BYTES:
-        line_split = Split(row_split.inner, SWIZZLE_BYTES // swizzle_bytes)
+    if swizzle_bytes != WIDEST_SWIZZLE_BYTES:
+        line_split = Split(row_split.inner, WIDEST_SWIZZLE_BYTES // swizzle_bytes)
         lines, line_rows = line_split.outer, [line_split.inner]
     chunk_split = Split(contiguous, chunk)
     swizzle = Swizzle(lines, chunk_split.outer, SwizzleKind.XOR)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from pyfuse.ir.exprs import BroadcastOp, LinearOp, MatmulOp, MmaOp, ReductionOp
 from pyfuse.ir.fusion import Fusion
+from pyfuse.ir.hopper import SM90
 from pyfuse.ir.id_model import IdMappingMode, IdModel
 from pyfuse.ir.iterdomain import ParallelType
 from pyfuse.ir.records import record
@@ -39,8 +40,8 @@ from pyfuse.passes.scheduler_utils import (
 NAME = "reduction"
 # Register budget of a persistent row: elements one thread keeps per persistent tensor.
 MAX_PERSISTENT_PER_THREAD = 48  # 56 bf16 elements of an rms_norm row spilled (ptxas -v)
-MAX_THREADS = 1024
-MIN_THREADS = 32
+MAX_THREADS = SM90.max_threads_per_block
+MIN_THREADS = SM90.warp_size  # blocks of whole warps
 
 
 @record(frozen=True)

@@ -33,6 +33,7 @@ from pyfuse.ir import dtypes
 from pyfuse.ir import ops as ir_ops
 from pyfuse.ir.exprs import BinaryOpType, Expr, LinearOp, MatmulOp, PermuteOp, ReductionOpType
 from pyfuse.ir.fusion import Fusion
+from pyfuse.ir.hopper import SM90
 from pyfuse.ir.iterdomain import ceil_div
 from pyfuse.ir.naming import source_location
 from pyfuse.ir.target import HOPPER, TargetInfo
@@ -40,7 +41,7 @@ from pyfuse.ir.tensor import TensorView
 from pyfuse.passes.skip_intermediates import is_row_major_contiguous
 
 # Elements per part of K that keep every part's start 16-byte aligned for bf16/f16 TMA.
-K_ALIGNMENT = 8
+K_ALIGNMENT = SM90.tma_alignment // 2
 # The shortest K part the heuristic makes: 16 K tiles of 64, enough to fill the pipeline.
 MIN_AUTO_PART = 1024
 # The heuristic splits only matmuls whose tiles fill at most 1/AUTO_MAX_SM_FRACTION of the SMs.
@@ -172,10 +173,12 @@ def _split(fusion: Fusion, expr: MatmulOp | LinearOp, parts: int, target: Target
 def _tma_refusal(a: TensorView, b: TensorView, target: TargetInfo) -> str | None:
     """Why TMA could not load the operands' stored tensors (the tensor-core path would then
     decompose the parts into multiply + sum, where a split only costs), or None."""
-    from pyfuse.passes.schedule_matmul import TMA_ALIGNMENT, tma_reason  # with the matmul
+    from pyfuse.passes.schedule_matmul import tma_reason  # with the matmul
 
-    if target.vector_bytes < TMA_ALIGNMENT:
-        return "the inputs' addresses are not 16-byte aligned: TMA cannot load them"
+    if target.vector_bytes < SM90.tma_alignment:
+        return (
+            f"the inputs' addresses are not {SM90.tma_alignment}-byte aligned: TMA cannot load them"
+        )
     for operand in (a, b):
         stored, _ = _stored(operand)
         reason = tma_reason(stored) if stored is not None else None

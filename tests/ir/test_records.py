@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 import pickle
+import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -17,6 +19,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pyfuse.ir import records
 from pyfuse.ir.records import record, record_options
 
 OPTIONS = [
@@ -312,6 +315,49 @@ def test_init_is_compiled_at_the_first_construction() -> None:
     assert Lazy(3, 4) == Lazy(3, 4) and Lazy.__dict__["__init__"] is compiled
     with pytest.raises(TypeError):
         Lazy()  # type: ignore[call-arg]
+
+
+def test_signature_is_the_fields_before_the_first_construction() -> None:
+    def declare(decorate: Any) -> type:
+        @decorate
+        class Shaped:
+            name: str
+            count: int = 1
+            items: list[int] = field(default_factory=list)
+            hidden: int = field(default=0, init=False)
+
+        return Shaped
+
+    ours, standard = declare(record(frozen=True)), declare(dataclass(frozen=True))
+    before = str(inspect.signature(ours))  # no instance yet: the stand-in __init__ answers
+    assert before == str(inspect.signature(standard))  # (their factory marks are not ours)
+    assert before == "(name: 'str', count: 'int' = 1, items: 'list[int]' = <factory>) -> None"
+    ours("a")
+    assert str(inspect.signature(ours)) == before  # the compiled __init__ says the same
+
+
+def test_records_use_only_public_dataclasses_api() -> None:
+    """dataclass collected the fields (asked for no method), so its helpers are its own."""
+    source = inspect.getsource(records)
+    assert not re.search(r"dataclasses\._|\._field_type|_FIELD\b|_process_class", source)
+    params = FrozenPoint.__dataclass_params__  # type: ignore[attr-defined]
+    assert (params.init, params.repr, params.eq, params.frozen) == (False, False, False, False)
+    assert record_options(FrozenPoint) == {"frozen": True, "eq": True, "repr": True}
+
+
+def test_matmul_params_is_a_standard_frozen_dataclass() -> None:
+    import pyfuse as pf
+
+    assert dataclasses.is_dataclass(pf.MatmulParams)
+    assert "__record_options__" not in pf.MatmulParams.__dict__
+    assert pf.MatmulParams.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    names = [f.name for f in dataclasses.fields(pf.MatmulParams)]
+    assert list(inspect.signature(pf.MatmulParams).parameters) == names
+    params = pf.MatmulParams(tile_m=128)
+    assert dataclasses.replace(params, stages=3).stages == 3
+    assert dataclasses.asdict(params)["tile_m"] == 128
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        params.tile_m = 64  # type: ignore[misc]
 
 
 def test_fields_collect_as_dataclass_collects_them() -> None:

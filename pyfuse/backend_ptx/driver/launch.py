@@ -10,8 +10,12 @@ from pyfuse.backend_ptx.abi import TENSOR_MAP_BYTES, ParamKind
 from pyfuse.backend_ptx.driver.core import call, context, driver_module, fail
 from pyfuse.backend_ptx.driver.modules import Function, set_max_dynamic_smem
 from pyfuse.errors import LaunchError
+from pyfuse.ir.hopper import SM90
+from pyfuse.ir.target import HOPPER
 
-DEFAULT_DYNAMIC_SMEM_LIMIT = 48 * 1024  # above this a kernel must opt in per function
+# Above this a kernel must opt in per function. Every CUDA device reports the same 48 KB
+# (the target's default_smem_per_block); the name stays for the callers that compare with it.
+DEFAULT_DYNAMIC_SMEM_LIMIT = HOPPER.default_smem_per_block
 
 _SLOT_TYPES: dict[ParamKind, Any] = {
     ParamKind.PTR: ctypes.c_uint64,
@@ -124,7 +128,7 @@ class Launcher:
 
     def _cluster_config(self, cu: Any, cluster: tuple[int, int, int]) -> Any:
         size = cluster[0] * cluster[1] * cluster[2]
-        if size > 8:
+        if size > SM90.max_portable_cluster_ctas:
             # Portable clusters stop at 8 CTAs; H100/H200 allow 16 with this opt-in.
             attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
             call(cu, cu.cuFuncSetAttribute(self._handle, attr, 1), "cuFuncSetAttribute", self.name)

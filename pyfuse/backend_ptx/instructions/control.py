@@ -17,8 +17,8 @@ from pyfuse.backend_ptx.operands import (
     check_int,
     fmt_operand,
 )
+from pyfuse.ir.hopper import SM90
 
-BARRIER_IDS = 16
 _SCOPES = ("cta", "cluster", "gpu", "sys")
 _FENCE_SEMS = ("sc", "acq_rel")
 
@@ -39,14 +39,16 @@ def _barrier_operand(value: Operand, what: str, low: int, high: int) -> str:
 
 
 def _check_count(count: Operand, what: str) -> str:
-    if isinstance(count, int) and not isinstance(count, bool) and count % 32:
-        raise ValueError(f"{what} must be a multiple of 32 (whole warps), got {count}")
-    return _barrier_operand(count, what, 32, 1024)
+    warp = SM90.warp_size
+    if isinstance(count, int) and not isinstance(count, bool) and count % warp:
+        raise ValueError(f"{what} must be a multiple of {warp} (whole warps), got {count}")
+    return _barrier_operand(count, what, warp, SM90.max_threads_per_block)
 
 
 def bar_sync(barrier_id: Operand = 0, count: Operand | None = None) -> Instr:
     """Wait at barrier ``barrier_id`` until ``count`` threads (default: the CTA) arrive."""
-    text = f"bar.sync {_barrier_operand(barrier_id, 'bar.sync: id', 0, BARRIER_IDS - 1)}"
+    last_id = SM90.named_barriers - 1
+    text = f"bar.sync {_barrier_operand(barrier_id, 'bar.sync: id', 0, last_id)}"
     if count is not None:
         text += f", {_check_count(count, 'bar.sync: thread count')}"
     return Instr(text)
@@ -54,7 +56,7 @@ def bar_sync(barrier_id: Operand = 0, count: Operand | None = None) -> Instr:
 
 def bar_arrive(barrier_id: Operand, count: Operand) -> Instr:
     """Signal barrier ``barrier_id`` without waiting; producers pair this with bar_sync."""
-    bid = _barrier_operand(barrier_id, "bar.arrive: id", 0, BARRIER_IDS - 1)
+    bid = _barrier_operand(barrier_id, "bar.arrive: id", 0, SM90.named_barriers - 1)
     return Instr(f"bar.arrive {bid}, {_check_count(count, 'bar.arrive: thread count')}")
 
 

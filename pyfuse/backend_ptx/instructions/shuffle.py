@@ -18,9 +18,9 @@ from pyfuse.backend_ptx.operands import (
     check_reg,
     fmt_operand,
 )
+from pyfuse.ir.hopper import SM90
 
 FULL_MASK = 0xFFFFFFFF
-WARP_SIZE = 32
 SHFL_MODES = ("up", "down", "bfly", "idx")
 
 # Default "c" operand per mode: c = (segmask << 8) | clamp. For up the clamp is the
@@ -54,7 +54,7 @@ def shfl_sync(
     check_reg(d, "b32", "shfl.sync: d")
     dst = str(d) if p is None else f"{d}|{check_pred(p, 'shfl.sync: p')}"
     if not isinstance(b, Reg):
-        check_int(b, f"shfl.sync.{mode}: lane operand b", 0, WARP_SIZE - 1)
+        check_int(b, f"shfl.sync.{mode}: lane operand b", 0, SM90.warp_size - 1)
     clamp = _DEFAULT_CLAMP[mode] if c is None else c
     if not isinstance(clamp, Reg):
         check_int(clamp, "shfl.sync: c (segmask << 8 | clamp)", 0, 0x1F1F)

@@ -25,8 +25,8 @@ from pyfuse.backend_ptx.operands import (
     check_reg,
     fmt_operand,
 )
+from pyfuse.ir.hopper import SM90
 
-MAX_RANK = 5
 _LOAD_DESTS = ("shared::cluster", "shared::cta")
 _REDUCE_OPS = ("add", "min", "max", "inc", "dec", "and", "or", "xor")
 
@@ -34,8 +34,8 @@ _REDUCE_OPS = ("add", "min", "max", "inc", "dec", "and", "or", "xor")
 def _tensor_operand(tensor_map: Reg, coords: Sequence[Operand], op: str) -> tuple[int, str]:
     check_reg(tensor_map, "b64", f"{op}: tensor map (generic address)")
     rank = len(coords)
-    if not 1 <= rank <= MAX_RANK:
-        raise ValueError(f"{op}: needs 1 to {MAX_RANK} coordinates, got {rank}")
+    if not 1 <= rank <= SM90.tma_max_rank:
+        raise ValueError(f"{op}: needs 1 to {SM90.tma_max_rank} coordinates, got {rank}")
     rendered = [fmt_operand(c, "s32", f"{op}: coordinate {i}") for i, c in enumerate(coords)]
     return rank, f"[{tensor_map}, {{{', '.join(rendered)}}}]"
 

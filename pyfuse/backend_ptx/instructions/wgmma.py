@@ -27,16 +27,13 @@ from pyfuse.backend_ptx.operands import (
     check_reg,
     fmt_vector,
 )
+from pyfuse.ir.hopper import SM90
 
-WGMMA_M = 64
-WGMMA_N_STEP = 8
-WGMMA_N_MAX = 256
-WARPGROUP_THREADS = 128
 RS_A_REGISTERS = 4
 MAX_WAIT_GROUPS = 7
 
-# K per instruction for each operand type pyfuse emits.
-WGMMA_K: dict[str, int] = {"bf16": 16, "f16": 16}
+# K per instruction for each operand type pyfuse emits (both 2-byte types).
+WGMMA_K: dict[str, int] = {"bf16": SM90.wgmma_k(2), "f16": SM90.wgmma_k(2)}
 # Accumulator types allowed for each operand type (bf16 accumulates in f32 only).
 _ACC_TYPES: dict[str, tuple[str, ...]] = {"bf16": ("f32",), "f16": ("f32", "f16")}
 # Elements of the accumulator held per 32-bit register (f16 accumulators are packed).
@@ -50,11 +47,12 @@ def check_n(n: int) -> int:
     if (
         not isinstance(n, int)
         or isinstance(n, bool)
-        or n % WGMMA_N_STEP
-        or not 0 < n <= WGMMA_N_MAX
+        or n % SM90.wgmma_n_step
+        or not 0 < n <= SM90.wgmma_n_max
     ):
         raise ValueError(
-            f"wgmma: N must be a multiple of {WGMMA_N_STEP} and at most {WGMMA_N_MAX}, got {n}"
+            f"wgmma: N must be a multiple of {SM90.wgmma_n_step} and at most "
+            f"{SM90.wgmma_n_max}, got {n}"
         )
     return n
 
@@ -63,7 +61,7 @@ def accumulator_count(n: int, acc_dtype: str = "f32") -> int:
     """Registers per thread holding the m64nN accumulator: N/2 for f32, N/4 for f16."""
     check_n(n)
     check_choice(acc_dtype, tuple(_ACC_PER_REG), "wgmma: accumulator dtype")
-    return (WGMMA_M * n) // (WARPGROUP_THREADS * _ACC_PER_REG[acc_dtype])
+    return (SM90.wgmma_m * n) // (SM90.warpgroup_threads * _ACC_PER_REG[acc_dtype])
 
 
 def fence() -> Instr:
@@ -160,7 +158,7 @@ def mma_async(
     tail.append(_imm_trans(trans_b, "trans_b"))
     k = WGMMA_K[ab_dtype]
     text = (
-        f"wgmma.mma_async.sync.aligned.m{WGMMA_M}n{n}k{k}.{acc_dtype}.{ab_dtype}.{ab_dtype} "
+        f"wgmma.mma_async.sync.aligned.m{SM90.wgmma_m}n{n}k{k}.{acc_dtype}.{ab_dtype}.{ab_dtype} "
         f"{fmt_vector(d)}, {a_operand}, {b_desc}, {', '.join(tail)}"
     )
     return Instr(text, min_version=_WGMMA_VERSION, needs_arch_specific=True)
