@@ -39,6 +39,7 @@ from pyfuse.errors import ScheduleError
 from pyfuse.ir import dtypes
 from pyfuse.ir import kernel_ir as kir
 from pyfuse.ir.dtypes import DType
+from pyfuse.ir.hopper import SM90
 from pyfuse.ir.records import record
 from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.tensor import MemoryType
@@ -46,7 +47,7 @@ from pyfuse.ir.tensor import MemoryType
 _COMPARISONS = frozenset({"lt", "le", "gt", "ge", "eq", "ne"})
 _LOGICAL = frozenset({"logical_and", "logical_or"})
 _REDUCE_COMBINE = {"sum": "add", "max": "maximum", "min": "minimum"}
-_WARP = 32
+_WARP = SM90.warp_size
 # The widest single access on sm_90 (v4.b32 / v2.b64).
 _MAX_VECTOR_BYTES = 16
 
