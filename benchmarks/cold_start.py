@@ -152,12 +152,13 @@ def _import_stages(stages: dict[str, float], config: dict[str, Any]) -> None:
     emitter) unless the variant cache is expected to hold the fusion (a warm cache)."""
     with _stage(stages, "import runtime modules"):
         import pyfuse.backend_ptx.driver
-        import pyfuse.frontend.cache
-        import pyfuse.frontend.runtime
-        import pyfuse.frontend.variant_cache
+        import pyfuse.runtime.cache
+        import pyfuse.runtime.calls
+        import pyfuse.runtime.launch
+        import pyfuse.runtime.variant_cache
     if config.get("cache") != "warm":
         with _stage(stages, "import compiler modules"):
-            import pyfuse.frontend.compile  # noqa: F401
+            import pyfuse.runtime.compile  # noqa: F401
 
 
 def _loaded_summary() -> dict[str, Any]:
@@ -179,10 +180,10 @@ def _child_compile(config: dict[str, Any]) -> dict[str, Any]:
     notes["after import pyfuse"] = _loaded_summary()
     start = time.perf_counter()
     _import_stages(stages, config)
-    import pyfuse.frontend.runtime
+    import pyfuse.runtime.launch
 
     with _stage(stages, "target for specs (driver probe)"):
-        pyfuse.frontend.runtime.target_for(None)  # what compile() of specs does first
+        pyfuse.runtime.launch.target_for(None)  # what compile() of specs does first
     specs = [pf.spec(tuple(config["shape"]), pf.bfloat16)] * 3
     compile_start = time.perf_counter()
     compiled = _fusion(pf).compile(*specs)
@@ -211,7 +212,7 @@ def _gpu_inputs(pf: Any, use_torch: bool, shape: tuple[int, ...]) -> tuple[list[
     import numpy as np
 
     from pyfuse.backend_ptx import driver
-    from pyfuse.frontend.arrays import DeviceArray
+    from pyfuse.runtime.arrays import DeviceArray
 
     rng = np.random.default_rng(0)
     inputs = []
@@ -317,8 +318,8 @@ def _child_probe(config: dict[str, Any]) -> dict[str, Any]:
     import numpy
 
     import pyfuse
-    import pyfuse.frontend.compile
-    import pyfuse.frontend.runtime
+    import pyfuse.runtime.calls
+    import pyfuse.runtime.compile
     from pyfuse.backend_ptx import driver
 
     notes: dict[str, Any] = {"numpy": numpy.__version__, "pyfuse": pyfuse.__version__}

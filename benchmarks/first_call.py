@@ -69,7 +69,7 @@ report = {{"first_ms": first * 1e3}}
 if "{mode}" == "bench":
     report["right_after_ms"] = do_bench(lambda: fused(*args), warmup=25, rep=200)
     time.sleep(1.0)
-    from pyfuse.frontend.cache import wait_for_jits
+    from pyfuse.runtime.cache import wait_for_jits
     wait_for_jits()
     fused(*args)
     report["steady_ms"] = do_bench(lambda: fused(*args), warmup=25, rep=200)

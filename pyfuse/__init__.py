@@ -12,9 +12,9 @@ from pyfuse.errors import (
     PyfuseError,
     ScheduleError,
 )
-from pyfuse.frontend.compiled import Compiled, Kernel
 from pyfuse.frontend.fuse import FusedFunction, fuse
 from pyfuse.frontend.ops import (
+    Tensor,
     abs,
     add,
     broadcast_to,
@@ -63,14 +63,13 @@ from pyfuse.frontend.ops import (
     unsqueeze,
     where,
 )
-from pyfuse.frontend.spec import Spec, spec
-from pyfuse.frontend.tensor import Tensor
 from pyfuse.ir.dtypes import DType, bfloat16, float16, float32, int32, int64
 from pyfuse.ir.dtypes import bool_ as bool
 from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.params import MatmulParams
-
-__version__ = "0.1.0"
+from pyfuse.runtime.compiled import Compiled, Kernel
+from pyfuse.runtime.spec import Spec, spec
+from pyfuse.version import __version__
 
 __all__ = [
     "Compiled",

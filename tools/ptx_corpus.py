@@ -20,8 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pyfuse as pf
-from pyfuse.frontend.compile import compile_fusion
 from pyfuse.ir.target import HOPPER
+from pyfuse.runtime.compile import compile_fusion
 
 bf16, f32 = pf.bfloat16, pf.float32
 

@@ -1,1 +1,2 @@
-"""Frontend: the decorator, the tracer's symbolic Tensor, the public ops and array specs."""
+"""Frontend: the decorator, the tracer's symbolic Tensor and the public ops: what the user
+writes. It stands on :mod:`pyfuse.runtime`, which describes arguments, compiles and runs."""

@@ -4,6 +4,9 @@ Tracing calls the user's function once on symbolic :class:`Tensor` s built from 
 arguments' specs (shape, dtype, strides). Inputs become fusion inputs (a strided input
 gets an allocation domain that says how it lies in memory); the returned tensors become
 fusion outputs. Python numbers passed as arguments are constants of the trace.
+
+Compiling and calling are the runtime's (:mod:`pyfuse.runtime.calls`), imported with the
+first call or compile so that ``import pyfuse`` loads neither the driver nor the compiler.
 """
 
 from __future__ import annotations
@@ -13,14 +16,14 @@ from collections.abc import Callable
 from typing import Any, overload
 
 from pyfuse.errors import FusionError, InternalError
-from pyfuse.frontend.location import user_location
-from pyfuse.frontend.spec import Spec, spec_of
-from pyfuse.frontend.tensor import Tensor
+from pyfuse.frontend.ops import Tensor
 from pyfuse.ir import ops as ir_ops
 from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.naming import source_location
 from pyfuse.ir.params import MatmulParams
 from pyfuse.ir.tensor import TensorView, make_tensor
+from pyfuse.runtime.location import user_location
+from pyfuse.runtime.spec import Spec, spec_of
 
 SUPPORTED_TARGETS = ("sm_90a",)
 
@@ -69,7 +72,7 @@ _runtime_call: Callable[[Any, tuple[object, ...]], Any] | None = None
 
 def _load_runtime_call() -> Callable[[Any, tuple[object, ...]], Any]:
     global _runtime_call
-    from pyfuse.frontend.runtime import call
+    from pyfuse.runtime.calls import call
 
     _runtime_call = call
     return call
@@ -79,12 +82,25 @@ def _internal_error(
     error: Exception, fused: FusedFunction, args: tuple[object, ...], doing: str
 ) -> InternalError | None:
     """The InternalError a public entry point raises (``from error``) for ``error`` when it
-    is a bug of pyfuse's; None for any other (re-raised as it is)."""
-    from pyfuse.frontend import diagnose  # loads only for an error
+    is a bug of pyfuse's; None for any other (re-raised as it is). Outside the compile
+    proper (which reports its own), the repro traces ``fused`` again for ``args``."""
+    from pyfuse.runtime import diagnose  # loads only for an error
 
     if not diagnose.is_pyfuse_bug(error):
         return None
-    return diagnose.entry_internal_error(error, fused, args, f"{doing} {fused.name}")
+    fusion = None
+    try:
+        fusion = fused.trace(*args)
+    except Exception:  # the repro is a help: the error is reported anyway
+        fusion = None
+    return diagnose.internal_error(
+        error,
+        fusion,
+        name=fused.name,
+        doing=f"{doing} {fused.name}",
+        matmul=fused.matmul,
+        where=user_location(),
+    )
 
 
 class FusedFunction:
@@ -145,7 +161,7 @@ class FusedFunction:
 
     def compile(self, *args: object) -> Any:
         """All passes and PTX emission for these arguments (arrays or ``pf.spec``); no GPU."""
-        from pyfuse.frontend.runtime import compile_for
+        from pyfuse.runtime.calls import compile_for
 
         try:
             return compile_for(self, args)

@@ -1,10 +1,11 @@
 """Where in the user's code an op was traced, and turning IR errors into user errors.
 
 Every public op runs under :func:`user_op`: it finds the first stack frame outside the
-pyfuse package (the user's line), attributes the exprs it creates to that line, and
-re-raises any :class:`FusionError` with the op's name and that line; arguments that do not
-fit the op's signature become a FusionError too, and any other exception raised inside
-pyfuse an :class:`InternalError` (an exception of the user's own code passes unchanged).
+pyfuse package (the user's line: :func:`~pyfuse.runtime.location.user_location`),
+attributes the exprs it creates to that line, and re-raises any :class:`FusionError` with
+the op's name and that line; arguments that do not fit the op's signature become a
+FusionError too, and any other exception raised inside pyfuse an :class:`InternalError`
+(:mod:`pyfuse.frontend.trace_errors`; an exception of the user's own code passes unchanged).
 A composite op (softmax) calls other ops; the outermost call's line wins, so the user sees
 their own line, never one inside pyfuse.
 """
@@ -12,29 +13,15 @@ their own line, never one inside pyfuse.
 from __future__ import annotations
 
 import functools
-import os
-import sys
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
 from pyfuse.errors import FusionError, PyfuseError
 from pyfuse.ir.naming import current_source, source_location
-
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from pyfuse.runtime.location import user_location
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-def user_location() -> str | None:
-    """``file:line`` of the innermost frame outside pyfuse (None when there is none)."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        filename = os.path.abspath(frame.f_code.co_filename)
-        if not filename.startswith(_PACKAGE_DIR + os.sep):
-            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
-        frame = frame.f_back  # type: ignore[assignment]
-    return None
 
 
 def user_op(name: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
@@ -63,11 +50,15 @@ def user_op(name: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
                     if isinstance(error, TypeError) and called and called.tb_next is None:
                         # Raised by the call itself: arguments that do not fit the signature.
                         raise FusionError(str(error), op=name, where=where) from None
-                    from pyfuse.frontend import diagnose  # loads only for an error
+                    # Both load only for an error.
+                    from pyfuse.frontend import trace_errors
+                    from pyfuse.runtime import diagnose
 
                     if not diagnose.is_pyfuse_bug(error):
                         raise  # the user's own code (a callback of theirs) raised it
-                    raise diagnose.trace_internal_error(error, name, where, args, kwargs) from error
+                    raise trace_errors.trace_internal_error(
+                        error, name, where, args, kwargs
+                    ) from error
 
         return traced
 

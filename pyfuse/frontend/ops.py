@@ -1,4 +1,10 @@
-"""The public ops, ``pf.add`` ... ``pf.rms_norm``, as called inside a fused function.
+"""The symbolic :class:`Tensor` and the public ops, ``pf.add`` ... ``pf.rms_norm``, as
+called inside a fused function.
+
+A Tensor wraps one IR :class:`TensorView`; its operators and methods call the ops below, so
+``x @ w.T + b`` and ``pf.add(pf.matmul(x, ...), b)`` trace the same IR. The two live in one
+module because each needs the other: an op wraps its result in a Tensor, a Tensor's
+operator is an op.
 
 Each op unwraps its :class:`Tensor` arguments, calls the IR builder in
 :mod:`pyfuse.ir.ops` and wraps the result. :func:`user_op` gives every error the op's
@@ -12,14 +18,177 @@ from collections.abc import Sequence
 
 from pyfuse.errors import FusionError
 from pyfuse.frontend.location import user_op
-from pyfuse.frontend.tensor import Tensor
 from pyfuse.ir import dtypes
 from pyfuse.ir import ops as ir_ops
 from pyfuse.ir.dtypes import DType
 from pyfuse.ir.exprs import BinaryOpType, ReductionOpType, UnaryOpType
 from pyfuse.ir.tensor import TensorView
+from pyfuse.runtime.location import user_location
 
 Number = bool | int | float
+
+
+class Tensor:
+    """A symbolic tensor: shape and dtype are known, values are not."""
+
+    __slots__ = ("tv",)
+    # Make NumPy defer to our reflected operators (np_array + tensor).
+    __array_priority__ = 1000
+
+    def __init__(self, tv: TensorView) -> None:
+        self.tv = tv
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.tv.shape
+
+    @property
+    def dtype(self) -> DType:
+        return self.tv.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self.tv.ndim
+
+    def dim(self) -> int:
+        return self.tv.ndim
+
+    def size(self, dim: int | None = None) -> int | tuple[int, ...]:
+        return self.shape if dim is None else self.shape[dim]
+
+    def __repr__(self) -> str:
+        return f"Tensor(T{self.tv.name}, shape={self.shape}, dtype={self.dtype.name})"
+
+    def __bool__(self) -> bool:
+        raise FusionError(
+            "a traced tensor has no truth value; use pf.where for data-dependent choices",
+            op="bool",
+            where=user_location(),
+        )
+
+    # -- operators ----------------------------------------------------------------------------
+    # Each calls the op of this module by its name (``add`` below is the module's ``add``, not
+    # a method: a class body does not enclose its methods).
+    def __add__(self, other: TensorLike) -> Tensor:
+        return add(self, other)
+
+    def __radd__(self, other: Number) -> Tensor:
+        return add(other, self)
+
+    def __sub__(self, other: TensorLike) -> Tensor:
+        return sub(self, other)
+
+    def __rsub__(self, other: Number) -> Tensor:
+        return sub(other, self)
+
+    def __mul__(self, other: TensorLike) -> Tensor:
+        return mul(self, other)
+
+    def __rmul__(self, other: Number) -> Tensor:
+        return mul(other, self)
+
+    def __truediv__(self, other: TensorLike) -> Tensor:
+        return div(self, other)
+
+    def __rtruediv__(self, other: Number) -> Tensor:
+        return div(other, self)
+
+    def __pow__(self, other: TensorLike) -> Tensor:
+        return pow(self, other)
+
+    def __rpow__(self, other: Number) -> Tensor:
+        return pow(other, self)
+
+    def __matmul__(self, other: Tensor) -> Tensor:
+        return matmul(self, other)
+
+    def __neg__(self) -> Tensor:
+        return neg(self)
+
+    def __abs__(self) -> Tensor:
+        return abs(self)
+
+    def __lt__(self, other: TensorLike) -> Tensor:
+        return lt(self, other)
+
+    def __le__(self, other: TensorLike) -> Tensor:
+        return le(self, other)
+
+    def __gt__(self, other: TensorLike) -> Tensor:
+        return gt(self, other)
+
+    def __ge__(self, other: TensorLike) -> Tensor:
+        return ge(self, other)
+
+    def __eq__(self, other: object) -> Tensor:  # type: ignore[override]
+        return eq(self, other)  # type: ignore[arg-type]
+
+    def __ne__(self, other: object) -> Tensor:  # type: ignore[override]
+        return ne(self, other)  # type: ignore[arg-type]
+
+    __hash__ = object.__hash__
+
+    # -- methods ------------------------------------------------------------------------------
+    @property
+    def T(self) -> Tensor:  # noqa: N802 - torch's name
+        return t(self)
+
+    def to(self, dtype: DType) -> Tensor:
+        return cast(self, dtype)
+
+    def sum(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+        return sum(self, dim, keepdim)
+
+    def max(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+        return max(self, dim, keepdim)
+
+    def min(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+        return min(self, dim, keepdim)
+
+    def mean(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+        return mean(self, dim, keepdim)
+
+    def exp(self) -> Tensor:
+        return exp(self)
+
+    def log(self) -> Tensor:
+        return log(self)
+
+    def sqrt(self) -> Tensor:
+        return sqrt(self)
+
+    def reshape(self, *shape: int | Sequence[int]) -> Tensor:
+        return reshape(self, _shape_args(shape))
+
+    def view(self, *shape: int | Sequence[int]) -> Tensor:
+        return self.reshape(*shape)
+
+    def permute(self, *dims: int | Sequence[int]) -> Tensor:
+        return permute(self, _shape_args(dims))
+
+    def transpose(self, dim0: int, dim1: int) -> Tensor:
+        return transpose(self, dim0, dim1)
+
+    def unsqueeze(self, dim: int) -> Tensor:
+        return unsqueeze(self, dim)
+
+    def squeeze(self, dim: int | Sequence[int] | None = None) -> Tensor:
+        return squeeze(self, dim)
+
+    def broadcast_to(self, shape: Sequence[int]) -> Tensor:
+        return broadcast_to(self, shape)
+
+    def expand(self, *shape: int | Sequence[int]) -> Tensor:
+        return broadcast_to(self, _shape_args(shape))
+
+
+def _shape_args(values: tuple[int | Sequence[int], ...]) -> tuple[int, ...]:
+    """Accept both ``f(2, 3)`` and ``f((2, 3))`` like torch."""
+    if len(values) == 1 and not isinstance(values[0], int):
+        return tuple(values[0])
+    return tuple(int(v) for v in values)  # type: ignore[arg-type]
+
+
 TensorLike = Tensor | Number
 Dims = int | Sequence[int] | None
 

@@ -18,9 +18,9 @@ import numpy as np
 
 import pyfuse as pf
 from pyfuse.frontend.fuse import input_tensor
-from pyfuse.frontend.spec import contiguous_strides
 from pyfuse.ir.dtypes import DType
 from pyfuse.ir.fusion import Fusion
+from pyfuse.runtime.spec import contiguous_strides
 from pyfuse.testing.program import Input, Op, Value
 
 # Extents by kind: ragged (odd, primes), size 1, empty, and multiples of 8/16/64.

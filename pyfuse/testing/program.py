@@ -15,9 +15,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyfuse as pf
-from pyfuse.frontend.spec import contiguous_strides
 from pyfuse.ir.dtypes import DType
 from pyfuse.ir.records import record
+from pyfuse.runtime.spec import contiguous_strides
 
 # Short names used in records (and JSON logs) -> the dtype and how a script spells it.
 DTYPES: dict[str, DType] = {

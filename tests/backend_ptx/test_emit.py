@@ -20,13 +20,13 @@ import pyfuse as pf
 from pyfuse.backend_ptx import emit_math, ptxas
 from pyfuse.backend_ptx.emit import emit_ptx
 from pyfuse.errors import ScheduleError
-from pyfuse.frontend.spec import Spec
 from pyfuse.ir import dtypes
 from pyfuse.ir import kernel_ir as kir
 from pyfuse.ir.dtypes import DType
 from pyfuse.ir.target import HOPPER
 from pyfuse.ir.tensor import MemoryType
 from pyfuse.passes import pipeline
+from pyfuse.runtime.spec import Spec
 
 Array = npt.NDArray[Any]
 Assemble = Callable[[str], ptxas.PtxasResult]  # the assemble_clean fixture of conftest.py

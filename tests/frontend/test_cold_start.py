@@ -76,10 +76,11 @@ def test_import_pyfuse_loads_no_driver_compiler_or_matmul_backend() -> None:
         or name.startswith(("pyfuse.backend_ptx", "pyfuse.passes"))
         or name
         in (
-            "pyfuse.frontend.compile",
-            "pyfuse.frontend.runtime",
-            "pyfuse.frontend.arrays",
-            "pyfuse.frontend.cache",
+            "pyfuse.runtime.compile",
+            "pyfuse.runtime.calls",
+            "pyfuse.runtime.launch",
+            "pyfuse.runtime.arrays",
+            "pyfuse.runtime.cache",
             "pyfuse.ir.kernel_ir",
             "pyfuse.ir.id_model",
         )

@@ -14,11 +14,11 @@ import pytest
 
 import pyfuse as pf
 from pyfuse.errors import working_on
-from pyfuse.frontend import compile as compile_module
-from pyfuse.frontend import runtime
 from pyfuse.ir import ops as ir_ops
 from pyfuse.ir.script import structure
 from pyfuse.passes import pipeline, schedule_reduction
+from pyfuse.runtime import calls, launch
+from pyfuse.runtime import compile as compile_module
 
 HERE = os.path.abspath(__file__)
 PYFUSE_DIR = os.path.dirname(os.path.abspath(pf.__file__))
@@ -139,7 +139,7 @@ def test_repro_keeps_the_matmul_params(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_failed_repro_does_not_hide_the_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pyfuse.frontend import diagnose
+    from pyfuse.runtime import diagnose
 
     monkeypatch.setattr(
         pipeline.inline, "inline_most", planted("def planted(fusion):\n    raise KeyError(1)\n")
@@ -256,7 +256,10 @@ def test_bug_in_a_composite_names_the_users_call(monkeypatch: pytest.MonkeyPatch
 def test_bug_preparing_a_call_is_an_internal_error(monkeypatch: pytest.MonkeyPatch) -> None:
     fused = pf.fuse(model)
     compiled = fused.compile(X)
-    monkeypatch.setattr(runtime, "call_key", planted("def planted(arrays):\n    {}[0]\n"))
+    # Compiled.__call__ (runtime.launch) and FusedFunction.__call__ (runtime.calls) each key
+    # their call.
+    for module in (launch, calls):
+        monkeypatch.setattr(module, "call_key", planted("def planted(arrays):\n    {}[0]\n"))
     array = np.ones((63, 64), np.float32)
     for call in (compiled, fused):
         with pytest.raises(pf.InternalError) as excinfo:
@@ -276,7 +279,7 @@ def test_errors_of_the_array_library_are_not_wrapped(monkeypatch: pytest.MonkeyP
     def allocator_out_of_memory(arrays: object) -> None:
         raise RuntimeError("CUDA out of memory")  # the user's library, not pyfuse
 
-    monkeypatch.setattr(runtime, "call_key", allocator_out_of_memory)
+    monkeypatch.setattr(calls, "call_key", allocator_out_of_memory)
     with pytest.raises(RuntimeError, match="out of memory") as excinfo:
         pf.fuse(model)(np.ones((63, 64), np.float32))
     assert not isinstance(excinfo.value, pf.PyfuseError)

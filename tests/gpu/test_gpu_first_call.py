@@ -19,7 +19,7 @@ from check_utils import assert_close, run_fresh_process, to_host
 
 import pyfuse as pf
 from pyfuse import knobs
-from pyfuse.frontend import cache
+from pyfuse.runtime import cache
 
 pytestmark = pytest.mark.gpu
 

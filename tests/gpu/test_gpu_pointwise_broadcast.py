@@ -28,8 +28,8 @@ from check_utils import to_host
 
 import pyfuse as pf
 from pyfuse.backend_ptx import ptxas
-from pyfuse.frontend.compile import compile_fusion
 from pyfuse.ir.target import HOPPER
+from pyfuse.runtime.compile import compile_fusion
 
 # ---- cases ------------------------------------------------------------------------------------
 

@@ -30,8 +30,8 @@ from check_utils import to_host
 import pyfuse as pf
 from pyfuse import knobs
 from pyfuse.backend_ptx import ptxas
-from pyfuse.frontend.compile import compile_fusion
 from pyfuse.ir.target import HOPPER
+from pyfuse.runtime.compile import compile_fusion
 
 # ---- cases ------------------------------------------------------------------------------------
 
@@ -531,7 +531,7 @@ class _DLPackOnly:
 
 @pytest.mark.gpu
 def test_interface_and_dlpack_inputs_give_device_arrays(torch: Any) -> None:
-    from pyfuse.frontend.arrays import DeviceArray
+    from pyfuse.runtime.arrays import DeviceArray
 
     f = pf.fuse(lambda x, y: x * y + 1.0)
     base = torch.randn(33, 65, device="cuda")
@@ -577,8 +577,8 @@ def test_host_overhead_and_cold_call(
             torch.cuda.synchronize()
         return best
 
-    from pyfuse.frontend import runtime
-    from pyfuse.frontend.arrays import call_key
+    from pyfuse.runtime import calls
+    from pyfuse.runtime.arrays import call_key
 
     (bound,) = cold.__dict__["_pyfuse_runtime"].bound.values()
     launch = bound._loaded._direct  # the bound closure: packed pointers, fixed grid
@@ -588,7 +588,7 @@ def test_host_overhead_and_cold_call(
     ours = per_call(lambda: cold(x, y))
     report = {
         "pyfuse_call_us": ours * 1e6,
-        "runtime_call_us": per_call(lambda: runtime.call(cold, (x, y))) * 1e6,
+        "runtime_call_us": per_call(lambda: calls.call(cold, (x, y))) * 1e6,
         "call_key_us": per_call(lambda: call_key((x, y))) * 1e6,
         "torch_empty_like_us": per_call(lambda: torch.empty_like(x)) * 1e6,
         "bare_launch_us": per_call(lambda: launch(pointers, stream)) * 1e6,

@@ -331,7 +331,7 @@ def test_fp32_epilogue_keeps_the_rounding() -> None:
 def test_fp32_split_k_part_needs_no_cast() -> None:
     # A matmul whose own dtype is f32 (split-K's parts): the accumulator is the result.
     def fn(a: pf.Tensor, b: pf.Tensor) -> pf.Tensor:
-        from pyfuse.frontend.tensor import Tensor
+        from pyfuse.frontend.ops import Tensor
 
         return Tensor(ops.matmul(a.tv, b.tv, out_dtype=pf.float32))
 

@@ -5,7 +5,7 @@ what it builds: ``x * scale`` bakes ``scale`` into the IR as a constant, ``if us
 decides the graph. A compiled variant is therefore valid only while those values are as they
 were when it was traced. :func:`guard_for` finds them from the names the function's code
 objects hold (once per fused function, at its first call or compile), and the runtime keys
-its caches by their values (:mod:`pyfuse.frontend.runtime`), so a change retraces and a
+its caches by their values (:mod:`pyfuse.runtime.calls`), so a change retraces and a
 change back finds the earlier variant again.
 
 Guarded, where the value is *plain* (bool, int, float, complex, str, bytes, None, a pyfuse

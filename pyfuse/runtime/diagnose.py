@@ -1,7 +1,8 @@
 """Errors in the user's terms: what the compiler was working on, as the user wrote it.
 
 Two jobs, both done where an error leaves the compiler for the user (``compile_fusion``,
-``FusedFunction``, ``Compiled``, the traced ops):
+``FusedFunction``, ``Compiled``, and, through :mod:`pyfuse.frontend.trace_errors`, the
+traced ops):
 
 - :func:`explain_schedule_error` rewrites a :class:`ScheduleError` raised in the passes'
   terms (``validate: T3 reduces over rBx2{1} ...``) to start with the user's op, line, shapes
@@ -29,11 +30,8 @@ import tempfile
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING
 
 from pyfuse.errors import InternalError, PyfuseError, ScheduleError
-from pyfuse.frontend.location import _PACKAGE_DIR, user_location
-from pyfuse.frontend.tensor import Tensor
 from pyfuse.ir.exprs import (
     BroadcastOp,
     CastOp,
@@ -53,14 +51,12 @@ from pyfuse.ir.params import MatmulParams
 from pyfuse.ir.script import fusion_to_script, literal
 from pyfuse.ir.tensor import Scalar, TensorView, Val
 from pyfuse.passes.plan import KernelPlan
-
-if TYPE_CHECKING:
-    from pyfuse.frontend.fuse import FusedFunction
+from pyfuse.runtime.location import PACKAGE_DIR, user_location
 
 _TENSOR_NAME = re.compile(r"\bT(\d+)\b")
 _MAIN_OPS = (ReductionOp, MatmulOp, LinearOp, MmaOp)
 # Raised on purpose with a message for the user (a malformed PYFUSE_* variable), not bugs.
-_USER_FACING_MODULES = (os.path.join(_PACKAGE_DIR, "knobs.py"),)
+_USER_FACING_MODULES = (os.path.join(PACKAGE_DIR, "knobs.py"),)
 
 
 # ---- is it a bug? ------------------------------------------------------------------------------
@@ -90,7 +86,7 @@ def is_pyfuse_bug(error: BaseException) -> bool:
     if not is_compiler_bug(error):
         return False
     filename = _innermost_file(error)
-    return filename is not None and filename.startswith(_PACKAGE_DIR + os.sep)
+    return filename is not None and filename.startswith(PACKAGE_DIR + os.sep)
 
 
 # ---- what was being worked on ------------------------------------------------------------------
@@ -301,7 +297,8 @@ def explain_schedule_error(error: ScheduleError, fusion: Fusion) -> None:
 # ---- InternalError -----------------------------------------------------------------------------
 
 
-def _write(script: str, name: str) -> str | None:
+def write_repro(script: str, name: str) -> str | None:
+    """Write a repro script to a temporary file; its path, or None where that fails."""
     stem = re.sub(r"[^A-Za-z0-9_]", "_", name) or "fusion"
     try:
         handle, path = tempfile.mkstemp(prefix=f"pyfuse_repro_{stem}_", suffix=".py")
@@ -336,7 +333,7 @@ def _internal(
     message = f"{cause} raised inside pyfuse while {doing}"
     if words:
         message = f"{words} at {where}: {message}" if where else f"{words}: {message}"
-    path = _write(script, name) if script is not None else None
+    path = write_repro(script, name) if script is not None else None
     internal = InternalError(message, where=where, repro=script, repro_path=path)
     internal.op = op_name
     return internal
@@ -371,95 +368,4 @@ def internal_error(
             script = None
     return _internal(
         error, doing=doing, op=op, fusion=fusion, where=where, script=script, name=name
-    )
-
-
-# ---- during tracing ----------------------------------------------------------------------------
-
-
-def _argument(value: object) -> str:
-    if isinstance(value, Tensor):
-        return f"T{value.tv.name}"
-    if isinstance(value, list):
-        return f"[{', '.join(_argument(item) for item in value)}]"
-    if isinstance(value, tuple):
-        items = [_argument(item) for item in value]
-        return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
-    return literal(value)
-
-
-def _tensors_in(values: Sequence[object]) -> Iterator[TensorView]:
-    for value in values:
-        if isinstance(value, Tensor):
-            yield value.tv
-        elif isinstance(value, list | tuple):
-            yield from _tensors_in(value)
-
-
-def _call_source(op: str, args: Sequence[object], kwargs: Mapping[str, object]) -> str:
-    if op == "t":
-        return f"{_argument(args[0])}.T"
-    texts = [_argument(arg) for arg in args]
-    texts += [f"{key}={_argument(value)}" for key, value in kwargs.items()]
-    module = "ir_ops" if op in ("broadcast", "set_copy", "materialize") else "pf"
-    return f"{module}.{op}({', '.join(texts)})"
-
-
-def trace_internal_error(
-    error: BaseException,
-    op: str,
-    where: str | None,
-    args: Sequence[object],
-    kwargs: Mapping[str, object],
-) -> InternalError:
-    """An InternalError for ``error`` raised inside the public op ``op`` while tracing: its
-    repro traces what the op's tensor arguments were computed from, then calls the op."""
-    operands: list[TensorView] = []
-    for tv in _tensors_in([*args, *kwargs.values()]):
-        if all(tv is not seen for seen in operands):
-            operands.append(tv)
-    partial = Fusion("repro")
-    leaves: dict[int, TensorView] = {}
-    partial.outputs = operands
-    for expr in partial.exprs():
-        for val in expr.inputs:
-            if isinstance(val, TensorView) and val.definition is None:
-                leaves[id(val)] = val
-    for tv in operands:
-        if tv.definition is None:
-            leaves[id(tv)] = tv
-    # Inputs are made first, in order, so their numbers give the order of the arguments.
-    partial.inputs = sorted(leaves.values(), key=lambda tv: tv.name)
-    call = _call_source(op, args, kwargs)
-    if where is not None:
-        call += f"  # {where}"
-    header = [f"pyfuse repro: {type(error).__name__} while tracing {op}", "run it with python"]
-    script: str | None
-    try:
-        script = fusion_to_script(partial, last_call=call, header=header)
-    except Exception:  # a fusion the printer cannot write has no repro
-        script = None
-    cause = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-    message = f"{cause} raised inside pyfuse while tracing {call.split('  #')[0]}"
-    path = _write(script, op) if script is not None else None
-    internal = InternalError(message, where=where, repro=script, repro_path=path)
-    internal.op = op
-    return internal
-
-
-# ---- at the public entry points ----------------------------------------------------------------
-
-
-def entry_internal_error(
-    error: BaseException, fused: FusedFunction, args: Sequence[object], doing: str
-) -> InternalError:
-    """An InternalError for ``error`` escaping ``fused.compile`` or ``fused(...)`` outside the
-    compile proper (which reports its own): the repro traces ``fused`` again for ``args``."""
-    fusion = None
-    try:
-        fusion = fused.trace(*args)
-    except Exception:  # the repro is a help: the error is reported anyway
-        fusion = None
-    return internal_error(
-        error, fusion, name=fused.name, doing=doing, matmul=fused.matmul, where=user_location()
     )

@@ -1,28 +1,22 @@
-"""Running fused functions: signatures, compiled variants, array kinds and launches.
+"""Launching compiled variants: targets, launch plans, kernels loaded per device, and
+``Compiled.__call__``.
 
-Cold path (a signature not seen before by this function): describe every argument and check
-it (host arrays, negative strides, mixed devices raise ``InputError``), compile a variant
-(trace + :func:`~pyfuse.frontend.compile.compile_fusion`, cached in memory by
-:class:`Signature`), load its kernels on the device once per process (cubins through the
-disk cache, :mod:`pyfuse.frontend.cache`) and bind a launch plan for the kind of arrays
-given (torch, CuPy, or anything else, which gets :class:`~pyfuse.frontend.arrays.DeviceArray`
-outputs).
+Expects a :class:`~pyfuse.runtime.compiled.Compiled` (from a compile, or restored from the
+variant cache: only its PTX, launch shapes, argument mapping and workspace sizes are read;
+the kernel IR only for a kernel with ``launch_needs_ir``, a matmul's tensor maps). Guarantees:
 
-Hot path (``FusedFunction.__call__``): the function's guard checks that the Python values it
-captured (closure cells, globals, defaults: :mod:`pyfuse.frontend.guards`) are the objects
-last seen, or switches to the table of their new values; one pass over the arguments builds
-the call key (per array: shape, strides, dtype, device; the alignment class; Python numbers
-by value) and the pointer list; one dict lookup finds the bound plan, which allocates the
-outputs from the caller's allocator (torch's caching allocator for torch inputs: no
-synchronization and no driver allocation, so calls are safe under CUDA graph capture) and
-launches on the caller's current stream. Everything the launch needs is precomputed on the plan.
+- :class:`Plan`: the device-independent facts (buffer numbering, one workspace allocation
+  for the intermediates, which output may be allocated like the first input), computed once;
+- :class:`Loaded`: the variant's kernels loaded on one device once per process (cubins
+  through the disk cache, :mod:`pyfuse.runtime.cache`, waiting for a JIT started ahead),
+  with launchers whose argument packing is built once;
+- :class:`CompiledRuntime` (``compiled.runtime``): the bound plan per (device, array kind)
+  and, for ``Compiled.__call__`` (:func:`run_compiled`), the call keys already checked against
+  the compiled signature; arguments that do not fit raise ``InputError``.
 
-A misaligned input (address not a multiple of 16 bytes) compiles an unvectorized variant
-(``vector_bytes=1``); strided and offset views are read through their element strides.
-
-``PYFUSE_DISABLE_CACHE`` (and ``PYFUSE_DUMP``) turn off the compile caches, read when a
-signature is first seen; a function's table of bound signatures is kept regardless, so a
-warm call never reads the environment.
+Nothing here compiles: the compile driver and the per-function caches above it
+(:mod:`pyfuse.runtime.calls`) call in. The driver loads with the first launch, not with this
+module.
 """
 
 from __future__ import annotations
@@ -30,98 +24,19 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from pyfuse import knobs
-from pyfuse.errors import FusionError, InputError, LaunchError
-from pyfuse.frontend.arrays import (
-    ArgumentError,
-    Bound,
-    Kind,
-    call_key,
-    describe_arguments,
-    gpu_info,
-)
-from pyfuse.frontend.guards import guard_for
-from pyfuse.frontend.location import user_location
-from pyfuse.frontend.spec import ArrayInfo, Spec, spec, spec_of
+from pyfuse.errors import InputError, LaunchError
 from pyfuse.ir.dtypes import DType
 from pyfuse.ir.params import MatmulParams
 from pyfuse.ir.records import record
 from pyfuse.ir.target import HOPPER, TargetInfo
+from pyfuse.runtime.arrays import ArgumentError, Bound, Kind, call_key, describe_arguments
+from pyfuse.runtime.location import user_location
+from pyfuse.runtime.spec import ArrayInfo, Spec, spec
 
 Number = bool | int | float
-_STATE = "_pyfuse_runtime"  # attribute of a FusedFunction holding its _FunctionState
-_STATE_LOCK = threading.Lock()
-
-
-@record(frozen=True)
-class Signature:
-    """What a compiled variant is specialized to; the key of the in-memory compile cache.
-
-    ``arguments`` holds, per argument, ``(shape, dtype, element strides)`` for an array
-    (strides of size-1 axes normalized away) or ``(type, value)`` for a Python number. The
-    alignment class is in ``target.vector_bytes`` (1 for a variant with misaligned inputs).
-    """
-
-    arguments: tuple[tuple[Any, ...], ...]
-    matmul: MatmulParams | None
-    target: TargetInfo
-    # The values of the function's guarded captured places (:meth:`guards.Guard.key`).
-    captured: tuple[object, ...] = ()
-
-
-class _FunctionState:
-    """Per-FusedFunction state: compiled variants, and bound call keys per value of the
-    captured Python values the function reads (:mod:`pyfuse.frontend.guards`).
-
-    ``bound`` is the table for ``captured`` (the objects last seen in the guarded places);
-    a warm call checks them by identity (``check``, None when nothing is guarded) and, when
-    one changed, :meth:`recapture` switches to the table of the new values."""
-
-    def __init__(self, fn: object) -> None:
-        self.lock = threading.RLock()
-        self.compiled: dict[Signature, Any] = {}
-        self.guard = guard_for(fn)
-        self.check = None if self.guard is None else self.guard.check
-        self.captured: tuple[object, ...] = ()
-        self.captured_key: tuple[object, ...] = ()
-        self.bound: dict[tuple[Any, ...], Bound] = {}
-        self._tables: dict[tuple[object, ...], dict[tuple[Any, ...], Bound]] = {}
-        if self.guard is not None:
-            self.captured = self.guard.read()
-            self.captured_key = self.guard.key(self.captured)
-        self._tables[self.captured_key] = self.bound
-
-    def recapture(self) -> None:
-        """A guarded place holds another object: use the bound table of its value (a new
-        one, or the one it had before, so flipping a value back finds its variants)."""
-        assert self.guard is not None
-        with self.lock:
-            captured = self.guard.read()
-            key = self.guard.key(captured)
-            table = self._tables.setdefault(key, {})
-            # The table before the values: a call that sees the new values sees their table.
-            self.bound = table
-            self.captured_key = key
-            self.captured = captured
-
-    def current_captured_key(self) -> tuple[object, ...]:
-        """The key of the guarded places' values now (a trace about to run reads them)."""
-        if self.check is not None and not self.check(self.captured):
-            self.recapture()
-        return self.captured_key
-
-
-def _state_of(fused: Any) -> _FunctionState:
-    state = fused.__dict__.get(_STATE)
-    if state is None:
-        with _STATE_LOCK:  # one state (one guard analysis) per function
-            state = fused.__dict__.get(_STATE)
-            if state is None:
-                state = fused.__dict__.setdefault(_STATE, _FunctionState(fused.fn))
-    return state  # type: ignore[no-any-return]
 
 
 # ---- targets -----------------------------------------------------------------------------------
@@ -149,10 +64,26 @@ def target_for(device: int | None, aligned: bool = True) -> TargetInfo:
     return target if aligned else dataclasses.replace(target, vector_bytes=1)
 
 
-# ---- compiling ---------------------------------------------------------------------------------
+# ---- what a variant is compiled for -------------------------------------------------------
 
 
-def _normalized(array_spec: Spec) -> Spec:
+@record(frozen=True)
+class Signature:
+    """What a compiled variant is specialized to; the key of the in-memory compile cache.
+
+    ``arguments`` holds, per argument, ``(shape, dtype, element strides)`` for an array
+    (strides of size-1 axes normalized away) or ``(type, value)`` for a Python number. The
+    alignment class is in ``target.vector_bytes`` (1 for a variant with misaligned inputs).
+    """
+
+    arguments: tuple[tuple[Any, ...], ...]
+    matmul: MatmulParams | None
+    target: TargetInfo
+    # The values of the function's guarded captured places (:meth:`guards.Guard.key`).
+    captured: tuple[object, ...] = ()
+
+
+def normalized(array_spec: Spec) -> Spec:
     """The spec with the strides of size-1 axes (which no index reads) made row-major."""
     if 0 in array_spec.shape:
         return spec(array_spec.shape, array_spec.dtype)
@@ -166,156 +97,12 @@ def _normalized(array_spec: Spec) -> Spec:
     return spec(array_spec.shape, array_spec.dtype, strides)
 
 
-def _signature_item(argument: Spec | Number) -> tuple[Any, ...]:
+def signature_item(argument: Spec | Number) -> tuple[Any, ...]:
+    """One argument's part of a compiled signature: ``(shape, dtype, element strides)`` of
+    an array's normalized spec, ``(type, value)`` of a Python number."""
     if isinstance(argument, Spec):
         return (argument.shape, argument.dtype, argument.strides)
     return (type(argument), argument)
-
-
-def _compile(
-    fused: Any, arguments: Sequence[Spec | Number], target: TargetInfo, device: int | None = None
-) -> Any:
-    """A compiled variant for normalized specs and numbers: from the in-memory cache, else
-    traced and then read from the variant cache on disk or compiled (and stored there).
-    With a ``device`` (GPU arrays), each new kernel's JIT starts as soon as its PTX exists."""
-    state = _state_of(fused)
-    use_cache = knobs.cache_enabled()
-    with state.lock:
-        signature = Signature(
-            tuple(_signature_item(a) for a in arguments),
-            fused.matmul,
-            target,
-            state.current_captured_key(),
-        )
-        if use_cache:
-            hit = state.compiled.get(signature)
-            if hit is not None:
-                return hit
-        start = time.perf_counter()
-        fusion = fused.trace(*arguments)
-        traced = time.perf_counter() - start
-        matmul = fused.matmul
-
-        def full_compile(jit: Any = None) -> Any:
-            from pyfuse.frontend.compile import compile_fusion  # the passes load on first use
-
-            return compile_fusion(fusion, target, matmul, jit)
-
-        compiled = None
-        key = None
-        if use_cache:
-            from pyfuse.frontend import variant_cache
-
-            start = time.perf_counter()
-            key = variant_cache.variant_key(fusion, target, matmul)
-            if key is not None:
-                # A restored variant compiles again only to rebuild its kernel IR: no JIT.
-                compiled = variant_cache.load(key, fusion, full_compile)
-            if compiled is not None:
-                compiled.timings = {"trace": traced, "variant_cache": time.perf_counter() - start}
-        if compiled is None:
-            compiled = full_compile(None if device is None else _jit_ahead(device, target.arch))
-            compiled.timings = {"trace": traced, **compiled.timings}
-            if key is not None:
-                variant_cache.store(key, compiled)
-        compiled.runtime = CompiledRuntime(compiled, signature)
-        if use_cache:
-            state.compiled[signature] = compiled
-        return compiled
-
-
-def _jit_ahead(device: int, arch: str) -> Callable[[str, str], None]:
-    """A compile's ``jit`` hook for a GPU call: each kernel's driver JIT starts on a
-    background thread as soon as its PTX exists (:func:`~pyfuse.frontend.cache.jit_ahead`)."""
-
-    def start(name: str, ptx: str) -> None:
-        from pyfuse.frontend import cache
-
-        cache.jit_ahead(ptx, name, device=device, arch=arch)
-
-    return start
-
-
-def compile_for(fused: Any, args: Sequence[object]) -> Any:
-    """``FusedFunction.compile``: a variant for arrays (host or GPU) or ``pf.spec`` s.
-
-    GPU arrays also decide the device (its TargetInfo) and the alignment class; specs and
-    host arrays compile for device 0 (HOPPER without a driver), aligned.
-    """
-    arguments: list[Spec | Number] = []
-    device: int | None = None
-    aligned = True
-    for index, argument in enumerate(args):
-        if isinstance(argument, Number):
-            arguments.append(argument)
-            continue
-        info = gpu_info(argument)
-        if info is not None and info.device != -1:
-            aligned = aligned and info.pointer % 16 == 0
-            if device is None:
-                device = info.device
-        try:
-            # A GPU array's description is the spec (as the call path makes it); anything
-            # else (a spec, a host array) is described by spec_of.
-            described = (
-                spec_of(argument) if info is None else spec(info.shape, info.dtype, info.strides)
-            )
-            arguments.append(_normalized(described))
-        except FusionError as error:
-            raise FusionError(
-                f"argument {index}: {error.bare_message}", op=fused.name, where=user_location()
-            ) from None
-    return _compile(fused, arguments, target_for(device, aligned), device)
-
-
-# ---- calling -----------------------------------------------------------------------------------
-
-
-def _input_error(fused_name: str, error: ArgumentError) -> InputError:
-    return InputError(str(error), op=fused_name, where=user_location())
-
-
-def call(fused: Any, arrays: Sequence[object]) -> Any:
-    """``FusedFunction.__call__``: the hot path described in the module docstring."""
-    state = fused.__dict__.get(_STATE) or _state_of(fused)
-    check = state.check
-    if check is not None and not check(state.captured):
-        state.recapture()
-    try:
-        key, pointers, stream = call_key(arrays)
-    except ArgumentError as error:
-        raise _input_error(fused.name, error) from None
-    bound = state.bound.get(key)
-    if bound is None:
-        bound = _bind_new(fused, state, arrays, key)
-    return bound.run(arrays, pointers, stream)
-
-
-def _bind_new(
-    fused: Any, state: _FunctionState, arrays: Sequence[object], key: tuple[Any, ...]
-) -> Bound:
-    with state.lock:
-        state.current_captured_key()  # the values may have changed since the call's check
-        bound = state.bound.get(key)
-        if bound is not None:
-            return bound
-        try:
-            described = describe_arguments(arrays)
-            arguments: list[Spec | Number] = [
-                item
-                if isinstance(item, Number)
-                else _normalized(spec(item.shape, item.dtype, item.strides))
-                for item in described.arguments
-            ]
-            target = target_for(described.device, described.aligned)
-            # Arrays that name no device (__cuda_array_interface__) run on device 0.
-            device = 0 if described.device is None else described.device
-            compiled = _compile(fused, arguments, target, device)
-            bound = runtime_of(compiled).bound_for(device, described.kind)
-        except ArgumentError as error:
-            raise _input_error(fused.name, error) from None
-        state.bound[key] = bound
-        return bound
 
 
 # ---- loading and launching -----------------------------------------------------------------
@@ -371,7 +158,7 @@ class Plan:
         like = tuple(False for _ in outputs)
         if compiled.fusion.inputs:
             first = compiled.fusion.inputs[0]
-            layout = _normalized(spec(first.shape, first.dtype, first.strides))
+            layout = normalized(spec(first.shape, first.dtype, first.strides))
             dense = layout.strides == spec(first.shape, first.dtype).strides
             like = tuple(
                 dense and tuple(shape) == tuple(first.shape) and dtype == first.dtype
@@ -419,7 +206,7 @@ class Loaded:
 
     def __init__(self, compiled: Any, plan: Plan, device: int, arch: str) -> None:
         global _several_devices
-        from pyfuse.frontend import cache
+        from pyfuse.runtime import cache
 
         start = time.perf_counter()
         self.device = device
@@ -495,7 +282,7 @@ def _launch_entry(kernel: Any, slots: tuple[int, ...], module: Any) -> tuple[Any
 
 
 class CompiledRuntime:
-    """What running one :class:`~pyfuse.frontend.compile.Compiled` needs, kept on it as
+    """What running one :class:`~pyfuse.runtime.compiled.Compiled` needs, kept on it as
     ``compiled.runtime``: the launch plan, the kernels loaded per device (once per process),
     the bound plan per (device, array kind), and the call keys already checked against the
     compiled signature (for ``Compiled.__call__``)."""
@@ -540,7 +327,7 @@ class CompiledRuntime:
         if self.signature is not None:
             return list(self.signature.arguments)
         return [
-            _signature_item(_normalized(spec(tv.shape, tv.dtype, tv.strides)))
+            signature_item(normalized(spec(tv.shape, tv.dtype, tv.strides)))
             for tv in self.compiled.fusion.inputs
         ]
 
@@ -595,14 +382,22 @@ def _check_argument(index: int, want: tuple[Any, ...], got: ArrayInfo | Number) 
         )
     if got.shape != shape:
         raise ArgumentError(f"argument {index}: expected shape {shape}, got {got.shape}")
-    got_strides = _normalized(spec(got.shape, got.dtype, got.strides)).strides
+    got_strides = normalized(spec(got.shape, got.dtype, got.strides)).strides
     if got_strides != strides:
         raise ArgumentError(
             f"argument {index}: expected element strides {strides}, got {got_strides}"
         )
 
 
+def input_error(name: str, error: ArgumentError) -> InputError:
+    """The InputError a call of ``name`` raises for arguments that do not fit."""
+    return InputError(str(error), op=name, where=user_location())
+
+
 def runtime_of(compiled: Any) -> CompiledRuntime:
+    """``compiled.runtime``, made on first use for a variant that no call compiled (one from
+    :func:`~pyfuse.runtime.compile.compile_fusion` directly): it then knows no signature and
+    checks arguments against the fusion's inputs."""
     runtime = compiled.runtime
     if runtime is None:
         runtime = CompiledRuntime(compiled, None)
@@ -619,5 +414,5 @@ def run_compiled(compiled: Any, arrays: Sequence[object]) -> Any:
         if bound is None:
             bound = runtime.accept(arrays, key)
     except ArgumentError as error:
-        raise _input_error(compiled.name, error) from None
+        raise input_error(compiled.name, error) from None
     return bound.run(arrays, pointers, stream)

@@ -27,10 +27,10 @@ and when the compiler was imported (:func:`remember_compiler_sources`): a proces
 running old code after its sources were edited never files its kernels under the new stamp.
 Sources that cannot be scanned (a zipped install) make nothing cacheable.
 
-Records are JSON, framed and published like cubins (:mod:`pyfuse.frontend.cache`): a
+Records are JSON, framed and published like cubins (:mod:`pyfuse.runtime.cache`): a
 concurrent reader sees no record or a whole one, and a damaged one (bad framing, or content
 that does not add up: no kernels, a bad launch shape, an argument from nowhere) reads as a
-miss. The restored :class:`~pyfuse.frontend.compiled.Compiled` rebuilds its kernel IR by
+miss. The restored :class:`~pyfuse.runtime.compiled.Compiled` rebuilds its kernel IR by
 compiling again only if something asks for it. Stored are variants whose kernels all launch without
 kernel IR (no matmul kernel: a matmul launch encodes its tensor maps from the kernel IR).
 Functions with ``MatmulParams`` are not keyed at all: the params only shape matmuls, and the
@@ -52,14 +52,13 @@ from typing import Any
 
 import numpy as np
 
-import pyfuse
-from pyfuse import knobs
-from pyfuse.frontend import cache
-from pyfuse.frontend.compiled import Compiled, Kernel
+from pyfuse import knobs, version
 from pyfuse.ir.dtypes import DType
 from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.records import record
 from pyfuse.ir.target import TargetInfo
+from pyfuse.runtime import cache
+from pyfuse.runtime.compiled import Compiled, Kernel
 
 FORMAT = 1
 MAGIC = b"PYFUSE-VARIANT-1\n"
@@ -135,7 +134,8 @@ STAMP_MAGIC = b"PYFUSE-STAMP-1\n"
 # edited within one tick of the file system's clock can keep its times (git's "racy" files).
 RACY_NS = 2_000_000_000
 
-_ROOT = Path(pyfuse.__file__).resolve().parent
+# pyfuse's own folder (this file is pyfuse/runtime/variant_cache.py).
+_ROOT = Path(__file__).resolve().parents[1]
 _stamps: dict[Scan, str] = {}  # content stamp per scan: files are read again only on a change
 _compiler_scan: Scan | None = None
 
@@ -173,7 +173,7 @@ def stamp_of(root: Path, scan: Scan) -> str | None:
     """The sha256 of the scanned files' contents and names under ``root``, with pyfuse's
     install folder and version (contents, not modification times: installers and build
     systems set equal times on different files)."""
-    digest = hashlib.sha256(f"{pyfuse.__version__}\0{root}\0".encode())
+    digest = hashlib.sha256(f"{version.__version__}\0{root}\0".encode())
     try:
         for relative, *_ in scan:
             data = Path(str(root) + relative).read_bytes()
@@ -199,7 +199,7 @@ def stamp_memo_path(root: Path, scan: Scan) -> Path:
     That trust needs a file system that keeps a real ctime (not a FAT or some network
     mounts, where a same-size edit that restores the mtime in place would go unseen: set
     ``PYFUSE_DISABLE_CACHE=1`` there while editing pyfuse)."""
-    digest = hashlib.sha256(f"{pyfuse.__version__}\0{root}\0{scan!r}".encode())
+    digest = hashlib.sha256(f"{version.__version__}\0{root}\0{scan!r}".encode())
     return knobs.cache_dir() / "variant" / "stamps" / digest.hexdigest()
 
 

@@ -27,10 +27,11 @@ import pyfuse as pf
 from pyfuse import knobs
 from pyfuse.backend_ptx import driver
 from pyfuse.backend_ptx.abi import ParamKind
-from pyfuse.frontend import compile as compile_module
-from pyfuse.frontend import runtime
-from pyfuse.frontend.arrays import DeviceArray
-from pyfuse.frontend.spec import (
+from pyfuse.ir.target import HOPPER
+from pyfuse.runtime import calls, launch
+from pyfuse.runtime import compile as compile_module
+from pyfuse.runtime.arrays import DeviceArray
+from pyfuse.runtime.spec import (
     ArrayFormatError,
     DLDataType,
     DLDevice,
@@ -42,7 +43,6 @@ from pyfuse.frontend.spec import (
     describe_dlpack_capsule,
     spec_of,
 )
-from pyfuse.ir.target import HOPPER
 
 # ---- fixtures: stub emitter, fake driver with memory, fake torch -------------------------------
 
@@ -199,7 +199,7 @@ class Block:
         return None
 sys.meta_path.insert(0, Block())
 import pyfuse as pf
-import pyfuse.frontend.runtime, pyfuse.frontend.arrays, pyfuse.frontend.cache
+import pyfuse.runtime.calls, pyfuse.runtime.launch, pyfuse.runtime.arrays, pyfuse.runtime.cache
 f = pf.fuse(lambda x: x + 1)
 f.trace(pf.spec((4,), pf.float32))
 print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'cupy', 'cuda')))
@@ -519,12 +519,12 @@ def test_torch_call_launches_on_the_current_stream_and_caches(
     def fail(*args: Any) -> Any:
         raise AssertionError("the warm path described the arguments again")
 
-    monkeypatch.setattr(runtime, "describe_arguments", fail)
+    monkeypatch.setattr(calls, "describe_arguments", fail)
     x2 = tensor(torch, (16,))
     out2 = f(x2, y)
     assert fake.launches[-1]["args"] == [x2.data_ptr(), y.data_ptr(), out2.data_ptr()]
     assert fake.names().count("cuModuleLoadDataEx") == loads
-    state = f.__dict__[runtime._STATE]
+    state = f.__dict__[calls._STATE]
     assert len(state.compiled) == 1 and len(state.bound) == 1
 
 
@@ -542,7 +542,7 @@ def test_outputs_are_allocated_like_the_first_input_when_they_match_it(
     fn: Any, first: tuple[int, ...], like: tuple[bool, ...]
 ) -> None:
     compiled = pf.fuse(fn).compile(pf.spec(first, pf.float32), pf.spec((4, 8), pf.float32))
-    assert runtime.Plan.of(compiled).like_first_input == like
+    assert launch.Plan.of(compiled).like_first_input == like
 
 
 def test_outputs_of_a_transposed_first_input_are_row_major(fake: MemoryDriver, torch: Any) -> None:
@@ -551,8 +551,8 @@ def test_outputs_of_a_transposed_first_input_are_row_major(fake: MemoryDriver, t
     x = tensor(torch, (4, 8), strides=(1, 4))  # a transposed view: not "like" material
     out = f(x, tensor(torch, (4, 8)))
     assert out.shape == (4, 8) and out.stride() == (8, 1)
-    (compiled,) = f.__dict__[runtime._STATE].compiled.values()
-    assert runtime.Plan.of(compiled).like_first_input == (False,)
+    (compiled,) = f.__dict__[calls._STATE].compiled.values()
+    assert launch.Plan.of(compiled).like_first_input == (False,)
 
 
 def test_misaligned_input_compiles_an_unvectorized_variant(fake: MemoryDriver, torch: Any) -> None:
@@ -562,7 +562,7 @@ def test_misaligned_input_compiles_an_unvectorized_variant(fake: MemoryDriver, t
     offset = tensor(torch, (64,), pointer=0x1000_0004)  # x[1:] of a float32 tensor
     f(aligned)
     f(offset)
-    state = f.__dict__[runtime._STATE]
+    state = f.__dict__[calls._STATE]
     targets = sorted(c.runtime.signature.target.vector_bytes for c in state.compiled.values())
     assert targets == [1, 16]
     vector = {c.runtime.signature.target.vector_bytes: c for c in state.compiled.values()}
@@ -576,7 +576,7 @@ def test_strided_view_compiles_its_own_variant(fake: MemoryDriver, torch: Any) -
     f(tensor(torch, (4, 6)))
     f(tensor(torch, (4, 6), strides=(1, 4)))  # x.T of a (6, 4) tensor
     f(tensor(torch, (4, 6), strides=(1, 4)))
-    state = f.__dict__[runtime._STATE]
+    state = f.__dict__[calls._STATE]
     assert len(state.compiled) == 2 and len(fake.launches) == 3
 
 
@@ -606,11 +606,11 @@ def test_large_dynamic_shared_memory_opts_in(fake: MemoryDriver, torch: Any) -> 
 
 
 def test_load_time_is_reported(fake: MemoryDriver, torch: Any) -> None:
-    from pyfuse.frontend import cache
+    from pyfuse.runtime import cache
 
     f = pf.fuse(lambda x: x + 1)
     f(tensor(torch, (8,)))
-    (compiled,) = f.__dict__[runtime._STATE].compiled.values()
+    (compiled,) = f.__dict__[calls._STATE].compiled.values()
     assert compiled.timings["load"] > 0
     assert compiled.runtime.loaded[0].sources == [cache.FROM_JIT]
 

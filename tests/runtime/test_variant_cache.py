@@ -17,9 +17,9 @@ from check_utils import run_fresh_process
 
 import pyfuse as pf
 from pyfuse import knobs
-from pyfuse.frontend import cache, variant_cache
 from pyfuse.ir.kernel_printer import kernel_to_str
 from pyfuse.ir.target import HOPPER
+from pyfuse.runtime import cache, variant_cache
 
 f32, bf16 = pf.float32, pf.bfloat16
 

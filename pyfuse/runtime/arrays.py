@@ -2,7 +2,7 @@
 
 A *kind* is a family of arguments (torch tensors, CuPy arrays, pyfuse's DeviceArrays,
 ``__cuda_array_interface__`` objects, DLPack objects, Python numbers, host arrays): it knows
-how to describe one (an :class:`~pyfuse.frontend.spec.ArrayInfo`, read from metadata only)
+how to describe one (an :class:`~pyfuse.runtime.spec.ArrayInfo`, read from metadata only)
 and how to run a bound variant for it: where outputs are allocated and on which stream the
 kernels launch. Outputs follow the kind of the first array argument.
 
@@ -20,7 +20,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from pyfuse.frontend.spec import (
+from pyfuse.ir import dtypes
+from pyfuse.ir.dtypes import DType
+from pyfuse.ir.records import record
+from pyfuse.runtime.spec import (
     TORCH_DTYPE_NAMES,
     ArrayFormatError,
     ArrayInfo,
@@ -30,9 +33,6 @@ from pyfuse.frontend.spec import (
     describe_numpy_like,
     torch_dtype,
 )
-from pyfuse.ir import dtypes
-from pyfuse.ir.dtypes import DType
-from pyfuse.ir.records import record
 
 # ---- DeviceArray -------------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ arch, pyfuse's version and the driver's version. Its file holds a header (magic,
 length, payload sha256) and the cubin, so a truncated or corrupt file is noticed, ignored and
 rewritten. Entries are written to a temporary file in the cache directory and published
 with ``os.replace`` (atomic within one file system): a concurrent reader sees no entry or a
-whole one, never half of one. The variant cache (:mod:`pyfuse.frontend.variant_cache`) stores
+whole one, never half of one. The variant cache (:mod:`pyfuse.runtime.variant_cache`) stores
 its records with the same framing under its own magic.
 
 ``knobs.cache_enabled()`` False (``PYFUSE_DISABLE_CACHE=1``, or any ``PYFUSE_DUMP``) skips
@@ -36,8 +36,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pyfuse
-from pyfuse import knobs
+from pyfuse import knobs, version
 from pyfuse.errors import LaunchError
 
 if TYPE_CHECKING:
@@ -61,7 +60,7 @@ _COMPILE_START_WAIT_S = 0.02
 def entry_key(ptx: str, arch: str, driver_version: int) -> str:
     """The hex sha256 naming the cache entry of ``ptx`` for ``arch`` under this driver."""
     digest = hashlib.sha256()
-    for part in (arch, pyfuse.__version__, str(driver_version)):
+    for part in (arch, version.__version__, str(driver_version)):
         digest.update(part.encode())
         digest.update(b"\0")
     digest.update(ptx.encode())

@@ -2,7 +2,7 @@
 
 These classes hold the compile's artifacts (PTX, scheduled IR as text, launch shapes) and
 import nothing of the compiler, so a variant restored from the on-disk variant cache
-(:mod:`pyfuse.frontend.variant_cache`) is usable without loading the passes or the PTX
+(:mod:`pyfuse.runtime.variant_cache`) is usable without loading the passes or the PTX
 emitter. The kernel IR and the segmented fusion, which only matmul launches and tests
 read, are then rebuilt on first access by running the compile once more.
 """
@@ -114,12 +114,12 @@ class Compiled:
         self.built_segmented = full.built_segmented
 
     def __call__(self, *arrays: object) -> Any:
-        from pyfuse.frontend.runtime import run_compiled
+        from pyfuse.runtime.launch import run_compiled
 
         try:
             return run_compiled(self, arrays)
         except Exception as error:
-            from pyfuse.frontend import diagnose  # loads only for an error
+            from pyfuse.runtime import diagnose  # loads only for an error
 
             if not diagnose.is_pyfuse_bug(error):
                 raise

@@ -18,10 +18,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "backend_ptx"))
 from ptx_fake_driver import FakeDriver
 
 import pyfuse as pf
-from pyfuse import knobs
+from pyfuse import knobs, version
 from pyfuse.backend_ptx import driver
-from pyfuse.frontend import cache
 from pyfuse.ir.target import HOPPER
+from pyfuse.runtime import cache
 
 PTX = ".version 9.0\n.target sm_90a\n.entry k()\n{ ret; }\n"
 
@@ -54,7 +54,7 @@ def test_key_covers_ptx_arch_version_and_driver(monkeypatch: pytest.MonkeyPatch)
     assert cache.entry_key(PTX + " ", "sm_90a", 13000) != base
     assert cache.entry_key(PTX, "sm_100a", 13000) != base
     assert cache.entry_key(PTX, "sm_90a", 13010) != base
-    monkeypatch.setattr(pf, "__version__", "9.9.9")
+    monkeypatch.setattr(version, "__version__", "9.9.9")
     assert cache.entry_key(PTX, "sm_90a", 13000) != base
 
 
@@ -91,7 +91,7 @@ def test_concurrent_writers_never_expose_a_partial_entry(cache_dir: Path) -> Non
     writer = textwrap.dedent(
         f"""
         from pathlib import Path
-        from pyfuse.frontend import cache
+        from pyfuse.runtime import cache
         payload = bytes([65 + N]) * (200_000 + N)
         for _ in range(40):
             cache.write_entry(Path({str(path)!r}), payload)
@@ -179,8 +179,8 @@ def test_unwritable_cache_warns_and_still_loads(tmp_path: Path, fake: FakeDriver
 def test_a_new_function_with_the_same_kernel_loads_from_disk(
     cache_dir: Path, fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pyfuse.frontend import compile as compile_module
-    from pyfuse.frontend.arrays import DeviceArray
+    from pyfuse.runtime import compile as compile_module
+    from pyfuse.runtime.arrays import DeviceArray
 
     monkeypatch.setattr(compile_module, "emit_ptx", lambda kernel, target: f"// {kernel.name}\n")
     fake.cuMemAlloc = lambda nbytes: (0, 0x10000)  # type: ignore[attr-defined]
@@ -213,8 +213,8 @@ def _gpu_function(
 ) -> tuple[Any, Any, list[str]]:
     """A new fusion ``fn`` on a fake GPU whose emitted PTX is ``// <kernel name><body>``, an
     input array, and the names of the threads that ran the driver's JIT (one per link)."""
-    from pyfuse.frontend import compile as compile_module
-    from pyfuse.frontend.arrays import DeviceArray
+    from pyfuse.runtime import compile as compile_module
+    from pyfuse.runtime.arrays import DeviceArray
 
     monkeypatch.setattr(
         compile_module, "emit_ptx", lambda kernel, target: f"// {kernel.name}{body}\n"
@@ -456,7 +456,7 @@ def test_a_launch_without_a_jit_ahead_jits_on_the_callers_thread(
 
 
 def test_compile_hands_every_kernels_ptx_to_the_jit_hook_as_it_is_emitted() -> None:
-    from pyfuse.frontend.compile import compile_fusion
+    from pyfuse.runtime.compile import compile_fusion
 
     handed: list[tuple[str, str]] = []
     two_kernels = pf.fuse(lambda x: (x - x.mean(1, keepdim=True)).sum(0), name="two")
@@ -484,7 +484,7 @@ def test_a_process_exiting_during_a_background_jit_still_stores_it(tmp_path: Pat
         sys.path.insert(0, {str(Path(__file__).resolve().parents[1] / "backend_ptx")!r})
         from ptx_fake_driver import FakeDriver
         from pyfuse.backend_ptx import driver
-        from pyfuse.frontend import cache
+        from pyfuse.runtime import cache
 
         fake = FakeDriver(link_gate=threading.Event())
         using = driver.use_driver(fake)  # kept: the context ends when collected

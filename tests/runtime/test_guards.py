@@ -25,10 +25,10 @@ from ptx_fake_driver import CUresult, FakeDriver
 import pyfuse as pf
 from pyfuse import knobs
 from pyfuse.backend_ptx import driver
-from pyfuse.frontend import compile as compile_module
-from pyfuse.frontend import runtime, variant_cache
-from pyfuse.frontend.guards import guard_for
 from pyfuse.ir.target import HOPPER
+from pyfuse.runtime import calls, variant_cache
+from pyfuse.runtime import compile as compile_module
+from pyfuse.runtime.guards import guard_for
 
 X = pf.spec((4,), pf.float32)
 HOST = np.arange(4, dtype=np.float32)
@@ -102,8 +102,8 @@ class GpuArray:
 
 def variant_of_call(f: pf.FusedFunction, *arrays: object) -> Any:
     """The compiled variant the call path ran for ``arrays`` (after the call)."""
-    state = f.__dict__[runtime._STATE]
-    bound = state.bound[runtime.call_key(arrays)[0]]
+    state = f.__dict__[calls._STATE]
+    bound = state.bound[calls.call_key(arrays)[0]]
     (compiled,) = [c for c in state.compiled.values() if bound in c.runtime.bound.values()]
     return compiled
 
@@ -250,7 +250,7 @@ def test_unguardable_captured_objects_are_left_alone() -> None:
 def test_a_function_reading_nothing_captured_checks_nothing(fake: MemoryDriver) -> None:
     f = pf.fuse(lambda x: pf.exp(x) * 2)
     f(GpuArray((4,)))
-    assert f.__dict__[runtime._STATE].check is None
+    assert f.__dict__[calls._STATE].check is None
 
 
 # ---- the call path --------------------------------------------------------------------------
@@ -297,7 +297,7 @@ def test_an_equal_new_object_does_not_recompile(fake: MemoryDriver, compiles: li
     f(x)
     f(x)
     assert len(compiles) == 1
-    state = f.__dict__[runtime._STATE]
+    state = f.__dict__[calls._STATE]
     assert state.check(state.captured)  # the new object is the one checked now
 
 

@@ -339,7 +339,7 @@ def describe_numpy_like(obj: Any) -> tuple[tuple[int, ...], DType, tuple[int, ..
 
 def spec_of(argument: object) -> Spec:
     """The :class:`Spec` describing ``argument``: a Spec, or an array of a supported kind (torch,
-    NumPy, CuPy, :class:`~pyfuse.frontend.arrays.DeviceArray`, anything with
+    NumPy, CuPy, :class:`~pyfuse.runtime.arrays.DeviceArray`, anything with
     ``__cuda_array_interface__`` or ``__dlpack__``). Reads metadata only, never data."""
     if isinstance(argument, Spec):
         return argument

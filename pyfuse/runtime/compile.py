@@ -1,6 +1,10 @@
-"""The function that makes :class:`~pyfuse.frontend.compiled.Compiled` results.
+"""The compile driver: the function that makes :class:`~pyfuse.runtime.compiled.Compiled`
+results from a traced Fusion.
 
-``compile_fusion`` runs the pass pipeline and the PTX emitter; it needs no GPU. Each
+``compile_fusion`` runs the pass pipeline and the PTX emitter; it needs no GPU. Importing
+this module imports both (the call path does so only at its first compile the variant cache
+does not answer, :mod:`pyfuse.runtime.calls`) and tells the variant cache which sources
+they were loaded from. Each
 stage's artifact is kept (math IR, scheduled IR, kernel IR, PTX) and drives both
 ``PYFUSE_DUMP`` and the introspection properties. A ``jit`` hook gets each kernel's name and
 PTX the moment it is emitted (before the next kernel is planned), so the runtime can start
@@ -16,9 +20,6 @@ from collections.abc import Callable
 from pyfuse import knobs
 from pyfuse.backend_ptx.emit import emit_ptx
 from pyfuse.errors import ScheduleError
-from pyfuse.frontend import variant_cache
-from pyfuse.frontend.compiled import Compiled, Kernel
-from pyfuse.frontend.location import user_location
 from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.kernel_ir import Kernel as KernelIR
 from pyfuse.ir.kernel_ir import ParamRole
@@ -26,6 +27,9 @@ from pyfuse.ir.params import MatmulParams
 from pyfuse.ir.target import TargetInfo
 from pyfuse.passes import pipeline
 from pyfuse.passes.schedulers import scheduler_named
+from pyfuse.runtime import variant_cache
+from pyfuse.runtime.compiled import Compiled, Kernel
+from pyfuse.runtime.location import user_location
 
 # The sources the compiler was loaded from: the variant cache stores its results only while
 # they are unchanged.
@@ -68,12 +72,12 @@ def compile_fusion(
     try:
         return _compile(fusion, target, matmul, jit)
     except ScheduleError as error:
-        from pyfuse.frontend import diagnose  # loads only for an error
+        from pyfuse.runtime import diagnose  # loads only for an error
 
         diagnose.explain_schedule_error(error, fusion)
         raise
     except Exception as error:
-        from pyfuse.frontend import diagnose
+        from pyfuse.runtime import diagnose
 
         if not diagnose.is_compiler_bug(error):
             raise

@@ -1,0 +1,256 @@
+"""Running fused functions: signatures, compiled variants per function, and the call path.
+
+Expects a ``FusedFunction`` (duck-typed: ``fn``, ``name``, ``matmul`` and ``trace``; the
+frontend's decorator, which calls :func:`call` and :func:`compile_for`); guarantees that a
+call runs the variant compiled for its arguments and the captured values its function reads.
+
+Cold path (a signature not seen before by this function): describe every argument and check
+it (host arrays, negative strides, mixed devices raise ``InputError``), compile a variant
+(trace + :func:`~pyfuse.runtime.compile.compile_fusion`, cached in memory by
+:class:`Signature`), load its kernels on the device once per process (cubins through the
+disk cache, :mod:`pyfuse.runtime.cache`) and bind a launch plan for the kind of arrays
+given (torch, CuPy, or anything else, which gets :class:`~pyfuse.runtime.arrays.DeviceArray`
+outputs): :mod:`pyfuse.runtime.launch`.
+
+Hot path (``FusedFunction.__call__``): the function's guard checks that the Python values it
+captured (closure cells, globals, defaults: :mod:`pyfuse.runtime.guards`) are the objects
+last seen, or switches to the table of their new values; one pass over the arguments builds
+the call key (per array: shape, strides, dtype, device; the alignment class; Python numbers
+by value) and the pointer list; one dict lookup finds the bound plan, which allocates the
+outputs from the caller's allocator (torch's caching allocator for torch inputs: no
+synchronization and no driver allocation, so calls are safe under CUDA graph capture) and
+launches on the caller's current stream. Everything the launch needs is precomputed on the plan.
+
+A misaligned input (address not a multiple of 16 bytes) compiles an unvectorized variant
+(``vector_bytes=1``); strided and offset views are read through their element strides.
+
+``PYFUSE_DISABLE_CACHE`` (and ``PYFUSE_DUMP``) turn off the compile caches, read when a
+signature is first seen; a function's table of bound signatures is kept regardless, so a
+warm call never reads the environment. The compiler and the variant cache load with the
+first compile, not with this module.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pyfuse import knobs
+from pyfuse.errors import FusionError
+from pyfuse.ir.target import TargetInfo
+from pyfuse.runtime.arrays import ArgumentError, Bound, call_key, describe_arguments, gpu_info
+from pyfuse.runtime.guards import guard_for
+from pyfuse.runtime.launch import (
+    CompiledRuntime,
+    Signature,
+    input_error,
+    normalized,
+    runtime_of,
+    signature_item,
+    target_for,
+)
+from pyfuse.runtime.location import user_location
+from pyfuse.runtime.spec import Spec, spec, spec_of
+
+Number = bool | int | float
+_STATE = "_pyfuse_runtime"  # attribute of a FusedFunction holding its _FunctionState
+_STATE_LOCK = threading.Lock()
+
+
+class _FunctionState:
+    """Per-FusedFunction state: compiled variants, and bound call keys per value of the
+    captured Python values the function reads (:mod:`pyfuse.runtime.guards`).
+
+    ``bound`` is the table for ``captured`` (the objects last seen in the guarded places);
+    a warm call checks them by identity (``check``, None when nothing is guarded) and, when
+    one changed, :meth:`recapture` switches to the table of the new values."""
+
+    def __init__(self, fn: object) -> None:
+        self.lock = threading.RLock()
+        self.compiled: dict[Signature, Any] = {}
+        self.guard = guard_for(fn)
+        self.check = None if self.guard is None else self.guard.check
+        self.captured: tuple[object, ...] = ()
+        self.captured_key: tuple[object, ...] = ()
+        self.bound: dict[tuple[Any, ...], Bound] = {}
+        self._tables: dict[tuple[object, ...], dict[tuple[Any, ...], Bound]] = {}
+        if self.guard is not None:
+            self.captured = self.guard.read()
+            self.captured_key = self.guard.key(self.captured)
+        self._tables[self.captured_key] = self.bound
+
+    def recapture(self) -> None:
+        """A guarded place holds another object: use the bound table of its value (a new
+        one, or the one it had before, so flipping a value back finds its variants)."""
+        assert self.guard is not None
+        with self.lock:
+            captured = self.guard.read()
+            key = self.guard.key(captured)
+            table = self._tables.setdefault(key, {})
+            # The table before the values: a call that sees the new values sees their table.
+            self.bound = table
+            self.captured_key = key
+            self.captured = captured
+
+    def current_captured_key(self) -> tuple[object, ...]:
+        """The key of the guarded places' values now (a trace about to run reads them)."""
+        if self.check is not None and not self.check(self.captured):
+            self.recapture()
+        return self.captured_key
+
+
+def _state_of(fused: Any) -> _FunctionState:
+    state = fused.__dict__.get(_STATE)
+    if state is None:
+        with _STATE_LOCK:  # one state (one guard analysis) per function
+            state = fused.__dict__.get(_STATE)
+            if state is None:
+                state = fused.__dict__.setdefault(_STATE, _FunctionState(fused.fn))
+    return state  # type: ignore[no-any-return]
+
+
+# ---- compiling ---------------------------------------------------------------------------------
+
+
+def _compile(
+    fused: Any, arguments: Sequence[Spec | Number], target: TargetInfo, device: int | None = None
+) -> Any:
+    """A compiled variant for normalized specs and numbers: from the in-memory cache, else
+    traced and then read from the variant cache on disk or compiled (and stored there).
+    With a ``device`` (GPU arrays), each new kernel's JIT starts as soon as its PTX exists."""
+    state = _state_of(fused)
+    use_cache = knobs.cache_enabled()
+    with state.lock:
+        signature = Signature(
+            tuple(signature_item(a) for a in arguments),
+            fused.matmul,
+            target,
+            state.current_captured_key(),
+        )
+        if use_cache:
+            hit = state.compiled.get(signature)
+            if hit is not None:
+                return hit
+        start = time.perf_counter()
+        fusion = fused.trace(*arguments)
+        traced = time.perf_counter() - start
+        matmul = fused.matmul
+
+        def full_compile(jit: Any = None) -> Any:
+            from pyfuse.runtime.compile import compile_fusion  # the passes load on first use
+
+            return compile_fusion(fusion, target, matmul, jit)
+
+        compiled = None
+        key = None
+        if use_cache:
+            from pyfuse.runtime import variant_cache
+
+            start = time.perf_counter()
+            key = variant_cache.variant_key(fusion, target, matmul)
+            if key is not None:
+                # A restored variant compiles again only to rebuild its kernel IR: no JIT.
+                compiled = variant_cache.load(key, fusion, full_compile)
+            if compiled is not None:
+                compiled.timings = {"trace": traced, "variant_cache": time.perf_counter() - start}
+        if compiled is None:
+            compiled = full_compile(None if device is None else _jit_ahead(device, target.arch))
+            compiled.timings = {"trace": traced, **compiled.timings}
+            if key is not None:
+                variant_cache.store(key, compiled)
+        compiled.runtime = CompiledRuntime(compiled, signature)
+        if use_cache:
+            state.compiled[signature] = compiled
+        return compiled
+
+
+def _jit_ahead(device: int, arch: str) -> Callable[[str, str], None]:
+    """A compile's ``jit`` hook for a GPU call: each kernel's driver JIT starts on a
+    background thread as soon as its PTX exists (:func:`~pyfuse.runtime.cache.jit_ahead`)."""
+
+    def start(name: str, ptx: str) -> None:
+        from pyfuse.runtime import cache
+
+        cache.jit_ahead(ptx, name, device=device, arch=arch)
+
+    return start
+
+
+def compile_for(fused: Any, args: Sequence[object]) -> Any:
+    """``FusedFunction.compile``: a variant for arrays (host or GPU) or ``pf.spec`` s.
+
+    GPU arrays also decide the device (its TargetInfo) and the alignment class; specs and
+    host arrays compile for device 0 (HOPPER without a driver), aligned.
+    """
+    arguments: list[Spec | Number] = []
+    device: int | None = None
+    aligned = True
+    for index, argument in enumerate(args):
+        if isinstance(argument, Number):
+            arguments.append(argument)
+            continue
+        info = gpu_info(argument)
+        if info is not None and info.device != -1:
+            aligned = aligned and info.pointer % 16 == 0
+            if device is None:
+                device = info.device
+        try:
+            # A GPU array's description is the spec (as the call path makes it); anything
+            # else (a spec, a host array) is described by spec_of.
+            described = (
+                spec_of(argument) if info is None else spec(info.shape, info.dtype, info.strides)
+            )
+            arguments.append(normalized(described))
+        except FusionError as error:
+            raise FusionError(
+                f"argument {index}: {error.bare_message}", op=fused.name, where=user_location()
+            ) from None
+    return _compile(fused, arguments, target_for(device, aligned), device)
+
+
+# ---- calling -----------------------------------------------------------------------------------
+
+
+def call(fused: Any, arrays: Sequence[object]) -> Any:
+    """``FusedFunction.__call__``: the hot path described in the module docstring."""
+    state = fused.__dict__.get(_STATE) or _state_of(fused)
+    check = state.check
+    if check is not None and not check(state.captured):
+        state.recapture()
+    try:
+        key, pointers, stream = call_key(arrays)
+    except ArgumentError as error:
+        raise input_error(fused.name, error) from None
+    bound = state.bound.get(key)
+    if bound is None:
+        bound = _bind_new(fused, state, arrays, key)
+    return bound.run(arrays, pointers, stream)
+
+
+def _bind_new(
+    fused: Any, state: _FunctionState, arrays: Sequence[object], key: tuple[Any, ...]
+) -> Bound:
+    with state.lock:
+        state.current_captured_key()  # the values may have changed since the call's check
+        bound = state.bound.get(key)
+        if bound is not None:
+            return bound
+        try:
+            described = describe_arguments(arrays)
+            arguments: list[Spec | Number] = [
+                item
+                if isinstance(item, Number)
+                else normalized(spec(item.shape, item.dtype, item.strides))
+                for item in described.arguments
+            ]
+            target = target_for(described.device, described.aligned)
+            # Arrays that name no device (__cuda_array_interface__) run on device 0.
+            device = 0 if described.device is None else described.device
+            compiled = _compile(fused, arguments, target, device)
+            bound = runtime_of(compiled).bound_for(device, described.kind)
+        except ArgumentError as error:
+            raise input_error(fused.name, error) from None
+        state.bound[key] = bound
+        return bound
