@@ -38,7 +38,7 @@ from typing import Generic, TypeVar
 from pyfuse.ir.exprs import Expr
 from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.iterdomain import IdTransform, IterDomain, Merge, ParallelType
-from pyfuse.ir.tensor import TensorView
+from pyfuse.ir.tensor import TensorView, tensor_transforms
 
 Item = TypeVar("Item")
 
@@ -129,31 +129,6 @@ _NOT_INLINABLE = frozenset({ParallelType.VECTORIZE, ParallelType.BULK})
 
 def _by_name(axes: Iterable[IterDomain]) -> tuple[IterDomain, ...]:
     return tuple(sorted(axes, key=lambda axis: axis.name))
-
-
-def tensor_transforms(tv: TensorView) -> list[IdTransform]:
-    """The transforms from ``tv``'s root (or logical) domain to its logical, allocation and loop
-    domains: the recorded ``history``, then any reached only through definitions (a reshape's
-    root-to-logical steps, or a loop domain someone set directly), in the order applied."""
-    history = [step for step in tv.history if isinstance(step, IdTransform)]
-    known = {id(step) for step in history}
-    stop = {id(axis) for axis in tv.maybe_root}
-    seen: set[int] = set()
-    stack = [*tv.loop, *tv.logical, *(tv.allocation or [])]
-    reached: list[IdTransform] = []  # outputs-first: reversed below
-    while stack:
-        axis = stack.pop()
-        if id(axis) in stop or id(axis) in seen:
-            continue
-        seen.add(id(axis))
-        definition = axis.definition
-        if definition is None:
-            continue
-        if id(definition) not in known:
-            known.add(id(definition))
-            reached.append(definition)
-        stack.extend(reversed(definition.inputs))
-    return history + reached[::-1]
 
 
 class IdModel:

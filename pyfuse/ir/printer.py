@@ -15,9 +15,24 @@ tensor's transforms from logical to loop. The output is stable: tests compare it
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Protocol
+
 from pyfuse.ir.exprs import Expr
-from pyfuse.ir.fusion import Fusion
-from pyfuse.ir.tensor import Scalar, TensorView, Val
+from pyfuse.ir.tensor import Scalar, TensorView, Val, tensor_transforms
+
+
+class Fusion(Protocol):
+    """What the printer reads of a :class:`pyfuse.ir.fusion.Fusion` (whose ``__str__`` calls
+    this module: naming the class here would tie the two modules in a circle)."""
+
+    @property
+    def inputs(self) -> Sequence[TensorView]: ...
+
+    @property
+    def outputs(self) -> Sequence[TensorView]: ...
+
+    def exprs(self) -> list[Expr]: ...
 
 
 def operand_str(val: Val) -> str:
@@ -74,8 +89,6 @@ def transforms_to_str(tv: TensorView, indent: str = "    ") -> list[str]:
     lines += [f"{indent}{step.describe()}" for step in tv.history]
     if tv.allocation is not None:
         # Steps reaching the allocation domain only (a swizzled shared-memory layout).
-        from pyfuse.ir.id_model import tensor_transforms
-
         recorded = {id(step) for step in tv.history}
         lines += [
             f"{indent}allocation {step.describe()}"

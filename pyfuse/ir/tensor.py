@@ -35,6 +35,8 @@ from pyfuse.ir.iterdomain import (
 from pyfuse.ir.naming import next_name
 
 if TYPE_CHECKING:
+    # The one circle the IR keeps: a TensorView names its defining Expr and an Expr its
+    # TensorViews, two halves of one graph (only the type checker follows this import).
     from pyfuse.ir.exprs import Expr
 
 
@@ -276,3 +278,28 @@ def make_tensor(shape: Sequence[int], dtype: DType, **kwargs: object) -> TensorV
         for extent in shape
     ]
     return TensorView(axes, dtype, **kwargs)  # type: ignore[arg-type]
+
+
+def tensor_transforms(tv: TensorView) -> list[IdTransform]:
+    """The transforms from ``tv``'s root (or logical) domain to its logical, allocation and loop
+    domains: the recorded ``history``, then any reached only through definitions (a reshape's
+    root-to-logical steps, or a loop domain someone set directly), in the order applied."""
+    history = [step for step in tv.history if isinstance(step, IdTransform)]
+    known = {id(step) for step in history}
+    stop = {id(axis) for axis in tv.maybe_root}
+    seen: set[int] = set()
+    stack = [*tv.loop, *tv.logical, *(tv.allocation or [])]
+    reached: list[IdTransform] = []  # outputs-first: reversed below
+    while stack:
+        axis = stack.pop()
+        if id(axis) in stop or id(axis) in seen:
+            continue
+        seen.add(id(axis))
+        definition = axis.definition
+        if definition is None:
+            continue
+        if id(definition) not in known:
+            known.add(id(definition))
+            reached.append(definition)
+        stack.extend(reversed(definition.inputs))
+    return history + reached[::-1]

@@ -15,9 +15,9 @@ from pyfuse.errors import ScheduleError
 from pyfuse.ir import kernel_ir as k
 from pyfuse.ir.dtypes import DType
 from pyfuse.ir.exprs import Expr, ReshapeOp
-from pyfuse.ir.id_model import IdMappingMode, IdModel, tensor_transforms
+from pyfuse.ir.id_model import IdMappingMode, IdModel
 from pyfuse.ir.iterdomain import IterDomain, Merge, ParallelType, Reorder, Split, Swizzle
-from pyfuse.ir.tensor import MemoryType, TensorView, memory_strides
+from pyfuse.ir.tensor import MemoryType, TensorView, memory_strides, tensor_transforms
 
 
 class IndexDerivation:
