@@ -155,5 +155,10 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
         _max_of_permuted_layer_norm,
         [S((12, 1, 3, 1), f16), S((3,), f16)],
     ),
+    # the GPU fuzzer, seed 131 (12,041 fusions at 06efe3d)
+    "broadcast_matmul_output": (
+        lambda a, b: pf.broadcast_to(a @ b, (2, 2, 7, 16)),
+        [S((2, 7, 64), bf16), S((64, 16), bf16)],
+    ),
     "rms_norm_50400": (lambda x: pf.rms_norm(x.reshape(50400)), [S((42, 48, 25), bf16)]),
 }

@@ -268,6 +268,16 @@ def decline_reason(fusion: Fusion, target: TargetInfo) -> str | None:
     for out in fusion.outputs:
         if id(out) not in results:
             return f"output T{out.name} does not depend on an MMA"
+    tile_elements = mmas[0].output.numel  # numel counts the kept axes only
+    for expr in epilogue:
+        if expr.output.numel > tile_elements:
+            # broadcast_to(a @ b, (2, *shape)): each accumulator element would be stored
+            # at several places, which the epilogue's one store per element cannot do (the
+            # H200 left half of such an output unwritten).
+            return (
+                f"the epilogue's T{expr.output.name} has more elements than the MMA result "
+                "(a broadcast of it); it runs in a kernel of its own"
+            )
     del target
     return None
 
