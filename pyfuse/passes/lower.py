@@ -590,26 +590,27 @@ def lower(plan: KernelPlan, name: str, id_model: IdModel | None = None) -> k.Ker
     """Kernel IR for one scheduled kernel (see the module docstring)."""
     with plan.fusion:
         kernel = _Lowering(plan, name, id_model).lower()
-    if plan.params.get("vector_width", 1) == 1:
-        _check_scalar_arrays(kernel)
+    if plan.params.get("kind") == "outer":
+        _check_column_arrays(kernel)
     return kernel
 
 
-# 32-bit words of register arrays a kernel without vectors may keep per thread. Element by
-# element, each array slot comes with an address of its own, and ptxas spilled kernels of
-# 24 to 48 words (an outer reduction's 24-row column kept for two loop nests; five 19-element
-# bf16 rows); vectorized rows of 192 words did not.
-MAX_SCALAR_ARRAY_WORDS = 16
+# Register-array elements an outer reduction's thread may keep: it walks a whole column
+# one element per access, and ptxas spilled 4 to 12 bytes of such kernels keeping columns
+# of 24 to 62 elements (a 24-row f32 column kept for two loop nests, two 31-row f16 ones, a
+# 31-row bool one). Inner reductions are not limited so: their rows of up to 96 words
+# (odd-width layer_norms at 1024 threads) assembled without spills.
+MAX_COLUMN_ARRAY_ELEMENTS = 16
 
 
-def _check_scalar_arrays(kernel: k.Kernel) -> None:
-    words = sum(
-        buffer.size * max(buffer.dtype.itemsize, 2) / 4
+def _check_column_arrays(kernel: k.Kernel) -> None:
+    elements = sum(
+        buffer.size
         for buffer in kernel.buffers.values()
         if buffer.memory == MemoryType.LOCAL and buffer.size > 1
     )
-    if words > MAX_SCALAR_ARRAY_WORDS:
+    if elements > MAX_COLUMN_ARRAY_ELEMENTS:
         raise ScheduleError(
-            f"kernel {kernel.name}: register arrays of {words:g} words per thread with one "
-            f"element per access (at most {MAX_SCALAR_ARRAY_WORDS}): ptxas would spill them"
+            f"kernel {kernel.name}: an outer reduction keeping {elements} elements per thread "
+            f"in register arrays (at most {MAX_COLUMN_ARRAY_ELEMENTS}): ptxas would spill them"
         )
