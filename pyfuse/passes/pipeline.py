@@ -55,7 +55,6 @@ from pyfuse.passes import inline
 from pyfuse.passes.decompose_matmul import (
     decompose_matmuls,
     decompose_unschedulable_mmas,
-    mma_to_multiply_sum,
 )
 from pyfuse.passes.empty_reductions import fold_empty_reductions
 from pyfuse.passes.fallback import (
@@ -201,11 +200,8 @@ def _segment_or_decompose(fusion: Fusion, target: TargetInfo) -> SegmentedFusion
     try:
         return segment(fusion, target)
     except ScheduleError:
-        mmas = [expr for expr in fusion.exprs() if isinstance(expr, MmaOp)]
-        if not mmas:
+        if not mmas_to_multiply_sum(fusion):
             raise
-        for expr in mmas:
-            mma_to_multiply_sum(fusion, expr)
         _check(fusion, "decompose_matmuls", boundary=False)
         return segment(fusion, target)
 
