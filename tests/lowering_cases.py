@@ -70,6 +70,23 @@ def _linear_plus_transpose(x: pf.Tensor, w: pf.Tensor, b: pf.Tensor) -> pf.Tenso
     return y + y.T
 
 
+def _broadcast_on_two_paths(x: pf.Tensor, a: pf.Tensor) -> pf.Tensor:
+    flat = pf.gt(a, x).view(-1)  # a [1, 1] broadcast against 13 here, against 208 below
+    return pf.mean(pf.cast(pf.ne(flat, a), f32), (0, 1))
+
+
+def _k1_matmul_over_itself(i: pf.Tensor, t: pf.Tensor, y: pf.Tensor) -> pf.Tensor:
+    product = pf.cast(i >= t, f32) @ y  # K = 1: 0 * y is -0.0 for y < 0, the matmul +0.0
+    return pf.sum(y / product, None)
+
+
+def _padded_transposed_bool_product(
+    x: pf.Tensor, y: pf.Tensor, mask: pf.Tensor
+) -> tuple[pf.Tensor, ...]:
+    positive = pf.transpose(y.reshape(8, -1) > 0, 1, -2)
+    return pf.tanh(x), y * pf.transpose(y, 0, 1), pf.mul(mask, positive)
+
+
 # name -> (function, input specs)
 CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
     # one input read along two paths
@@ -161,4 +178,35 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
         [S((2, 7, 64), bf16), S((64, 16), bf16)],
     ),
     "rms_norm_50400": (lambda x: pf.rms_norm(x.reshape(50400)), [S((42, 48, 25), bf16)]),
+    # the GPU fuzzer, seed 171 (26,702 fusions at 89e7aff)
+    "batch_major_view_matmul": (
+        lambda a, b: a @ b,
+        [S((2, 2, 2), bf16, strides=(256, 512, 1)), S((2, 24), bf16)],
+    ),
+    "batch_major_view_matmul_tiles": (
+        lambda a, b: a @ b,
+        [S((4, 64, 64), bf16, strides=(64, 256, 1)), S((64, 32), bf16)],
+    ),
+    "broadcast_read_on_two_paths": (_broadcast_on_two_paths, [S((16, 13), f32), S((1, 1), f16)]),
+    "k1_matmul_signed_zero": (
+        _k1_matmul_over_itself,
+        [S((1, 1), i32), S((1, 1), f32), S((1, 2), f32)],
+    ),
+    "log_of_gelu_tail": (
+        lambda x: (pf.log(pf.gelu(x * 8.0)), pf.log(pf.gelu(x * 8.0, approximate="tanh"))),
+        [S((4, 257), f32)],
+    ),
+    "padded_transposed_bool_product": (
+        _padded_transposed_bool_product,
+        [S((11, 257), f16), S((8, 8), bf16, strides=(1, 9)), S((8, 1), pf.bool, strides=(0, 1))],
+    ),
+    # rows a block of 1024 threads held in registers and spilled (the CPU fuzzer, seed 151)
+    "layer_norm_of_residual_32768": (
+        _residual_layer_norm,
+        [S((2, 32768), bf16)] * 2 + [S((32768,), bf16)],
+    ),
+    "odd_layer_norm_long_epilogue": (
+        lambda x, r, w: (pf.layer_norm(pf.gelu(x + r) * x, w) * r, x + r),
+        [S((2, 12285), f16)] * 2 + [S((12285,), f16)],
+    ),
 }

@@ -70,9 +70,7 @@ JITTER = 2.0**-21
 Jitter = np.random.Generator | float
 
 
-def evaluate(
-    fusion: Fusion, inputs: Sequence[Array], jitter: Jitter | None = None
-) -> list[Array]:
+def evaluate(fusion: Fusion, inputs: Sequence[Array], jitter: Jitter | None = None) -> list[Array]:
     """The fusion's outputs on ``inputs``, in ``fusion.outputs`` order (see the module doc).
     With ``jitter``, every floating result is first scaled by ``1 + JITTER * u`` before its
     rounding (``u`` uniform in [-1, 1] drawn from a Generator, or the given float for every
@@ -311,24 +309,38 @@ def erf(x: Array) -> Array:
         result[near_one] = _ERX + _polynomial(s, _PA) / _polynomial(s, _QA)
 
         tail = (magnitude >= 1.25) & (magnitude < 6.0)
-        a = magnitude[tail]
-        s = 1.0 / (a * a)
-        inner = a < 1.0 / 0.35
-        ratio = np.where(
-            inner,
-            _polynomial(s, _RA) / _polynomial(s, _SA),
-            _polynomial(s, _RB) / _polynomial(s, _SB),
-        )
-        # z is a with its low 32 bits cleared, so -z*z is exact and exp keeps full accuracy.
-        z = (a.view(np.uint64) & np.uint64(0xFFFFFFFF00000000)).view(np.float64)
-        erfc = np.exp(-z * z - 0.5625) * np.exp((z - a) * (z + a) + ratio) / a
-        result[tail] = 1.0 - erfc
+        result[tail] = 1.0 - _erfc_tail(magnitude[tail])
 
         result[magnitude >= 6.0] = 1.0
     # Every branch above computed erf(|x|) except the odd polynomial near zero.
     far = ~near_zero
     result[far] = np.copysign(result[far], x[far])
     return result
+
+
+def _erfc_tail(a: Array) -> Array:
+    """erfc(a) for float64 ``a`` in [1.25, 28) (fdlibm's tail formulas; 0 is underflow past)."""
+    s = 1.0 / (a * a)
+    inner = a < 1.0 / 0.35
+    ratio = np.where(
+        inner,
+        _polynomial(s, _RA) / _polynomial(s, _SA),
+        _polynomial(s, _RB) / _polynomial(s, _SB),
+    )
+    # z is a with its low 32 bits cleared, so -z*z is exact and exp keeps full accuracy.
+    z = (a.view(np.uint64) & np.uint64(0xFFFFFFFF00000000)).view(np.float64)
+    return np.asarray(np.exp(-z * z - 0.5625) * np.exp((z - a) * (z + a) + ratio) / a)
+
+
+def erfc_nonnegative(a: Array) -> Array:
+    """erfc of a float64 array of values >= 0 (or NaN), with relative accuracy in the tail,
+    where ``1 - erf`` would round to 0 (past a = 6) long before erfc underflows (past 27)."""
+    a = np.asarray(a, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        near = 1.0 - erf(a)  # no cancellation below 1.25: erfc(1.25) = 0.077
+        tail = _erfc_tail(np.clip(a, 1.25, 27.99))
+        result = np.where(a < 1.25, near, np.where(a < 28.0, tail, 0.0))
+    return np.asarray(np.where(np.isnan(a), np.nan, result))
 
 
 # ---- unary ops ---------------------------------------------------------------------------------
@@ -345,12 +357,22 @@ def _sigmoid(x: Array) -> Array:
     return 1.0 / (1.0 + np.exp(-x))
 
 
-def _gelu(x: Array) -> Array:
-    return 0.5 * x * (1.0 + erf(x * _SQRT_HALF))
+# gelu and gelu_tanh are written without the cancellation of ``1 + erf`` / ``1 + tanh`` for
+# x < 0: the true value there is a tiny negative number (``log(gelu(x))`` is NaN), where
+# the textbook formula, in float64 as in torch's float32, rounds it to zero.
 
 
-def _gelu_tanh(x: Array) -> Array:
-    return 0.5 * x * (1.0 + np.tanh(_SQRT_TWO_OVER_PI * (x + 0.044715 * x * x * x)))
+def gelu(x: Array) -> Array:
+    with np.errstate(all="ignore"):
+        negative = x < 0
+        half_erfc = 0.5 * erfc_nonnegative(np.where(negative, -x, x) * _SQRT_HALF)
+        return x * np.where(negative, half_erfc, 1.0 - half_erfc)
+
+
+def gelu_tanh(x: Array) -> Array:
+    with np.errstate(all="ignore"):
+        inner = _SQRT_TWO_OVER_PI * (x + 0.044715 * x * x * x)
+        return x / (1.0 + np.exp(-2.0 * inner))
 
 
 def _silu(x: Array) -> Array:
@@ -373,8 +395,8 @@ _UNARY: dict[UnaryOpType, Callable[[Array], Array]] = {
     UnaryOpType.TANH: np.tanh,
     UnaryOpType.SIGMOID: _sigmoid,
     UnaryOpType.RELU: _relu,
-    UnaryOpType.GELU: _gelu,
-    UnaryOpType.GELU_TANH: _gelu_tanh,
+    UnaryOpType.GELU: gelu,
+    UnaryOpType.GELU_TANH: gelu_tanh,
     UnaryOpType.SILU: _silu,
     UnaryOpType.SQRT: np.sqrt,
     UnaryOpType.RSQRT: _rsqrt,

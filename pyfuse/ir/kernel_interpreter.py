@@ -32,7 +32,6 @@ Guarantees:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -42,7 +41,7 @@ import numpy.typing as npt
 from pyfuse.errors import InputError, PyfuseError
 from pyfuse.ir import kernel_ir as kir
 from pyfuse.ir.dtypes import DType
-from pyfuse.ir.interpreter import erf
+from pyfuse.ir.interpreter import gelu, gelu_tanh
 from pyfuse.ir.kernel_printer import stmt_to_lines
 from pyfuse.ir.tensor import MemoryType
 
@@ -179,14 +178,6 @@ def _sigmoid(x: Array) -> Array:
     return 1.0 / (1.0 + np.exp(-x))
 
 
-def _gelu(x: Array) -> Array:
-    return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
-
-
-def _gelu_tanh(x: Array) -> Array:
-    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))
-
-
 def _silu(x: Array) -> Array:
     return x / (1.0 + np.exp(-x))
 
@@ -197,7 +188,7 @@ def _rsqrt(x: Array) -> Array:
 
 _UNARY: dict[str, Callable[[Array], Array]] = {
     "neg": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log, "tanh": np.tanh,
-    "sigmoid": _sigmoid, "relu": _relu, "gelu": _gelu, "gelu_tanh": _gelu_tanh, "silu": _silu,
+    "sigmoid": _sigmoid, "relu": _relu, "gelu": gelu, "gelu_tanh": gelu_tanh, "silu": _silu,
     "sqrt": np.sqrt, "rsqrt": _rsqrt, "reciprocal": np.reciprocal, "sin": np.sin, "cos": np.cos,
 }  # fmt: skip
 # Unary ops that stay integral on an integer node; every other op computes in float64.

@@ -328,6 +328,10 @@ def reduce(
         # (keep them for keepdim).
         dtype = x.dtype if op != ReductionOpType.SUM or x.dtype.is_floating else dtypes.int64
         result = cast(x, dtype) if dtype != x.dtype else set_copy(x)
+        if op == ReductionOpType.SUM and dtype.is_floating and trivial:
+            # A sum starts from +0.0: one element -0.0 sums to +0.0 (as NumPy's and torch's
+            # sums, and a matmul of K = 1, give), so ``x + 0.0`` rather than a bare copy.
+            result = binary(BinaryOpType.ADD, result, 0.0)
         return result if keepdim or not trivial else squeeze(result, trivial)
     # Size-1 axes among the reduced ones are left out of the reduction and squeezed after:
     # a reduction axis of one element would only add a loop (or a grid dimension) of one trip.

@@ -34,7 +34,11 @@ def _outer(a: TensorView, b_n: TensorView, out_dtype: dtypes.DType) -> TensorVie
     the outer product, one pointwise multiply, with no size-1 sum left for a scheduler."""
     math = dtypes.float32 if out_dtype.itemsize < 4 else out_dtype
     b_row = ir_ops.unsqueeze(ir_ops.cast(b_n, math), -2)  # [..., 1, N]
-    return ir_ops.binary(BinaryOpType.MUL, ir_ops.cast(a, math), b_row)
+    product = ir_ops.binary(BinaryOpType.MUL, ir_ops.cast(a, math), b_row)
+    if not math.is_floating:
+        return product
+    # A one-term sum still starts from +0.0: ``0 * -1`` is -0.0, its matmul +0.0.
+    return ir_ops.binary(BinaryOpType.ADD, product, 0.0)
 
 
 def decompose_matmuls(fusion: Fusion) -> int:

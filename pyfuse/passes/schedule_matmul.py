@@ -147,7 +147,18 @@ def operand_axis_roles(mma: MmaOp, operand: TensorView, memory: TensorView) -> d
     them back to its producer's axes. One tensor read as both operands (``a @ a``,
     ``x @ x.T``) thus has one set of roles per operand, which the IdModel cannot give: it
     maps such an input's axes to M, N and K at once."""
-    roles = {id(axis): role for axis, role in zip(operand.logical, mma.roles(), strict=True)}
+    return {key: role for key, (role, _) in _operand_axis_places(mma, operand, memory).items()}
+
+
+def _operand_axis_places(
+    mma: MmaOp, operand: TensorView, memory: TensorView
+) -> dict[int, tuple[str, int]]:
+    """:func:`operand_axis_roles` with each axis's position in ``operand``'s logical domain:
+    the tile merges the axes of one role in that order."""
+    places = {
+        id(axis): (role, position)
+        for position, (axis, role) in enumerate(zip(operand.logical, mma.roles(), strict=True))
+    }
     tv = operand
     while tv is not memory:
         definition = tv.definition
@@ -157,11 +168,11 @@ def operand_axis_roles(mma: MmaOp, operand: TensorView, memory: TensorView) -> d
             break
         producer = definition.tensor_inputs[0]
         for producer_axis, consumer_axis in definition.logical_pairs(producer):
-            role = roles.get(id(consumer_axis))
-            if role is not None:
-                roles.setdefault(id(producer_axis), role)
+            place = places.get(id(consumer_axis))
+            if place is not None:
+                places.setdefault(id(producer_axis), place)
         tv = producer
-    return roles
+    return places
 
 
 def operand_memory_roles(
@@ -172,17 +183,28 @@ def operand_memory_roles(
     adjacent dims of one role collapsed where their strides make one run; None when some
     memory axis has no M/N/K/batch role (a reshaped view)."""
     dims: list[tuple[int, int, str]] = []
-    roles = operand_axis_roles(mma, operand, memory)
+    places = _operand_axis_places(mma, operand, memory)
+    previous_position = -1
     for axis, stride in memory_strides(memory):
-        role = roles.get(id(axis))
-        if role is None:
+        place = places.get(id(axis))
+        if place is None:
             return None
+        role, position = place
         extent = axis.logical_extent
-        if dims and dims[-1][2] == role and dims[-1][1] == stride * extent:
+        # Two dims make one run only in the operand's own order: the tile merges the axes
+        # of a role outer to inner as the operand lists them, so a batch-major view of
+        # M-major memory (strides (256, 512, 1) for [batch, M, K]) is two runs, not one.
+        if (
+            dims
+            and dims[-1][2] == role
+            and dims[-1][1] == stride * extent
+            and position > previous_position
+        ):
             outer_extent, _, _ = dims[-1]
             dims[-1] = (outer_extent * extent, stride, role)
         else:
             dims.append((extent, stride, role))
+        previous_position = position
     return dims
 
 

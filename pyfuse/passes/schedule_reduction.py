@@ -12,8 +12,9 @@ largest tensor that feeds a reduction). Guarantees, on success:
   cross-thread all-reduce;
 - a **normalization** (a tensor read both by a reduction and after it, as softmax or
   layer_norm read the row twice) keeps that tensor in registers: the inline pass stops
-  it before the reduction loops, and this scheduler declines when the row would take
-  more than ``MAX_PERSISTENT_PER_THREAD`` elements per thread;
+  it before the reduction loops, in blocks of at most ``MAX_PERSISTENT_THREADS``, and this
+  scheduler declines when the row would take more than ``MAX_PERSISTENT_PER_THREAD``
+  elements per thread;
 - **outer** reductions (reduced axes outermost) give each thread one output column
   and a serial loop down the column (coalesced across threads);
 - ``params`` records the kind, the threads, the vector width and the per-thread
@@ -41,6 +42,15 @@ NAME = "reduction"
 # Register budget of a persistent row: elements one thread keeps per persistent tensor.
 MAX_PERSISTENT_PER_THREAD = 48  # 56 bf16 elements of an rms_norm row spilled (ptxas -v)
 MAX_THREADS = SM90.max_threads_per_block
+# Threads of a persistent row's block: at 1024 threads ptxas has 64 registers per thread
+# (65536 per SM / 1024), and rows of 8 to 32 elements per tensor spilled there when a row
+# holds two tensors (a 32768-wide layer_norm of a residual; odd-width layer_norms with long
+# epilogues: the CPU fuzzer, seed 151); at 512 each thread has 128, where
+# MAX_PERSISTENT_PER_THREAD was measured. A row holding one tensor (softmax, rms_norm,
+# layer_norm of an input: see row_pressure) takes 1024 threads when 512 would hold too
+# many elements: such rows of 32768 bf16 assemble at 64 registers without spills; rows
+# holding more past 512 * 48 = 24576 elements are not kept in registers.
+MAX_PERSISTENT_THREADS = 512
 MIN_THREADS = SM90.warp_size  # blocks of whole warps
 
 
@@ -109,6 +119,32 @@ def broadcast_back(fusion: Fusion, reduction: ReductionOp) -> bool:
 
 def _is_persistent(fusion: Fusion) -> bool:
     return any(broadcast_back(fusion, reduction) for reduction in _reductions(fusion))
+
+
+def row_pressure(fusion: Fusion) -> int:
+    """The most tensors a row holds around one reduction: kept across it (computed or read
+    before it and read after it: softmax keeps one across each of its reductions) or read
+    from memory to compute its input (a layer_norm of a residual reads two rows)."""
+    most = 0
+    for reduction in _reductions(fusion):
+        before: set[int] = set()
+        frontier = [reduction.input]
+        while frontier:
+            tv = frontier.pop()
+            if id(tv) not in before:
+                before.add(id(tv))
+                if tv.definition is not None:
+                    frontier.extend(tv.definition.tensor_inputs)
+        after: set[int] = {id(reduction.output)}
+        kept: set[int] = set()
+        for expr in fusion.exprs():
+            inputs = expr.tensor_inputs
+            if any(id(tv) in after for tv in inputs):
+                after.update(id(out) for out in expr.outputs)
+                kept.update(id(tv) for tv in inputs if id(tv) in before)
+        read = sum(1 for tv in fusion.inputs if id(tv) in before)
+        most = max(most, len(kept), read)
+    return most
 
 
 def decline_reason(fusion: Fusion, target: TargetInfo) -> str | None:
@@ -205,7 +241,13 @@ def choose_params(
         vectors = -(-cols // vector)
         # Aim for about 4 vectors per thread, 32 to 1024 threads (whole warps).
         threads = _power_of_two_at_least(max(1, vectors // 4))
-        threads = max(MIN_THREADS, min(MAX_THREADS, threads, target.max_threads_per_block))
+        most = MAX_THREADS
+        if persistent and (
+            row_pressure(fusion) > 1
+            or -(-vectors // MAX_PERSISTENT_THREADS) * vector <= MAX_PERSISTENT_PER_THREAD
+        ):
+            most = MAX_PERSISTENT_THREADS
+        threads = max(MIN_THREADS, min(most, threads, target.max_threads_per_block))
         serial = -(-vectors // threads)
         return ReductionParams("inner", threads, vector, serial, persistent)
     rows = _extent(reference, flags, False)

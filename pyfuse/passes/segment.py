@@ -128,12 +128,22 @@ def _self_mapped(fusion: Fusion, tensors: Sequence[TensorView] | None = None) ->
     since every index is derived from one reference through that relation. In an MMA's
     epilogue (``y + y.T`` of ``y = a @ b``) the tile a warpgroup holds has no transpose."""
     id_model = IdModel(fusion)
+    # A broadcast read along two paths also ties the axes it is broadcast against on each
+    # path to each other: ``x[16, 13] > a[1, 1]`` then ``reshape(.., 208) != a`` puts 13 and
+    # 208 in one group, and a replay from the 208-wide reference gives the 13-wide tensor
+    # 208's loop. Two iterated extents in one group are such a tie; one extent is harmless
+    # (``x + a, z + a`` over equal shapes may share a loop, whichever axes pair up).
+    extent_of_group: dict[int, tuple[int, TensorView]] = {}
     for tv in fusion.tensors() if tensors is None else tensors:
         axes = [a for a in tv.logical if not a.is_broadcast or a.expanded_extent is not None]
         for i, first in enumerate(axes):
             for second in axes[i + 1 :]:
                 if id_model.mapped(first, second, IdMappingMode.BROADCAST):
                     return tv
+            group = id(id_model.group(first, IdMappingMode.BROADCAST)[0])
+            seen = extent_of_group.setdefault(group, (first.logical_extent, tv))
+            if seen[0] != first.logical_extent:
+                return seen[1]
     return None
 
 

@@ -107,9 +107,11 @@ UNARY_REFERENCE: dict[UnaryOpType, Callable[[Array], Any]] = {
     UnaryOpType.TANH: np.tanh,
     UnaryOpType.SIGMOID: _sigmoid,
     UnaryOpType.RELU: lambda x: np.where(x > 0, x, 0.0),
-    UnaryOpType.GELU: lambda x: x * 0.5 * (1 + _math_erf(x / math.sqrt(2))),
+    # Written as math.erfc and a sigmoid: no cancellation for x < 0, where the reference
+    # keeps relative accuracy too (``1 + erf`` would lose it).
+    UnaryOpType.GELU: np.vectorize(lambda v: v * 0.5 * math.erfc(-v / math.sqrt(2))),
     UnaryOpType.GELU_TANH: lambda x: (
-        0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+        x / (1 + np.exp(-2 * math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
     ),
     UnaryOpType.SILU: lambda x: x * _sigmoid(x),
     UnaryOpType.SQRT: lambda x: np.sqrt(np.abs(x)),
@@ -201,6 +203,16 @@ def test_erf_matches_math_erf_to_an_ulp() -> None:
     special = erf(np.array([np.nan, np.inf, -np.inf, -0.0]))
     assert np.isnan(special[0]) and special[1] == 1.0 and special[2] == -1.0
     assert special[3] == 0.0 and np.signbit(special[3])
+
+
+def test_gelu_tail_keeps_its_sign() -> None:
+    """Far left the true gelu is a tiny negative number, not the 0 that ``1 + erf`` (or
+    ``1 + tanh``) rounds to: ``log(gelu(x))`` is NaN there, as the GPU kernels give."""
+    x = np.array([-9.0, -12.0, -20.0])
+    for op in (UnaryOpType.GELU, UnaryOpType.GELU_TANH):
+        (result,) = evaluate(unary_fusion(op, x.shape, dtypes.float64, dtypes.float64), [x])
+        np.testing.assert_allclose(result[:2], UNARY_REFERENCE[op](x)[:2], rtol=1e-12)
+        assert np.all(result[:2] < 0)
 
 
 def test_gelu_flavours_differ() -> None:
