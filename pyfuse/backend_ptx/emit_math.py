@@ -18,7 +18,9 @@ Accuracy (float32 results against float64 math; "ulp" of f32):
 - sigmoid ``1/(1 + exp(-x))``, silu ``x * sigmoid(x)``, gelu_tanh ``x/(1 + exp(-2u))`` with
   ``u = sqrt(2/pi)(x + 0.044715 x**3)``: no cancellation; reciprocals by ``rcp.approx.ftz``
   (1 ulp; results below 2**-126 flush to 0). ~3e-7 relative; gelu_tanh ~1.5e-6 for x in
-  [-5, 0] (the rounding of u) and a few 1e-6 where ``|result| < 1e-10``.
+  [-5, 0] (the rounding of u) and a few 1e-6 where ``|result| < 1e-10``. gelu, gelu_tanh
+  and silu return a zero of x's sign where ``|result| < 2**-100``
+  (``exprs.ACTIVATION_TAIL_FLUSH``, as the reference does).
 - erf: ``z P(z**2)`` for ``|z| < 0.9``, else ``1 - erfc(|z|)`` with
   ``erfc(a) = t exp(Q(t) - a**2)``, ``t = 1/(1 + 0.4a)`` (coefficients fitted for this module):
   ~1e-7 absolute. gelu is ``x erfc(-x/sqrt2)/2`` (1 minus that for x >= 0) from the same
@@ -47,6 +49,7 @@ import numpy as np
 from pyfuse.backend_ptx.operands import Reg, RegClass
 from pyfuse.ir import dtypes
 from pyfuse.ir.dtypes import DType
+from pyfuse.ir.exprs import ACTIVATION_TAIL_FLUSH
 
 Imm = bool | int | float
 Value = Reg | Imm
@@ -343,8 +346,15 @@ def sigmoid(ops: FloatOps[V, P], x: V) -> V:
     return ops.rcp_approx(ops.add(ops.const(1.0), exp(ops, ops.neg(x))))
 
 
+def _flush_tail(ops: FloatOps[V, P], x: V, result: V) -> V:
+    """``result``, or a zero of ``x``'s sign where ``|result|`` is below ACTIVATION_TAIL_FLUSH
+    (where the reference returns one: each formula's tail leaves f32 at its own x)."""
+    tiny = ops.less(ops.abs(result), ops.const(ACTIVATION_TAIL_FLUSH))
+    return ops.select(tiny, ops.mul(x, ops.const(0.0)), result)
+
+
 def silu(ops: FloatOps[V, P], x: V) -> V:
-    return ops.mul(x, sigmoid(ops, x))
+    return _flush_tail(ops, x, ops.mul(x, sigmoid(ops, x)))
 
 
 def gelu_tanh(ops: FloatOps[V, P], x: V) -> V:
@@ -356,7 +366,8 @@ def gelu_tanh(ops: FloatOps[V, P], x: V) -> V:
     scale = ops.const(-2 * GELU_TANH_K0)
     exponent = ops.mul(inner, scale)
     exponent_lo = ops.fma(inner, scale, ops.neg(exponent))  # its rounding error, exactly
-    return ops.mul(x, ops.rcp_approx(ops.add(ops.const(1.0), exp(ops, exponent, exponent_lo))))
+    result = ops.mul(x, ops.rcp_approx(ops.add(ops.const(1.0), exp(ops, exponent, exponent_lo))))
+    return _flush_tail(ops, x, result)
 
 
 def _erfc(ops: FloatOps[V, P], ax: V, scale: float) -> V:
@@ -389,7 +400,8 @@ def gelu(ops: FloatOps[V, P], x: V) -> V:
     accuracy on both sides (1 + erf would cancel for x < 0)."""
     half_erfc = ops.mul(_erfc(ops, ops.abs(x), SQRT1_2), ops.const(0.5))
     negative = ops.less(x, ops.const(0.0))
-    return ops.mul(x, ops.select(negative, half_erfc, ops.sub(ops.const(1.0), half_erfc)))
+    result = ops.mul(x, ops.select(negative, half_erfc, ops.sub(ops.const(1.0), half_erfc)))
+    return _flush_tail(ops, x, result)
 
 
 def pow_(ops: FloatOps[V, P], x: V, y: V) -> V:
@@ -415,7 +427,7 @@ def sigmoid_16(ops: FloatOps[V, P], x: V) -> V:
 
 
 def silu_16(ops: FloatOps[V, P], x: V) -> V:
-    return ops.mul(x, sigmoid_16(ops, x))
+    return _flush_tail(ops, x, ops.mul(x, sigmoid_16(ops, x)))
 
 
 def gelu_tanh_16(ops: FloatOps[V, P], x: V) -> V:
@@ -425,4 +437,4 @@ def gelu_tanh_16(ops: FloatOps[V, P], x: V) -> V:
     x2 = ops.mul(x, x)
     scale = -2.0 * GELU_TANH_K0 * LOG2E
     inner = ops.mul(x, ops.fma(x2, ops.const(scale * GELU_TANH_K1), ops.const(scale)))
-    return ops.mul(x, ops.rcp_approx(ops.add(ops.const(1.0), ops.ex2(inner))))
+    return _flush_tail(ops, x, ops.mul(x, ops.rcp_approx(ops.add(ops.const(1.0), ops.ex2(inner)))))

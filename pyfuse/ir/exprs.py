@@ -104,6 +104,13 @@ class LoadStoreOp(Expr):
         return "" if self.kind == LoadStoreKind.SET else f"kind={self.kind.value}"
 
 
+# gelu, gelu_tanh and silu return (signed) zero where their magnitude is below this: their
+# negative tails fall past float32's range at slightly different x in every formula (an
+# exp that overflows, a reciprocal that flushes), and casts to bool, log and sqrt make that
+# difference a wrong answer. The reference and the kernels flush at this one threshold.
+ACTIVATION_TAIL_FLUSH = 2.0**-100
+
+
 class UnaryOpType(enum.Enum):
     NEG = "neg"
     ABS = "abs"

@@ -35,6 +35,7 @@ import numpy.typing as npt
 from pyfuse.errors import FusionError, InputError
 from pyfuse.ir.dtypes import DType, bool_, float32, promote_pair
 from pyfuse.ir.exprs import (
+    ACTIVATION_TAIL_FLUSH,
     BinaryOp,
     BinaryOpType,
     BroadcastOp,
@@ -359,24 +360,31 @@ def _sigmoid(x: Array) -> Array:
 
 # gelu and gelu_tanh are written without the cancellation of ``1 + erf`` / ``1 + tanh`` for
 # x < 0: the true value there is a tiny negative number (``log(gelu(x))`` is NaN), where
-# the textbook formula, in float64 as in torch's float32, rounds it to zero.
+# the textbook formula, in float64 as in torch's float32, rounds it to zero; below
+# ACTIVATION_TAIL_FLUSH it is zero, as in the kernels.
+
+
+def _flush_tail(x: Array, result: Array) -> Array:
+    with np.errstate(all="ignore"):
+        return np.asarray(np.where(np.abs(result) < ACTIVATION_TAIL_FLUSH, x * 0.0, result))
 
 
 def gelu(x: Array) -> Array:
     with np.errstate(all="ignore"):
         negative = x < 0
         half_erfc = 0.5 * erfc_nonnegative(np.where(negative, -x, x) * _SQRT_HALF)
-        return x * np.where(negative, half_erfc, 1.0 - half_erfc)
+        return _flush_tail(x, x * np.where(negative, half_erfc, 1.0 - half_erfc))
 
 
 def gelu_tanh(x: Array) -> Array:
     with np.errstate(all="ignore"):
         inner = _SQRT_TWO_OVER_PI * (x + 0.044715 * x * x * x)
-        return x / (1.0 + np.exp(-2.0 * inner))
+        return _flush_tail(x, x / (1.0 + np.exp(-2.0 * inner)))
 
 
-def _silu(x: Array) -> Array:
-    return x / (1.0 + np.exp(-x))
+def silu(x: Array) -> Array:
+    with np.errstate(all="ignore"):
+        return _flush_tail(x, x / (1.0 + np.exp(-x)))
 
 
 def _rsqrt(x: Array) -> Array:
@@ -397,7 +405,7 @@ _UNARY: dict[UnaryOpType, Callable[[Array], Array]] = {
     UnaryOpType.RELU: _relu,
     UnaryOpType.GELU: gelu,
     UnaryOpType.GELU_TANH: gelu_tanh,
-    UnaryOpType.SILU: _silu,
+    UnaryOpType.SILU: silu,
     UnaryOpType.SQRT: np.sqrt,
     UnaryOpType.RSQRT: _rsqrt,
     UnaryOpType.RECIPROCAL: _reciprocal,

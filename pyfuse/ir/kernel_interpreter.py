@@ -41,7 +41,7 @@ import numpy.typing as npt
 from pyfuse.errors import InputError, PyfuseError
 from pyfuse.ir import kernel_ir as kir
 from pyfuse.ir.dtypes import DType
-from pyfuse.ir.interpreter import gelu, gelu_tanh
+from pyfuse.ir.interpreter import gelu, gelu_tanh, silu
 from pyfuse.ir.kernel_printer import stmt_to_lines
 from pyfuse.ir.tensor import MemoryType
 
@@ -178,17 +178,13 @@ def _sigmoid(x: Array) -> Array:
     return 1.0 / (1.0 + np.exp(-x))
 
 
-def _silu(x: Array) -> Array:
-    return x / (1.0 + np.exp(-x))
-
-
 def _rsqrt(x: Array) -> Array:
     return 1.0 / np.sqrt(x)
 
 
 _UNARY: dict[str, Callable[[Array], Array]] = {
     "neg": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log, "tanh": np.tanh,
-    "sigmoid": _sigmoid, "relu": _relu, "gelu": gelu, "gelu_tanh": gelu_tanh, "silu": _silu,
+    "sigmoid": _sigmoid, "relu": _relu, "gelu": gelu, "gelu_tanh": gelu_tanh, "silu": silu,
     "sqrt": np.sqrt, "rsqrt": _rsqrt, "reciprocal": np.reciprocal, "sin": np.sin, "cos": np.cos,
 }  # fmt: skip
 # Unary ops that stay integral on an integer node; every other op computes in float64.

@@ -207,12 +207,14 @@ def test_erf_matches_math_erf_to_an_ulp() -> None:
 
 def test_gelu_tail_keeps_its_sign() -> None:
     """Far left the true gelu is a tiny negative number, not the 0 that ``1 + erf`` (or
-    ``1 + tanh``) rounds to: ``log(gelu(x))`` is NaN there, as the GPU kernels give."""
-    x = np.array([-9.0, -12.0, -20.0])
+    ``1 + tanh``) rounds to: ``log(gelu(x))`` is NaN there, as the GPU kernels give; below
+    2**-100 it is a zero of x's sign, as in the kernels."""
+    x = np.array([-7.0, -9.0, -40.0])
     for op in (UnaryOpType.GELU, UnaryOpType.GELU_TANH):
         (result,) = evaluate(unary_fusion(op, x.shape, dtypes.float64, dtypes.float64), [x])
         np.testing.assert_allclose(result[:2], UNARY_REFERENCE[op](x)[:2], rtol=1e-12)
         assert np.all(result[:2] < 0)
+        assert result[2] == 0.0 and np.signbit(result[2])
 
 
 def test_gelu_flavours_differ() -> None:
