@@ -9,6 +9,8 @@
   per operand, dims in the operand's memory order, encoded from the buffers'
   device addresses and cached by those addresses (a launch with the same tensors encodes
   nothing).
+- :func:`matmul_launch`: the same maps as launch data (:mod:`tensor_maps`), which the
+  compile keeps on the kernel so that its launch needs no kernel IR.
 
 **Tile order.** Tiles are numbered ``t = b * (m_tiles * n_tiles) + g * (S * n_tiles) + w``
 for batch ``b``, M-tile group ``g`` (``S = grid_swizzle`` M tiles; the last group has
@@ -49,12 +51,13 @@ from __future__ import annotations
 
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pyfuse.backend_ptx import smem_desc
+from pyfuse.backend_ptx import smem_desc, tensor_maps
 from pyfuse.backend_ptx import tma as tma_host
 from pyfuse.backend_ptx.emitter import Directives
+from pyfuse.backend_ptx.tensor_maps import MatmulLaunch
 from pyfuse.ir import dtypes
 from pyfuse.ir.hopper import SM90
 from pyfuse.ir.kernel_ir import Kernel, MatmulMainLoop, TmaOperand
@@ -68,8 +71,6 @@ SWIZZLES = {
 }
 # wgmma operand types, by pyfuse dtype (also the TMA dtype names).
 WGMMA_TYPES = {dtypes.bfloat16: "bf16", dtypes.float16: "f16"}
-# Encoded map sets kept per kernel (one per distinct tuple of operand addresses).
-TENSOR_MAP_CACHE_SIZE = 256
 PRODUCER_REGISTERS = 40  # CUTLASS's load warpgroup: one thread issuing TMA needs few
 MAX_CONSUMER_REGISTERS = 240
 
@@ -355,33 +356,32 @@ def tensor_map_plans(kernel: Kernel) -> list[tma_host.TensorMapPlan]:
     return plans
 
 
-@record
-class _KernelMaps:
-    plans: tuple[tma_host.TensorMapPlan, ...]
-    encoded: OrderedDict[tuple[int, ...], list[Any]]  # by operand addresses, oldest first
-
-    def maps_for(self, addresses: tuple[int, ...]) -> list[Any]:
-        """The maps for these operand addresses: cached, else encoded and cached (the least
-        recently used entry goes beyond TENSOR_MAP_CACHE_SIZE)."""
-        maps = self.encoded.get(addresses)
-        if maps is None:
-            maps = [tma_host.encode(p, a) for p, a in zip(self.plans, addresses, strict=True)]
-            self.encoded[addresses] = maps
-            if len(self.encoded) > TENSOR_MAP_CACHE_SIZE:
-                self.encoded.popitem(last=False)
-        else:
-            self.encoded.move_to_end(addresses)
-        return maps
+def matmul_launch(kernel: Kernel) -> MatmulLaunch:
+    """What launching ``kernel`` needs beyond its pointers (see :mod:`tensor_maps`): its
+    operands' tensor maps, which pointer argument is each one's base, and whether the
+    launch may shrink a persistent grid of clusters. Made once, when the kernel is built."""
+    stmt = find_main_loop(kernel)
+    position = {param.buffer_name: index for index, param in enumerate(kernel.params)}
+    missing = [o.buffer_name for o in stmt.operands if o.buffer_name not in position]
+    if missing:
+        raise ValueError(f"kernel {kernel.name}: no device pointer for operands {missing}")
+    return MatmulLaunch(
+        maps=tuple(plan.tiled_map() for plan in tensor_map_plans(kernel)),
+        pointer_arguments=tuple(position[o.buffer_name] for o in stmt.operands),
+        persistent=stmt.persistent,
+        cluster_ctas=kernel.cluster[0],
+    )
 
 
-# Per kernel (dropped with it): its plans and the maps encoded for each address tuple.
-_CACHE: weakref.WeakKeyDictionary[Kernel, _KernelMaps] = weakref.WeakKeyDictionary()
+# Per kernel (dropped with it): the maps encoded for each tuple of operand addresses.
+_CACHE: weakref.WeakKeyDictionary[Kernel, tensor_maps.EncodedMaps] = weakref.WeakKeyDictionary()
 
 
-def _maps_of(kernel: Kernel) -> _KernelMaps:
+def _maps_of(kernel: Kernel) -> tensor_maps.EncodedMaps:
     cached = _CACHE.get(kernel)
     if cached is None:
-        cached = _KernelMaps(tuple(tensor_map_plans(kernel)), OrderedDict())
+        maps = tuple(plan.tiled_map() for plan in tensor_map_plans(kernel))
+        cached = tensor_maps.EncodedMaps(maps, OrderedDict())
         _CACHE[kernel] = cached
     return cached
 
@@ -391,7 +391,8 @@ def encode_tensor_maps(kernel: Kernel, pointers: Mapping[str, int] | Sequence[in
 
     ``pointers``: device addresses by buffer name, or one per ``kernel.params`` entry in
     order. Maps are cached per kernel by the operands' addresses, so repeated launches on
-    the same tensors skip ``cuTensorMapEncodeTiled``.
+    the same tensors skip ``cuTensorMapEncodeTiled``. (Launches of compiled kernels encode
+    from the kernel's stored :func:`matmul_launch` instead, without the kernel IR.)
     """
     stmt = find_main_loop(kernel)
     if not isinstance(pointers, Mapping):
@@ -400,27 +401,9 @@ def encode_tensor_maps(kernel: Kernel, pointers: Mapping[str, int] | Sequence[in
                 f"kernel {kernel.name}: {len(kernel.params)} pointers expected "
                 f"({[p.buffer_name for p in kernel.params]}), got {len(pointers)}"
             )
-        return tensor_map_encoder(kernel, stmt)(pointers)
+        named = zip(kernel.params, pointers, strict=True)
+        pointers = {param.buffer_name: pointer for param, pointer in named}
     missing = [o.buffer_name for o in stmt.operands if o.buffer_name not in pointers]
     if missing:
         raise ValueError(f"kernel {kernel.name}: no device pointer for operands {missing}")
     return _maps_of(kernel).maps_for(tuple(int(pointers[o.buffer_name]) for o in stmt.operands))
-
-
-def tensor_map_encoder(
-    kernel: Kernel, stmt: MatmulMainLoop
-) -> Callable[[Sequence[int]], list[Any]]:
-    """For launches: a function from the kernel's pointer arguments (one per
-    ``kernel.params`` entry, in order) to :func:`encode_tensor_maps`' maps. The operands'
-    argument positions and the kernel's map cache are looked up here, once, not per launch."""
-    position = {param.buffer_name: index for index, param in enumerate(kernel.params)}
-    missing = [o.buffer_name for o in stmt.operands if o.buffer_name not in position]
-    if missing:
-        raise ValueError(f"kernel {kernel.name}: no device pointer for operands {missing}")
-    positions = [position[o.buffer_name] for o in stmt.operands]
-    maps = _maps_of(kernel)
-
-    def encode(pointers: Sequence[int]) -> list[Any]:
-        return maps.maps_for(tuple([int(pointers[index]) for index in positions]))
-
-    return encode

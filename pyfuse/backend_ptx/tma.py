@@ -13,7 +13,9 @@ Building one validates the rules the driver enforces with a bare
 - element strides in [1, 8];
 - at encode time, the global address 16-B aligned (32 B for 32B interleave).
 
-The plan is frozen and hashable, so it can key the launch-time tensor-map cache.
+The plan is frozen and hashable. :meth:`TensorMapPlan.tiled_map` gives its encoder arguments as
+a :class:`~pyfuse.backend_ptx.tensor_maps.TiledMap`, the launch data a compiled kernel keeps
+(and the variant cache stores); :func:`encode` encodes through that same record.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 
+from pyfuse.backend_ptx import tensor_maps
 from pyfuse.backend_ptx.smem_desc import Swizzle
+from pyfuse.backend_ptx.tensor_maps import TiledMap
 from pyfuse.ir.hopper import SM90
 from pyfuse.ir.records import record
 
@@ -168,6 +172,20 @@ class TensorMapPlan:
     def address_alignment(self) -> int:
         return 32 if self.interleave is Interleave.B32 else SM90.tma_alignment
 
+    def tiled_map(self) -> TiledMap:
+        """The encoder's arguments for this plan (its enums as the CUDA values)."""
+        return TiledMap(
+            dtype_code=TMA_DTYPES[self.dtype].code,
+            global_dims=tuple(self.global_dims),
+            global_strides=tuple(self.global_strides),
+            box_dims=tuple(self.box_dims),
+            element_strides=tuple(self.element_strides),
+            interleave=int(self.interleave),
+            swizzle=self.swizzle.tma_code,
+            l2_promotion=int(self.l2_promotion),
+            oob_fill=int(self.oob_fill),
+        )
+
 
 def plan_tiled(
     dtype: str,
@@ -211,14 +229,7 @@ def plan_tiled(
 
 
 def check_address(plan: TensorMapPlan, global_address: int) -> int:
-    if not isinstance(global_address, int) or global_address <= 0:
-        raise ValueError(f"tensor map base must be a device address, got {global_address!r}")
-    if global_address % plan.address_alignment:
-        raise ValueError(
-            f"tensor map base address must be {plan.address_alignment}-byte aligned, "
-            f"got 0x{global_address:x}"
-        )
-    return global_address
+    return tensor_maps.check_address(global_address, plan.address_alignment)
 
 
 def encode(plan: TensorMapPlan, global_address: int) -> object:
@@ -227,19 +238,4 @@ def encode(plan: TensorMapPlan, global_address: int) -> object:
     Raises :class:`pyfuse.errors.LaunchError` when there is no driver or the driver
     refuses the map (the message then carries the plan).
     """
-    from pyfuse.backend_ptx import driver
-
-    check_address(plan, global_address)
-    return driver.encode_tensor_map_tiled(
-        dtype_code=TMA_DTYPES[plan.dtype].code,
-        global_address=global_address,
-        global_dims=plan.global_dims,
-        global_strides=plan.global_strides,
-        box_dims=plan.box_dims,
-        element_strides=plan.element_strides,
-        interleave=int(plan.interleave),
-        swizzle=plan.swizzle.tma_code,
-        l2_promotion=int(plan.l2_promotion),
-        oob_fill=int(plan.oob_fill),
-        description=repr(plan),
-    )
+    return tensor_maps.encode(plan.tiled_map(), global_address, description=repr(plan))

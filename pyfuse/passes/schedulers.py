@@ -7,9 +7,10 @@ scheduler names:
 
 - ``indexes_from_reference``: its lowering derives every index from the reference tensor's
   loop indices (the SIMT schedulers), which validation rule 6 protects;
-- ``launch_needs_ir``: launching one of its kernels needs the kernel IR (the matmul kernel
-  encodes its TMA tensor maps from it at each launch), so neither the kernel interpreter nor
-  the variant cache's IR-free launch covers it.
+- ``interpreted``: the kernel-IR interpreter (:mod:`pyfuse.ir.interpreter`) runs its kernels;
+  it simulates SIMT kernels, not the matmul kernel's TMA loads and wgmma (the fuzzer
+  stops such cases after assembly). Every scheduler's kernels launch without their IR: a
+  matmul kernel's tensor maps are planned when it is built (``Kernel.matmul_launch``).
 
 :data:`SCHEDULERS` lists them in order of preference (the segmenter takes the first that
 accepts). Expects nothing at import beyond the SIMT schedulers; the matmul scheduler, its
@@ -53,7 +54,7 @@ class Scheduler:
     schedule: ScheduleStep
     lower: LowerStep
     indexes_from_reference: bool
-    launch_needs_ir: bool
+    interpreted: bool
 
 
 # ---- pointwise ------------------------------------------------------------------------------
@@ -128,7 +129,7 @@ MATMUL = Scheduler(
     _matmul_schedule,
     _matmul_lower,
     indexes_from_reference=False,
-    launch_needs_ir=True,
+    interpreted=False,
 )
 REDUCTION = Scheduler(
     schedule_reduction.NAME,
@@ -136,7 +137,7 @@ REDUCTION = Scheduler(
     _reduction_schedule,
     _simt_lower,
     indexes_from_reference=True,
-    launch_needs_ir=False,
+    interpreted=True,
 )
 POINTWISE = Scheduler(
     schedule_pointwise.NAME,
@@ -144,7 +145,7 @@ POINTWISE = Scheduler(
     _pointwise_schedule,
     _simt_lower,
     indexes_from_reference=True,
-    launch_needs_ir=False,
+    interpreted=True,
 )
 
 # In order of preference.

@@ -26,7 +26,6 @@ from pyfuse.ir.kernel_ir import ParamRole
 from pyfuse.ir.params import MatmulParams
 from pyfuse.ir.target import TargetInfo
 from pyfuse.passes import pipeline
-from pyfuse.passes.schedulers import scheduler_named
 from pyfuse.runtime import variant_cache
 from pyfuse.runtime.compiled import Compiled, Kernel
 from pyfuse.runtime.location import user_location
@@ -110,6 +109,12 @@ def _compile(
         start = time.perf_counter()
         ptx = emit_ptx(kernel_ir, target)
         emit_seconds += time.perf_counter() - start
+        matmul_launch = None
+        if kernel_ir.main_loop() is not None:
+            from pyfuse.backend_ptx import matmul_host  # the emitter loaded it for this kernel
+
+            # Planned here, as part of building the kernel: its launch then needs no IR.
+            matmul_launch = matmul_host.matmul_launch(kernel_ir)
         if jit is not None:
             jit(kernel_ir.name, ptx)
         built[index] = Kernel(
@@ -121,7 +126,7 @@ def _compile(
             block=kernel_ir.block,
             smem_bytes=kernel_ir.smem_bytes,
             params=dict(stages.plan.params),
-            launch_needs_ir=scheduler_named(stages.plan.scheduler).launch_needs_ir,
+            matmul_launch=matmul_launch,
             arguments=[],  # set below, once segmentation is final
             built_ir=kernel_ir,
         )

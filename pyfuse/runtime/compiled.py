@@ -3,8 +3,10 @@
 These classes hold the compile's artifacts (PTX, scheduled IR as text, launch shapes) and
 import nothing of the compiler, so a variant restored from the on-disk variant cache
 (:mod:`pyfuse.runtime.variant_cache`) is usable without loading the passes or the PTX
-emitter. The kernel IR and the segmented fusion, which only matmul launches and tests
-read, are then rebuilt on first access by running the compile once more.
+emitter: a launch reads the PTX, the launch shapes, the argument mapping and, for a matmul
+kernel, its tensor maps as data (:class:`~pyfuse.backend_ptx.tensor_maps.MatmulLaunch`).
+The kernel IR and the segmented fusion, which only introspection and tests read, are then
+rebuilt on first access by running the compile once more.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.records import record
 
 if TYPE_CHECKING:
+    from pyfuse.backend_ptx.tensor_maps import MatmulLaunch
     from pyfuse.ir.kernel_ir import Kernel as KernelIR
     from pyfuse.passes.plan import SegmentedFusion
 
@@ -33,9 +36,9 @@ class Kernel:
     block: tuple[int, int, int]
     smem_bytes: int
     params: dict[str, object]
-    # Whether launching needs the kernel IR: a matmul kernel encodes its TMA tensor maps
-    # from it (the scheduler registry's ``launch_needs_ir``, passes/schedulers.py).
-    launch_needs_ir: bool = False
+    # A TMA (matmul) kernel's tensor maps and grid facts, planned when it was built, so that
+    # its launch needs no kernel IR; None for every other kernel.
+    matmul_launch: MatmulLaunch | None = None
     # Where each kernel argument comes from: ("input", i), ("output", i) or
     # ("intermediate", name), in the order of the kernel's parameters.
     arguments: list[tuple[str, int | str]] = field(default_factory=list, repr=False)

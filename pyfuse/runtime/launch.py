@@ -2,8 +2,9 @@
 ``Compiled.__call__``.
 
 Expects a :class:`~pyfuse.runtime.compiled.Compiled` (from a compile, or restored from the
-variant cache: only its PTX, launch shapes, argument mapping and workspace sizes are read;
-the kernel IR only for a kernel with ``launch_needs_ir``, a matmul's tensor maps). Guarantees:
+variant cache: only its PTX, launch shapes, argument mapping, workspace sizes and a matmul
+kernel's planned tensor maps, ``Kernel.matmul_launch``, are read; never the kernel IR).
+Guarantees:
 
 - :class:`Plan`: the device-independent facts (buffer numbering, one workspace allocation
   for the intermediates, which output may be allocated like the first input), computed once;
@@ -167,24 +168,17 @@ class Plan:
         return cls(inputs, outputs, size, tuple(offsets), tuple(kernel_slots), like)
 
 
-def _main_loop(kernel: Any) -> Any:
-    """The TMA main loop of a matmul kernel; None for every other kernel (whose launch then
-    needs no kernel IR)."""
-    if not kernel.launch_needs_ir:
-        return None
-    return kernel.kernel_ir.main_loop()
-
-
-def _resident_grid(kernel: Any, loop: Any, function: Any) -> tuple[int, int, int]:
+def _resident_grid(kernel: Any, function: Any) -> tuple[int, int, int]:
     """``kernel.grid``, except that a persistent cluster kernel launches no more clusters
     than the device can hold at once (GPCs may not fit ``SMs / cluster size``): its tile
     loop strides by the launched cluster count, so fewer clusters only take more tiles."""
     grid = tuple(kernel.grid)
-    if loop is None or not loop.persistent or kernel.kernel_ir.cluster[0] == 1:
+    launch = kernel.matmul_launch
+    if launch is None or not launch.persistent or launch.cluster_ctas == 1:
         return grid  # type: ignore[return-value]
     from pyfuse.backend_ptx.driver import max_active_clusters
 
-    size = kernel.kernel_ir.cluster[0]
+    size = launch.cluster_ctas
     resident = max_active_clusters(function, kernel.block, kernel.smem_bytes, (size, 1, 1), grid[0])
     if resident is None or resident <= 0 or resident * size >= grid[0]:
         return grid  # type: ignore[return-value]
@@ -265,16 +259,16 @@ def _launch_entry(kernel: Any, slots: tuple[int, ...], module: Any) -> tuple[Any
     if kernel.smem_bytes > driver.DEFAULT_DYNAMIC_SMEM_LIMIT:
         driver.set_max_dynamic_smem(function, kernel.smem_bytes)
     kinds = [ParamKind.PTR] * len(slots)
-    loop = _main_loop(kernel)
     maps = None
-    if loop is not None:
-        from pyfuse.backend_ptx import matmul_host  # loads with the first matmul kernel
+    if kernel.matmul_launch is not None:
+        from pyfuse.backend_ptx import tensor_maps  # loads with the first matmul kernel
 
-        # A TMA kernel takes its tensor maps by value after the pointers.
-        maps = matmul_host.tensor_map_encoder(kernel.kernel_ir, loop)
-        kinds += [ParamKind.TENSOR_MAP] * len(loop.operands)
+        # A TMA kernel takes its tensor maps by value after the pointers, encoded from the
+        # maps planned at compile time (no kernel IR: a restored variant has none loaded).
+        maps = tensor_maps.encoder(kernel.matmul_launch)
+        kinds += [ParamKind.TENSOR_MAP] * len(kernel.matmul_launch.maps)
     launcher = driver.Launcher(function, kinds)
-    grid = _resident_grid(kernel, loop, function)
+    grid = _resident_grid(kernel, function)
     return (launcher, grid, kernel.block, kernel.smem_bytes, slots, maps)
 
 

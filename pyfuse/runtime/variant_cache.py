@@ -31,10 +31,12 @@ Records are JSON, framed and published like cubins (:mod:`pyfuse.runtime.cache`)
 concurrent reader sees no record or a whole one, and a damaged one (bad framing, or content
 that does not add up: no kernels, a bad launch shape, an argument from nowhere) reads as a
 miss. The restored :class:`~pyfuse.runtime.compiled.Compiled` rebuilds its kernel IR by
-compiling again only if something asks for it. Stored are variants whose kernels all launch without
-kernel IR (no matmul kernel: a matmul launch encodes its tensor maps from the kernel IR).
-Functions with ``MatmulParams`` are not keyed at all: the params only shape matmuls, and the
-passes' only warnings (about matmul params and matmul schedules) must repeat in every process.
+compiling again only if something asks for it: every kernel launches without it, a matmul
+kernel from its tensor maps planned at compile time (``Kernel.matmul_launch``, stored as
+:func:`pyfuse.backend_ptx.tensor_maps.to_json` writes it; reading one loads that host-only
+module, none of the compiler). Functions with ``MatmulParams`` are not keyed at all: the
+params only shape matmuls, and the passes' only warnings (about matmul params and matmul
+schedules) must repeat in every process.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -60,7 +62,10 @@ from pyfuse.ir.target import TargetInfo
 from pyfuse.runtime import cache
 from pyfuse.runtime.compiled import Compiled, Kernel
 
-FORMAT = 1
+if TYPE_CHECKING:
+    from pyfuse.backend_ptx.tensor_maps import MatmulLaunch
+
+FORMAT = 2  # 2: kernels carry their matmul launch
 MAGIC = b"PYFUSE-VARIANT-1\n"
 
 
@@ -314,10 +319,8 @@ def record_path(key: VariantKey) -> Path:
 
 
 def _record(compiled: Compiled) -> bytes | None:
-    """The encoded JSON record of ``compiled``; None when a kernel needs its IR at launch or a
-    value would not come back from JSON as it went in."""
-    if any(kernel.launch_needs_ir for kernel in compiled.kernels):
-        return None
+    """The encoded JSON record of ``compiled``; None when a value would not come back from
+    JSON as it went in."""
     record = {
         "format": FORMAT,
         "name": compiled.name,
@@ -335,6 +338,7 @@ def _record(compiled: Compiled) -> bytes | None:
                 "smem_bytes": kernel.smem_bytes,
                 "params": kernel.params,
                 "arguments": [list(source) for source in kernel.arguments],
+                "matmul_launch": _launch_json(kernel),
             }
             for kernel in compiled.kernels
         ],
@@ -346,6 +350,27 @@ def _record(compiled: Compiled) -> bytes | None:
     except (TypeError, ValueError):
         return None
     return text.encode()
+
+
+def _launch_json(kernel: Kernel) -> dict[str, Any] | None:
+    if kernel.matmul_launch is None:
+        return None
+    from pyfuse.backend_ptx import tensor_maps  # loaded already: the compile planned the maps
+
+    return tensor_maps.to_json(kernel.matmul_launch)
+
+
+def _launch_from(value: object, arguments: int) -> MatmulLaunch | None:
+    """A stored kernel's matmul launch (None for a kernel without one); ValueError when it
+    does not fit, or names a pointer argument the kernel does not have."""
+    if value is None:
+        return None
+    from pyfuse.backend_ptx import tensor_maps  # host-only: no compiler, no kernel IR
+
+    launch = tensor_maps.from_json(value)
+    if any(position >= arguments for position in launch.pointer_arguments):
+        raise ValueError(f"a tensor map's base is no argument of the kernel: {value!r}")
+    return launch
 
 
 def store(key: VariantKey, compiled: Compiled) -> None:
@@ -413,6 +438,7 @@ def _compiled_from(
                 block=_triple(item["block"]),
                 smem_bytes=_count(item["smem_bytes"]),
                 params=dict(item["params"]),
+                matmul_launch=_launch_from(item["matmul_launch"], len(arguments)),
                 arguments=arguments,
             )
         )

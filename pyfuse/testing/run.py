@@ -238,10 +238,10 @@ def run_function(
     except Exception as error:
         return _error("compile_error", "pipeline", error)
     kernels = len(result.kernels)
-    # The kernel interpreter runs SIMT kernels only: a kernel launched from its IR (TMA
-    # tensor maps, wgmma) is compiled and assembled, not simulated.
+    # The kernel interpreter runs SIMT kernels only: a matmul kernel (TMA loads, wgmma) is
+    # compiled and assembled, not simulated.
     has_matmul = any(
-        scheduler_named(stages.plan.scheduler).launch_needs_ir for stages in result.kernels
+        not scheduler_named(stages.plan.scheduler).interpreted for stages in result.kernels
     )
     for index in range(kernels):
         ptx = emitted[index]

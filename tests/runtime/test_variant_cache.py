@@ -1,5 +1,7 @@
 """The on-disk variant cache: what the key separates, records round-tripping into a usable
-Compiled, what is never stored, damaged records, and a fresh process that skips the compiler."""
+Compiled (matmul variants included), what is never stored, damaged records, and a fresh
+process that skips the compiler. test_variant_cache_matmul.py launches restored matmul
+variants."""
 
 from __future__ import annotations
 
@@ -321,13 +323,28 @@ def _long_sum(x: Any) -> Any:
     return x.sum()  # 7x32769: a grid reduction, two kernels and an intermediate
 
 
+def _linear_bias_gelu(x: Any, w: Any, b: Any) -> Any:
+    return pf.gelu(pf.linear(x, w, b), approximate="tanh")
+
+
+def _matmul(a: Any, b: Any) -> Any:
+    return a @ b
+
+
+_LINEAR_SPECS = [pf.spec((256, 512), bf16), pf.spec((1024, 512), bf16), pf.spec((1024,), bf16)]
+
+
 @pytest.mark.parametrize(
     ("fn", "specs"),
     [
         (_scaled(0.25), [pf.spec((64, 96), bf16), pf.spec((64, 96), bf16)]),
         (_long_sum, [pf.spec((7, 32769), f32)]),
         (lambda x: pf.softmax(x, -1), [pf.spec((4, 1 << 18), f32)]),
+        (_linear_bias_gelu, _LINEAR_SPECS),
+        (_matmul, [pf.spec((512, 16384), bf16), pf.spec((16384, 512), bf16)]),  # split-K
+        (_matmul, [pf.spec((4, 128, 256), bf16), pf.spec((4, 256, 192), bf16)]),  # batched
     ],
+    ids=["pointwise", "grid_reduction", "softmax", "linear_bias_gelu", "split_k", "batched"],
 )
 def test_a_second_function_reads_the_record_of_the_first(
     cache_dir: Path, fn: Callable[..., Any], specs: list[Any]
@@ -352,6 +369,8 @@ def test_a_second_function_reads_the_record_of_the_first(
         )
         assert (got.grid, got.block, got.smem_bytes) == (want.grid, want.block, want.smem_bytes)
         assert got.arguments == want.arguments
+        assert got.matmul_launch == want.matmul_launch
+        assert (got.matmul_launch is not None) == (got.scheduler == "matmul")
         assert got.built_ir is None  # not rebuilt until asked for
     assert second.runtime.plan == first.runtime.plan
 
@@ -361,12 +380,15 @@ def test_a_second_function_reads_the_record_of_the_first(
     assert all(kernel.built_ir is not None for kernel in second.kernels)
 
 
-def test_matmul_variants_are_not_stored(cache_dir: Path) -> None:
+def test_matmul_variants_are_stored_but_not_with_matmul_params(cache_dir: Path) -> None:
     specs = [pf.spec((256, 128), bf16), pf.spec((128, 192), bf16)]
-    compiled = pf.fuse(lambda a, b: a @ b, name="mm").compile(*specs)
-    assert any(kernel.scheduler == "matmul" for kernel in compiled.kernels)
-    assert _records(cache_dir) == []
-    pf.fuse(lambda a, b: a @ b, name="mm", matmul=pf.MatmulParams()).compile(*specs)
+    compiled = pf.fuse(_matmul, name="mm").compile(*specs)
+    assert [kernel.scheduler for kernel in compiled.kernels] == ["matmul"]
+    (path,) = _records(cache_dir)
+    record = json.loads(cache.read_entry(path, variant_cache.MAGIC) or b"")
+    assert record["kernels"][0]["matmul_launch"]["pointer_arguments"] == [0, 1]
+    path.unlink()
+    pf.fuse(_matmul, name="mm", matmul=pf.MatmulParams()).compile(*specs)
     assert _records(cache_dir) == []
 
 
