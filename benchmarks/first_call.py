@@ -51,6 +51,34 @@ CASES: dict[str, tuple[str, str]] = {
         "        torch.randn(4096, device='cuda', dtype=torch.bfloat16))",
         "lambda x, w, b: pf.gelu(pf.linear(x, w, b), approximate='tanh')",
     ),
+    # The rest of benchmarks/run.py's speed cases, at their shapes there.
+    "bias_gelu": (
+        "args = (torch.randn(16384, 4096, device='cuda', dtype=torch.bfloat16),\n"
+        "        torch.randn(16384, 1, device='cuda', dtype=torch.bfloat16),\n"
+        "        torch.randn(4096, device='cuda', dtype=torch.bfloat16))",
+        "lambda x, s, b: pf.gelu(x * s + b)",
+    ),
+    "rms_norm": (
+        "args = (torch.randn(16384, 4096, device='cuda', dtype=torch.bfloat16),\n"
+        "        torch.randn(4096, device='cuda', dtype=torch.bfloat16))",
+        "lambda x, w: pf.rms_norm(x, w, 1e-6)",
+    ),
+    "gemm": (
+        "args = tuple(torch.randn(8192, 8192, device='cuda', dtype=torch.bfloat16)\n"
+        "             for _ in range(2))",
+        "lambda a, b: a @ b.T",
+    ),
+    "gemm_long_k": (
+        "args = (torch.randn(512, 32768, device='cuda', dtype=torch.bfloat16),\n"
+        "        torch.randn(512, 32768, device='cuda', dtype=torch.bfloat16) / 8)",
+        "lambda a, b: a @ b.T",
+    ),
+    "gate_up": (
+        "args = (torch.randn(4096, 4096, device='cuda', dtype=torch.bfloat16),\n"
+        "        torch.randn(14336, 4096, device='cuda', dtype=torch.bfloat16) / 64,\n"
+        "        torch.randn(14336, 4096, device='cuda', dtype=torch.bfloat16) / 64)",
+        "lambda x, w1, w3: pf.silu(x @ w1.T) * (x @ w3.T)",
+    ),
 }
 
 _CHILD = """

@@ -14,12 +14,13 @@ kernel cache, so ``cache_enabled()`` is the one place that decision is made.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Generic, TypeVar, cast
 
-from pyfuse.ir.records import record
+Value = TypeVar("Value", covariant=True)  # a Knob[bool] is a Knob[object]
 
 DUMP_STAGES = frozenset({"ir", "scheduled", "kernel", "ptx"})
 
@@ -50,89 +51,100 @@ def _default_cache_dir() -> Path:
     return Path(base) / "pyfuse"
 
 
-@record(frozen=True)
-class Knob:
+@dataclasses.dataclass(frozen=True)
+class Knob(Generic[Value]):
+    """One setting: its environment name, how its text parses, its default when unset."""
+
+    name: str
     env: str
     doc: str
-    parse: Callable[[str], Any]
-    default: Callable[[], Any]
+    parse: Callable[[str], Value]
+    default: Callable[[], Value]
+
+    def get(self) -> Value:
+        """The current value: an :func:`overrides` value, else the environment's, else the
+        default."""
+        if self.name in _overrides:
+            return cast(Value, _overrides[self.name])
+        text = os.environ.get(self.env)
+        if text is None or text == "":
+            return self.default()
+        return self.parse(text)
 
 
-KNOBS: dict[str, Knob] = {
-    "dump": Knob(
-        "PYFUSE_DUMP",
-        "comma list of stages (ir, scheduled, kernel, ptx) printed to stderr; bypasses the cache",
-        _parse_dump,
-        lambda: frozenset(),
-    ),
-    "cache_dir": Knob(
-        "PYFUSE_CACHE_DIR",
-        "directory of the on-disk caches: cubins and compiled variants",
-        Path,
-        _default_cache_dir,
-    ),
-    "disable_cache": Knob(
-        "PYFUSE_DISABLE_CACHE",
-        "1 turns off the in-memory and on-disk caches (cubins, compiled variants)",
-        _parse_bool,
-        lambda: False,
-    ),
-    "verify": Knob(
-        "PYFUSE_VERIFY",
-        "1 runs the IR verifier at the pipeline's boundaries, 2 after every pass",
-        _parse_verify,
-        lambda: 0,
-    ),
-    "require_ptxas": Knob(
-        "PYFUSE_REQUIRE_PTXAS",
-        "1 makes tests that assemble PTX fail (not skip) when ptxas is missing",
-        _parse_bool,
-        lambda: False,
-    ),
-    "ptxas": Knob("PYFUSE_PTXAS", "path of the ptxas binary used by checks", str, lambda: "ptxas"),
+DUMP: Knob[frozenset[str]] = Knob(
+    "dump",
+    "PYFUSE_DUMP",
+    "comma list of stages (ir, scheduled, kernel, ptx) printed to stderr; bypasses the cache",
+    _parse_dump,
+    frozenset,
+)
+CACHE_DIR: Knob[Path] = Knob(
+    "cache_dir",
+    "PYFUSE_CACHE_DIR",
+    "directory of the on-disk caches: cubins and compiled variants",
+    Path,
+    _default_cache_dir,
+)
+DISABLE_CACHE: Knob[bool] = Knob(
+    "disable_cache",
+    "PYFUSE_DISABLE_CACHE",
+    "1 turns off the in-memory and on-disk caches (cubins, compiled variants)",
+    _parse_bool,
+    lambda: False,
+)
+VERIFY: Knob[int] = Knob(
+    "verify",
+    "PYFUSE_VERIFY",
+    "1 runs the IR verifier at the pipeline's boundaries, 2 after every pass",
+    _parse_verify,
+    lambda: 0,
+)
+REQUIRE_PTXAS: Knob[bool] = Knob(
+    "require_ptxas",
+    "PYFUSE_REQUIRE_PTXAS",
+    "1 makes tests that assemble PTX fail (not skip) when ptxas is missing",
+    _parse_bool,
+    lambda: False,
+)
+PTXAS: Knob[str] = Knob(
+    "ptxas", "PYFUSE_PTXAS", "path of the ptxas binary used by checks", str, lambda: "ptxas"
+)
+
+KNOBS: dict[str, Knob[object]] = {
+    knob.name: knob for knob in (DUMP, CACHE_DIR, DISABLE_CACHE, VERIFY, REQUIRE_PTXAS, PTXAS)
 }
 
-_overrides: dict[str, Any] = {}
-
-
-def get(name: str) -> Any:
-    """The current value of knob ``name`` (override, else environment, else default)."""
-    if name in _overrides:
-        return _overrides[name]
-    knob = KNOBS[name]
-    text = os.environ.get(knob.env)
-    if text is None or text == "":
-        return knob.default()
-    return knob.parse(text)
+_overrides: dict[str, object] = {}
 
 
 def dump() -> frozenset[str]:
-    return get("dump")  # type: ignore[no-any-return]
+    return DUMP.get()
 
 
 def cache_dir() -> Path:
-    return get("cache_dir")  # type: ignore[no-any-return]
+    return CACHE_DIR.get()
 
 
 def verify_level() -> int:
-    return get("verify")  # type: ignore[no-any-return]
+    return VERIFY.get()
 
 
 def require_ptxas() -> bool:
-    return get("require_ptxas")  # type: ignore[no-any-return]
+    return REQUIRE_PTXAS.get()
 
 
 def ptxas_path() -> str:
-    return get("ptxas")  # type: ignore[no-any-return]
+    return PTXAS.get()
 
 
 def cache_enabled() -> bool:
     """Caching is off when asked, and whenever a dump is requested (dumps must show work)."""
-    return not get("disable_cache") and not dump()
+    return not DISABLE_CACHE.get() and not dump()
 
 
 @contextlib.contextmanager
-def overrides(**values: Any) -> Iterator[None]:
+def overrides(**values: object) -> Iterator[None]:
     """Temporarily set knobs by name, for tests."""
     for name in values:
         if name not in KNOBS:

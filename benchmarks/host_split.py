@@ -1,0 +1,83 @@
+"""Where a warm call's host time goes: the guard check, the call key, the lookup of the
+bound plan, the output allocation and the launch, each timed alone, beside a whole pyfuse
+call and one torch ``x + y`` in the same process.
+
+Run on a GPU machine with torch installed:
+
+    PYTHONPATH=. python3 benchmarks/host_split.py [--count N] [--json FILE]
+
+Each figure is the median over 9 trials of the mean wall time per call of ``count`` calls
+(16-element float32 tensors, so the GPU never holds the host up); the parts are timed on
+the objects a warm call uses (``pyfuse.runtime.calls``), so their sum is close to, not
+exactly, the whole call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+import pyfuse as pf
+from pyfuse.runtime import calls
+from pyfuse.runtime.arrays import call_key
+
+
+def per_call_us(fn: Callable[[], Any], count: int, trials: int = 9) -> float:
+    fn()
+    means = []
+    for _ in range(trials):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(count):
+            fn()
+        means.append((time.perf_counter() - start) / count * 1e6)
+    torch.cuda.synchronize()
+    return statistics.median(means)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=2000)
+    parser.add_argument("--json")
+    options = parser.parse_args()
+    x, y = torch.randn(16, device="cuda"), torch.randn(16, device="cuda")
+    fused = pf.fuse(lambda x, y: x + y, name="tiny_add")
+    fused(x, y)
+    torch.cuda.synchronize()
+    state = fused.__dict__[calls._STATE]
+    arrays = (x, y)
+    key, _, _ = call_key(arrays)
+    bound = state.bound[key]
+    loaded = bound._loaded
+    raw_stream = bound._stream
+    out = torch.empty_like(x)
+    buffers = [x.data_ptr(), y.data_ptr(), out.data_ptr()]
+    count = options.count
+    figures = {
+        "torch x + y": per_call_us(lambda: x + y, count),
+        "pyfuse call": per_call_us(lambda: fused(x, y), count),
+        "  guard check": per_call_us(
+            (lambda: state.check(state.captured)) if state.check else (lambda: None), count
+        ),
+        "  call key": per_call_us(lambda: call_key(arrays), count),
+        "  bound lookup": per_call_us(lambda: state.bound.get(key), count),
+        "  output (empty_like)": per_call_us(lambda: torch.empty_like(x), count),
+        "  stream handle": per_call_us(lambda: raw_stream(0), count),
+        "  launch (driver)": per_call_us(lambda: loaded.launch(buffers, raw_stream(0)), count),
+        "  empty call (Python floor)": per_call_us(lambda: None, count),
+    }
+    for name, value in figures.items():
+        print(f"{name:32s} {value:7.2f} us")
+    if options.json:
+        with open(options.json, "w") as file:
+            json.dump(figures, file, indent=1)
+
+
+if __name__ == "__main__":
+    main()
