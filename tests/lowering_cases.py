@@ -87,6 +87,21 @@ def _padded_transposed_bool_product(
     return pf.tanh(x), y * pf.transpose(y, 0, 1), pf.mul(mask, positive)
 
 
+def _one_element_beside_softmax(x: pf.Tensor, y: pf.Tensor) -> tuple[pf.Tensor, ...]:
+    probabilities = pf.softmax(pf.cast(x, f32), 1)
+    d = y.T - y  # [1, 1]: its loads were bounded by the softmax row's loop, one thread's
+    return probabilities, pf.min(d, (1,)), pf.maximum(probabilities, d)
+
+
+def _row_broadcast_beside_softmax(x: pf.Tensor, y: pf.Tensor) -> tuple[pf.Tensor, pf.Tensor]:
+    return pf.softmax(y * x, 1), pf.tanh(y).view(2, 1, 1)  # y [2, 1]: T[bx] by every thread
+
+
+def _sum_onto_another_input(v: pf.Tensor, y: pf.Tensor) -> tuple[pf.Tensor, ...]:
+    outer = v.unsqueeze(0) + v.unsqueeze(1)
+    return outer.T, y + pf.sum(outer.T, (-2, 1), keepdim=True), outer
+
+
 # name -> (function, input specs)
 CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
     # one input read along two paths
@@ -199,6 +214,25 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
     "padded_transposed_bool_product": (
         _padded_transposed_bool_product,
         [S((11, 257), f16), S((8, 8), bf16, strides=(1, 9)), S((8, 1), pf.bool, strides=(0, 1))],
+    ),
+    # the CPU fuzzer, seed 191 (8,763 fusions at 02eed62)
+    "one_element_beside_softmax": (
+        _one_element_beside_softmax,
+        [S((1, 2), i32), S((1, 1), f16)],
+    ),
+    "row_broadcast_beside_softmax": (
+        _row_broadcast_beside_softmax,
+        [S((2, 2), bf16), S((2, 1), i32)],
+    ),
+    "sum_broadcast_onto_another_input": (
+        _sum_onto_another_input,
+        [S((128,), f16), S((1, 1), f32)],
+    ),
+    "max_over_3d_view_of_matmul": (
+        lambda a, b: (lambda v: pf.where(v > 0.25, v, pf.max(v, None, keepdim=True)))(
+            pf.reshape(pf.matmul(a, b.T), (4, 25, 128))
+        ),
+        [S((100, 1), bf16), S((128, 1), bf16)],
     ),
     # rows a block of 1024 threads held in registers and spilled (the CPU fuzzer, seed 151)
     "layer_norm_of_residual_32768": (

@@ -191,7 +191,11 @@ class IndexDerivation:
         ref_index = self._reference_indices(by_position)
         conditions: list[k.KExpr] = []
         for transform in tensor_transforms(self.reference):
-            if isinstance(transform, Split) and not transform.divisible:
+            if (
+                isinstance(transform, Split)
+                and not transform.divisible
+                and self._varies_along(tv, transform.input)
+            ):
                 value = ref_index[id(transform.input)]
                 conditions.append(k.less_than(value, k.const(transform.input.extent)))
         positions = self._ref_positions(tv)
@@ -211,6 +215,29 @@ class IndexDerivation:
                 special = self.specials[axis.parallel_type]
                 conditions.append(k.less_than(special, k.const(extent, self.index_dtype)))
         return k.all_of(conditions)
+
+    def _varies_along(self, tv: TensorView, ref_axis: IterDomain) -> bool:
+        """``tv`` has an iterated logical axis mapped to a reference logical axis that
+        ``ref_axis`` is made from. Where it has none (a broadcast there, or no such axis),
+        every index along ``ref_axis`` reads its one element, in bounds: bounding it by the
+        reference's ragged split would leave all but the first thread without the value,
+        and a value computed from it and written by every thread (``T[bx] = tanh(x[bx, 0])``)
+        would differ between threads."""
+        sources: list[IterDomain] = []
+        frontier = [ref_axis]
+        while frontier:
+            axis = frontier.pop()
+            if axis.definition is None:
+                sources.append(axis)
+            else:
+                frontier.extend(axis.definition.inputs)
+        return any(
+            not (axis.is_broadcast and axis.expanded_extent is None)
+            and any(
+                self.id_model.mapped(axis, source, IdMappingMode.BROADCAST) for source in sources
+            )
+            for axis in tv.logical
+        )
 
 
 def _mentions(expr: k.KExpr, var: k.Var) -> bool:

@@ -118,14 +118,19 @@ def broadcast_back(fusion: Fusion, reduction: ReductionOp) -> bool:
 
 
 def _is_persistent(fusion: Fusion) -> bool:
-    return any(broadcast_back(fusion, reduction) for reduction in _reductions(fusion))
+    """Some reduction's result is broadcast back to a row that also holds a tensor from
+    before the reduction (softmax's ``x - max``); a result broadcast only onto other inputs
+    (``sum(x) + y``) holds nothing, and its row streams through the serial loop."""
+    return any(
+        kept and broadcast_back(fusion, reduction)
+        for reduction, (kept, _) in zip(_reductions(fusion), _held(fusion), strict=True)
+    )
 
 
-def row_pressure(fusion: Fusion) -> int:
-    """The most tensors a row holds around one reduction: kept across it (computed or read
-    before it and read after it: softmax keeps one across each of its reductions) or read
-    from memory to compute its input (a layer_norm of a residual reads two rows)."""
-    most = 0
+def _held(fusion: Fusion) -> list[tuple[int, int]]:
+    """Per reduction: how many tensors a row keeps across it (computed or read before it and
+    read after it) and how many inputs it reads to compute the reduction's input."""
+    held = []
     for reduction in _reductions(fusion):
         before: set[int] = set()
         frontier = [reduction.input]
@@ -143,8 +148,15 @@ def row_pressure(fusion: Fusion) -> int:
                 after.update(id(out) for out in expr.outputs)
                 kept.update(id(tv) for tv in inputs if id(tv) in before)
         read = sum(1 for tv in fusion.inputs if id(tv) in before)
-        most = max(most, len(kept), read)
-    return most
+        held.append((len(kept), read))
+    return held
+
+
+def row_pressure(fusion: Fusion) -> int:
+    """The most tensors a row holds around one reduction: kept across it (softmax keeps one
+    across each of its reductions) or read from memory to compute its input (a layer_norm of
+    a residual reads two rows)."""
+    return max((max(kept, read) for kept, read in _held(fusion)), default=0)
 
 
 def decline_reason(fusion: Fusion, target: TargetInfo) -> str | None:

@@ -218,7 +218,7 @@ def run_function(
     """Compile, assemble and simulate ``fn`` for ``specs`` on the CPU; never raises."""
     from pyfuse.backend_ptx.emit import emit_ptx
     from pyfuse.backend_ptx.ptxas import PtxasError
-    from pyfuse.backend_ptx.ptxas import assemble as ptxas_assemble
+    from pyfuse.backend_ptx.ptxas import assemble_least_spilling as ptxas_assemble
     from pyfuse.ir.target import HOPPER
     from pyfuse.passes import pipeline
     from pyfuse.passes.schedulers import scheduler_named

@@ -164,9 +164,30 @@ def cubin_from_ptx(
 
     ``cuLinkCreate``/``cuLinkAddData``/``cuLinkComplete`` compile for the current
     context's device; the returned bytes load with :func:`load_module`. ptxas builds at
-    the driver's default optimization level (``-O4``).
+    the driver's default optimization level (``-O4``). A kernel that spills is built again
+    with the whole register budget of one block per SM, and the build that spills less is
+    kept (``ptxas.full_register_budget`` says why).
     ``on_compile`` is called just before the compile itself (``cuLinkAddData``) starts.
     """
+    cubin, log = _link(ptx, name, device, on_compile)
+    if "spill" not in log and "stack frame" not in log:
+        return cubin
+    # Only a kernel that spilled loads the log parser.
+    from pyfuse.backend_ptx.ptxas import full_register_budget, parse_log, spilled_bytes
+
+    spilled = spilled_bytes(parse_log(log)[0])
+    text = ptx.decode() if isinstance(ptx, bytes) else ptx
+    variant = full_register_budget(text) if spilled else None
+    if variant is None:
+        return cubin
+    other, other_log = _link(variant, name, device, None)
+    return other if spilled_bytes(parse_log(other_log)[0]) < spilled else cubin
+
+
+def _link(
+    ptx: bytes | str, name: str, device: int, on_compile: Callable[[], None] | None
+) -> tuple[bytes, str]:
+    """One driver JIT of ``ptx``: the cubin and the JIT's info log."""
     cu = driver_module()
     context(device)
     error_log, info_log = bytearray(JIT_LOG_BYTES), bytearray(JIT_LOG_BYTES)
@@ -189,7 +210,7 @@ def cubin_from_ptx(
             )
         address, size = int(result[1]), int(result[2])
         # The cubin belongs to the link state; copy it out before destroying that.
-        return ctypes.string_at(address, size)
+        return ctypes.string_at(address, size), _decode_log(info_log)
     finally:
         cu.cuLinkDestroy(state)
 
