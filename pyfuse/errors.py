@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 
 class PyfuseError(Exception):
-    """Base class of every error pyfuse raises on purpose."""
+    """Base class of every error pyfuse raises on purpose: ``except pf.PyfuseError as e:``."""
 
     def __init__(self, message: str, *, op: str | None = None, where: str | None = None) -> None:
         self.op = op
@@ -44,19 +44,23 @@ class PyfuseError(Exception):
 
 
 class FusionError(PyfuseError):
-    """Tracing failed: shape or dtype mismatch, unsupported op or argument."""
+    """Tracing failed: shape or dtype mismatch, unsupported op or argument; ``error.op`` and
+    ``error.where`` name the op and the user's line: ``pf.add(x_4x8, y_3x8)`` raises it."""
 
 
 class ScheduleError(PyfuseError):
-    """No scheduler accepts a segment, or a schedule breaks an invariant lowering needs."""
+    """No scheduler accepts a segment, or a schedule breaks an invariant lowering needs:
+    ``fused.compile(x)`` raises it naming the op."""
 
 
 class LaunchError(PyfuseError):
-    """The CUDA driver refused a module load or a launch (or there is no driver)."""
+    """The CUDA driver refused a module load or a launch (or there is no driver):
+    ``fused(x_cuda)`` on a machine without a GPU raises it."""
 
 
 class InputError(PyfuseError):
-    """An argument does not match the compiled signature (dtype, rank, device, alignment)."""
+    """An argument does not match the compiled signature (dtype, rank, device, alignment):
+    ``fused(x_int64)`` for a function compiled for float32 raises it."""
 
 
 class InternalError(PyfuseError):

@@ -54,7 +54,7 @@ def _expanded_where(v: pf.Tensor, mask: pf.Tensor) -> pf.Tensor:
 
 
 def _squeeze_beside_full_min(x: pf.Tensor, y: pf.Tensor) -> tuple[pf.Tensor, pf.Tensor]:
-    return y.sum((1,)), pf.gt(x, y) + x.min((-2, -1))
+    return y.sum((1,)), pf.gt(x, y) + x.amin((-2, -1))
 
 
 def _view_beside_full_sum(x: pf.Tensor, w: pf.Tensor) -> tuple[pf.Tensor, ...]:

@@ -17,6 +17,7 @@ from typing import Any, overload
 
 from pyfuse.errors import FusionError, InternalError
 from pyfuse.frontend.ops import Tensor
+from pyfuse.frontend.tensor_methods import ValuesAndIndices
 from pyfuse.ir import ops as ir_ops
 from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.naming import source_location
@@ -52,15 +53,33 @@ def input_tensor(spec: Spec) -> TensorView:
     return tv
 
 
-def _outputs_of(result: object) -> list[Tensor]:
+def _definition(fn: Callable[..., Any]) -> str | None:
+    """``file:line`` where ``fn`` is defined (its first decorator's line), when known."""
+    code = getattr(fn, "__code__", None)
+    return None if code is None else f"{code.co_filename}:{code.co_firstlineno}"
+
+
+def _outputs_of(result: object, fn: Callable[..., Any]) -> list[Tensor]:
     items = list(result) if isinstance(result, tuple | list) else [result]
+    name = getattr(fn, "__name__", "fused function")
     if not items:
-        raise FusionError("the fused function returned no tensors", op="fuse")
+        raise FusionError(
+            f"the fused function {name} returned no tensors", op="fuse", where=_definition(fn)
+        )
     for item in items:
+        if isinstance(item, ValuesAndIndices):
+            raise FusionError(
+                f"the fused function {name} returned x.{item.op}(dim), a (values, indices) pair "
+                f"as in torch: return its .values (or pf.a{item.op}(x, dim))",
+                op="fuse",
+                where=_definition(fn),
+            )
         if not isinstance(item, Tensor):
             raise FusionError(
-                f"the fused function must return traced tensors, got {type(item).__name__}",
+                f"the fused function {name} must return traced tensors (or a tuple or list "
+                f"of them), got {type(item).__name__}",
                 op="fuse",
+                where=_definition(fn),
             )
     return items  # type: ignore[return-value]
 
@@ -104,7 +123,8 @@ def _internal_error(
 
 
 class FusedFunction:
-    """A Python function that pyfuse traces, compiles and runs as fused GPU kernels."""
+    """A Python function that pyfuse traces, compiles and runs as fused GPU kernels, as
+    :func:`fuse` makes it: ``fused = pf.fuse(lambda x: pf.softmax(x, -1))``."""
 
     def __init__(
         self,
@@ -146,7 +166,7 @@ class FusedFunction:
                         f"argument {index}: {error.bare_message}", op=self.name, where=where
                     ) from None
                 symbolic.append(Tensor(fusion.add_input(input_tensor(spec))))
-            outputs = _outputs_of(self.fn(*symbolic))
+            outputs = _outputs_of(self.fn(*symbolic), self.fn)
             seen: set[int] = set()
             for out in outputs:
                 tv = out.tv

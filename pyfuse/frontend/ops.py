@@ -8,17 +8,20 @@ operator is an op.
 
 Each op unwraps its :class:`Tensor` arguments, calls the IR builder in
 :mod:`pyfuse.ir.ops` and wraps the result. :func:`user_op` gives every error the op's
-name and the user's line. Composites (softmax, layer_norm, rms_norm) are traced from
-the primitive ops, with fp32 math for 16-bit inputs like torch.
+name and the user's line. The composites (softmax, layer_norm, clamp, var...) live in
+:mod:`pyfuse.frontend.composites`, traced from these ops; the Tensor methods beyond the
+operators live in :class:`~pyfuse.frontend.tensor_methods.TensorMethods`.
 """
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Sequence
 
 from pyfuse.errors import FusionError
+from pyfuse.frontend.arguments import check_scalars_fit, reduction_dims, scalar_value
 from pyfuse.frontend.location import user_op
-from pyfuse.ir import dtypes
+from pyfuse.frontend.tensor_methods import TensorMethods, ValuesAndIndices
 from pyfuse.ir import ops as ir_ops
 from pyfuse.ir.dtypes import DType
 from pyfuse.ir.exprs import BinaryOpType, ReductionOpType, UnaryOpType
@@ -28,8 +31,9 @@ from pyfuse.runtime.location import user_location
 Number = bool | int | float
 
 
-class Tensor:
-    """A symbolic tensor: shape and dtype are known, values are not."""
+class Tensor(TensorMethods):
+    """A symbolic tensor: shape and dtype are known, values are not.
+    ``pf.fuse(lambda x: (x * 2).exp().sum(-1))``: ``x`` is a Tensor while tracing."""
 
     __slots__ = ("tv",)
     # Make NumPy defer to our reflected operators (np_array + tensor).
@@ -133,17 +137,23 @@ class Tensor:
     def T(self) -> Tensor:  # noqa: N802 - torch's name
         return t(self)
 
-    def to(self, dtype: DType) -> Tensor:
-        return cast(self, dtype)
+    def to(self, dtype: DType | Tensor) -> Tensor:
+        """``x.to(pf.bfloat16)``, or ``x.to(other)`` for other's dtype (as torch)."""
+        return cast(self, dtype.dtype if isinstance(dtype, Tensor) else dtype)
 
     def sum(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
         return sum(self, dim, keepdim)
 
-    def max(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
-        return max(self, dim, keepdim)
+    # torch's x.max(dim) is a (values, indices) pair; x.max() and x.max(other) are tensors.
+    def max(self, dim: Dims | Tensor = None, keepdim: bool = False) -> Tensor | ValuesAndIndices:
+        if dim is None or isinstance(dim, Tensor):
+            return max(self, dim, keepdim)
+        return ValuesAndIndices(max(self, dim, keepdim), "max")
 
-    def min(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
-        return min(self, dim, keepdim)
+    def min(self, dim: Dims | Tensor = None, keepdim: bool = False) -> Tensor | ValuesAndIndices:
+        if dim is None or isinstance(dim, Tensor):
+            return min(self, dim, keepdim)
+        return ValuesAndIndices(min(self, dim, keepdim), "min")
 
     def mean(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
         return mean(self, dim, keepdim)
@@ -202,8 +212,19 @@ def _tensor(value: object, what: str = "input") -> TensorView:
 def _operand(value: object) -> TensorView | Number:
     if isinstance(value, Tensor):
         return value.tv
-    if isinstance(value, bool | int | float):
-        return value
+    number = scalar_value(value)
+    if number is not None:
+        return number
+    if isinstance(value, ValuesAndIndices):
+        raise FusionError(
+            f"x.{value.op}(dim) is a (values, indices) pair, as in torch: use its .values, or "
+            f"pf.a{value.op}(x, dim)"
+        )
+    if type(value).__module__ == "numpy":
+        raise FusionError(
+            f"a NumPy {type(value).__name__} is not a traced tensor: pass it to the fused "
+            "function as an argument"
+        )
     raise FusionError(f"operand must be a tensor or a Python number, got {type(value).__name__}")
 
 
@@ -211,132 +232,163 @@ def _unary(op: UnaryOpType, x: Tensor) -> Tensor:
     return Tensor(ir_ops.unary(op, _tensor(x)))
 
 
+# Ops whose math is not the operands' result type: true division is float, logic is bool.
+_NOT_PROMOTED = (BinaryOpType.DIV, BinaryOpType.LOGICAL_AND, BinaryOpType.LOGICAL_OR)
+
+
 def _binary(op: BinaryOpType, lhs: TensorLike, rhs: TensorLike) -> Tensor:
-    return Tensor(ir_ops.binary(op, _operand(lhs), _operand(rhs)))
+    operands = (_operand(lhs), _operand(rhs))
+    if op not in _NOT_PROMOTED:
+        check_scalars_fit(operands)
+    return Tensor(ir_ops.binary(op, *operands))
 
 
 # ---- pointwise ------------------------------------------------------------------------------
+# Binary ops broadcast like NumPy and promote like torch (``int32 + 2.5`` is float32,
+# ``bf16 * 2.0`` stays bf16); either side may be a Python number.
 
 
 @user_op("add")
 def add(lhs: TensorLike, rhs: TensorLike) -> Tensor:
+    """``lhs + rhs`` elementwise (torch.add without alpha): ``pf.add(x, 1.0)``."""
     return _binary(BinaryOpType.ADD, lhs, rhs)
 
 
 @user_op("sub")
 def sub(lhs: TensorLike, rhs: TensorLike) -> Tensor:
+    """``lhs - rhs`` elementwise (torch.sub): ``pf.sub(x, y)``."""
     return _binary(BinaryOpType.SUB, lhs, rhs)
 
 
 @user_op("mul")
 def mul(lhs: TensorLike, rhs: TensorLike) -> Tensor:
+    """``lhs * rhs`` elementwise (torch.mul): ``pf.mul(x, 0.5)``."""
     return _binary(BinaryOpType.MUL, lhs, rhs)
 
 
 @user_op("div")
 def div(lhs: TensorLike, rhs: TensorLike) -> Tensor:
-    """True division (integer inputs give a float result, like torch's ``/``)."""
+    """True division (integer inputs give a float result, like torch's ``/``): ``pf.div(x, y)``."""
     return _binary(BinaryOpType.DIV, lhs, rhs)
 
 
 @user_op("pow")
 def pow(base: TensorLike, exponent: TensorLike) -> Tensor:  # noqa: A001 - torch's name
+    """``base ** exponent`` elementwise (torch.pow): ``pf.pow(x, 2.0)``."""
     return _binary(BinaryOpType.POW, base, exponent)
 
 
 @user_op("maximum")
 def maximum(lhs: TensorLike, rhs: TensorLike) -> Tensor:
+    """Elementwise maximum, NaN if either is NaN (torch.maximum): ``pf.maximum(x, 0.0)``."""
     return _binary(BinaryOpType.MAXIMUM, lhs, rhs)
 
 
 @user_op("minimum")
 def minimum(lhs: TensorLike, rhs: TensorLike) -> Tensor:
+    """Elementwise minimum, NaN if either is NaN (torch.minimum): ``pf.minimum(x, y)``."""
     return _binary(BinaryOpType.MINIMUM, lhs, rhs)
 
 
 @user_op("eq")
 def eq(lhs: TensorLike, rhs: TensorLike) -> Tensor:
+    """``lhs == rhs`` as a bool tensor (torch.eq): ``pf.eq(x, 0)``."""
     return _binary(BinaryOpType.EQ, lhs, rhs)
 
 
 @user_op("ne")
 def ne(lhs: TensorLike, rhs: TensorLike) -> Tensor:
+    """``lhs != rhs`` as a bool tensor, True for NaN (torch.ne): ``pf.ne(x, y)``."""
     return _binary(BinaryOpType.NE, lhs, rhs)
 
 
 @user_op("lt")
 def lt(lhs: TensorLike, rhs: TensorLike) -> Tensor:
+    """``lhs < rhs`` as a bool tensor (torch.lt): ``pf.lt(x, 0.5)``."""
     return _binary(BinaryOpType.LT, lhs, rhs)
 
 
 @user_op("le")
 def le(lhs: TensorLike, rhs: TensorLike) -> Tensor:
+    """``lhs <= rhs`` as a bool tensor (torch.le): ``pf.le(x, y)``."""
     return _binary(BinaryOpType.LE, lhs, rhs)
 
 
 @user_op("gt")
 def gt(lhs: TensorLike, rhs: TensorLike) -> Tensor:
+    """``lhs > rhs`` as a bool tensor (torch.gt): ``pf.gt(x, 0)``."""
     return _binary(BinaryOpType.GT, lhs, rhs)
 
 
 @user_op("ge")
 def ge(lhs: TensorLike, rhs: TensorLike) -> Tensor:
+    """``lhs >= rhs`` as a bool tensor (torch.ge): ``pf.ge(x, y)``."""
     return _binary(BinaryOpType.GE, lhs, rhs)
 
 
 @user_op("logical_and")
 def logical_and(lhs: TensorLike, rhs: TensorLike) -> Tensor:
+    """Both nonzero, as a bool tensor (torch.logical_and): ``pf.logical_and(x > 0, y > 0)``."""
     return _binary(BinaryOpType.LOGICAL_AND, lhs, rhs)
 
 
 @user_op("logical_or")
 def logical_or(lhs: TensorLike, rhs: TensorLike) -> Tensor:
+    """Either nonzero, as a bool tensor (torch.logical_or): ``pf.logical_or(x > 0, m)``."""
     return _binary(BinaryOpType.LOGICAL_OR, lhs, rhs)
 
 
 @user_op("logical_not")
 def logical_not(x: Tensor) -> Tensor:
+    """``x == 0`` as a bool tensor (torch.logical_not): ``pf.logical_not(mask)``."""
     return _unary(UnaryOpType.LOGICAL_NOT, x)
 
 
 @user_op("neg")
 def neg(x: Tensor) -> Tensor:
+    """``-x`` (torch.neg; not for bool tensors): ``pf.neg(x)``."""
     return _unary(UnaryOpType.NEG, x)
 
 
 @user_op("abs")
 def abs(x: Tensor) -> Tensor:  # noqa: A001 - torch's name
+    """``|x|`` elementwise (torch.abs): ``pf.abs(x)``."""
     return _unary(UnaryOpType.ABS, x)
 
 
 @user_op("exp")
 def exp(x: Tensor) -> Tensor:
+    """``e ** x`` (torch.exp; integers compute in float32): ``pf.exp(x)``."""
     return _unary(UnaryOpType.EXP, x)
 
 
 @user_op("log")
 def log(x: Tensor) -> Tensor:
+    """Natural logarithm, NaN below 0 and -inf at 0 (torch.log): ``pf.log(x)``."""
     return _unary(UnaryOpType.LOG, x)
 
 
 @user_op("tanh")
 def tanh(x: Tensor) -> Tensor:
+    """Hyperbolic tangent (torch.tanh): ``pf.tanh(x)``."""
     return _unary(UnaryOpType.TANH, x)
 
 
 @user_op("sigmoid")
 def sigmoid(x: Tensor) -> Tensor:
+    """``1 / (1 + exp(-x))`` (torch.sigmoid): ``pf.sigmoid(x)``."""
     return _unary(UnaryOpType.SIGMOID, x)
 
 
 @user_op("relu")
 def relu(x: Tensor) -> Tensor:
+    """``max(x, 0)``, NaN stays NaN (torch.relu): ``pf.relu(x)``."""
     return _unary(UnaryOpType.RELU, x)
 
 
 @user_op("gelu")
 def gelu(x: Tensor, approximate: str = "none") -> Tensor:
-    """GELU; ``approximate="tanh"`` is the tanh form (torch's names)."""
+    """GELU; ``approximate="tanh"`` is the tanh form (torch's names): ``pf.gelu(x)``."""
     if approximate == "none":
         return _unary(UnaryOpType.GELU, x)
     if approximate == "tanh":
@@ -346,41 +398,54 @@ def gelu(x: Tensor, approximate: str = "none") -> Tensor:
 
 @user_op("silu")
 def silu(x: Tensor) -> Tensor:
+    """``x * sigmoid(x)`` (torch.nn.functional.silu): ``pf.silu(x)``."""
     return _unary(UnaryOpType.SILU, x)
 
 
 @user_op("sqrt")
 def sqrt(x: Tensor) -> Tensor:
+    """Square root, NaN below 0 (torch.sqrt): ``pf.sqrt(x)``."""
     return _unary(UnaryOpType.SQRT, x)
 
 
 @user_op("rsqrt")
 def rsqrt(x: Tensor) -> Tensor:
+    """``1 / sqrt(x)`` (torch.rsqrt): ``pf.rsqrt(var + 1e-5)``."""
     return _unary(UnaryOpType.RSQRT, x)
 
 
 @user_op("reciprocal")
 def reciprocal(x: Tensor) -> Tensor:
+    """``1 / x`` (torch.reciprocal; integers give float32): ``pf.reciprocal(x)``."""
     return _unary(UnaryOpType.RECIPROCAL, x)
 
 
 @user_op("sin")
 def sin(x: Tensor) -> Tensor:
+    """Sine (torch.sin): ``pf.sin(x)``."""
     return _unary(UnaryOpType.SIN, x)
 
 
 @user_op("cos")
 def cos(x: Tensor) -> Tensor:
+    """Cosine (torch.cos): ``pf.cos(x)``."""
     return _unary(UnaryOpType.COS, x)
 
 
 @user_op("where")
 def where(condition: TensorLike, if_true: TensorLike, if_false: TensorLike) -> Tensor:
-    return Tensor(ir_ops.where(_operand(condition), _operand(if_true), _operand(if_false)))
+    """``if_true`` where ``condition`` holds, else ``if_false`` (torch.where):
+    ``pf.where(x > 0, x, 0.0)``."""
+    values = (_operand(if_true), _operand(if_false))
+    if builtins.any(isinstance(value, TensorView) for value in values):
+        check_scalars_fit(values)
+    return Tensor(ir_ops.where(_operand(condition), *values))
 
 
 @user_op("cast")
 def cast(x: Tensor, dtype: DType) -> Tensor:
+    """``x`` converted to ``dtype`` (torch's ``x.to(dtype)``; float to int truncates):
+    ``pf.cast(x, pf.bfloat16)``."""
     if not isinstance(dtype, DType):
         raise FusionError(f"dtype must be a pyfuse dtype such as pf.bfloat16, got {dtype!r}")
     return Tensor(ir_ops.cast(_tensor(x), dtype))
@@ -391,22 +456,36 @@ def cast(x: Tensor, dtype: DType) -> Tensor:
 
 @user_op("sum")
 def sum(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # noqa: A001
-    return Tensor(ir_ops.reduce(ReductionOpType.SUM, _tensor(x), dim, keepdim))
+    """Sum over ``dim`` (all by default); ints and bools sum in int64 (torch.sum):
+    ``pf.sum(x, -1, keepdim=True)``."""
+    return Tensor(ir_ops.reduce(ReductionOpType.SUM, _tensor(x), reduction_dims(x, dim), keepdim))
 
 
 @user_op("max")
-def max(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # noqa: A001
-    return Tensor(ir_ops.reduce(ReductionOpType.MAX, _tensor(x), dim, keepdim))
+def max(x: Tensor, dim: Dims | Tensor = None, keepdim: bool = False) -> Tensor:  # noqa: A001
+    """The largest value over ``dim`` (NaN propagates), or with a tensor second argument the
+    elementwise maximum like torch.max(x, other): ``pf.max(x, 1)``. Unlike torch.max(x, dim),
+    gives the values only (no indices); ``pf.amax`` is the same reduction."""
+    if isinstance(dim, Tensor):
+        return maximum(x, dim)
+    return Tensor(ir_ops.reduce(ReductionOpType.MAX, _tensor(x), reduction_dims(x, dim), keepdim))
 
 
 @user_op("min")
-def min(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # noqa: A001
-    return Tensor(ir_ops.reduce(ReductionOpType.MIN, _tensor(x), dim, keepdim))
+def min(x: Tensor, dim: Dims | Tensor = None, keepdim: bool = False) -> Tensor:  # noqa: A001
+    """The smallest value over ``dim`` (NaN propagates), or with a tensor second argument the
+    elementwise minimum like torch.min(x, other): ``pf.min(x, 0)``. Values only, as
+    ``pf.amin``."""
+    if isinstance(dim, Tensor):
+        return minimum(x, dim)
+    return Tensor(ir_ops.reduce(ReductionOpType.MIN, _tensor(x), reduction_dims(x, dim), keepdim))
 
 
 @user_op("mean")
 def mean(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
-    return Tensor(ir_ops.mean(_tensor(x), dim, keepdim))
+    """Mean over ``dim`` of a float tensor; NaN over no elements (torch.mean):
+    ``pf.mean(x, -1)``."""
+    return Tensor(ir_ops.mean(_tensor(x), reduction_dims(x, dim), keepdim))
 
 
 # ---- shape and metadata ---------------------------------------------------------------------
@@ -414,26 +493,35 @@ def mean(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
 
 @user_op("broadcast_to")
 def broadcast_to(x: Tensor, shape: Sequence[int]) -> Tensor:
+    """``x`` stretched to ``shape`` without a copy (torch.broadcast_to):
+    ``pf.broadcast_to(row, (4, 7))``."""
     return Tensor(ir_ops.broadcast_to(_tensor(x), tuple(shape)))
 
 
 @user_op("unsqueeze")
 def unsqueeze(x: Tensor, dim: int) -> Tensor:
+    """A new size-1 axis at ``dim`` (torch.unsqueeze): ``pf.unsqueeze(v, 0)``."""
     return Tensor(ir_ops.unsqueeze(_tensor(x), dim))
 
 
 @user_op("squeeze")
 def squeeze(x: Tensor, dim: Dims = None) -> Tensor:
-    return Tensor(ir_ops.squeeze(_tensor(x), dim))
+    """Drop size-1 axes (those of ``dim`` only, when given; other sizes stay, like torch):
+    ``pf.squeeze(x, 0)``."""
+    dims = None if dim is None else reduction_dims(x, dim)
+    return Tensor(ir_ops.squeeze(_tensor(x), dims))
 
 
 @user_op("permute")
 def permute(x: Tensor, dims: Sequence[int]) -> Tensor:
+    """The axes of ``x`` reordered (torch.permute): ``pf.permute(x, (2, 0, 1))``."""
     return Tensor(ir_ops.permute(_tensor(x), tuple(dims)))
 
 
 @user_op("transpose")
 def transpose(x: Tensor, dim0: int, dim1: int) -> Tensor:
+    """``x`` with axes ``dim0`` and ``dim1`` swapped (torch.transpose):
+    ``pf.transpose(x, 0, 1)``."""
     return Tensor(ir_ops.transpose(_tensor(x), dim0, dim1))
 
 
@@ -446,6 +534,8 @@ def t(x: Tensor) -> Tensor:
 
 @user_op("reshape")
 def reshape(x: Tensor, shape: Sequence[int]) -> Tensor:
+    """``x`` viewed with ``shape``, one size may be -1 (torch.reshape):
+    ``pf.reshape(x, (2, -1))``."""
     return Tensor(ir_ops.reshape(_tensor(x), tuple(shape)))
 
 
@@ -454,73 +544,16 @@ def reshape(x: Tensor, shape: Sequence[int]) -> Tensor:
 
 @user_op("matmul")
 def matmul(a: Tensor, b: Tensor) -> Tensor:
-    """torch.matmul semantics: batch axes broadcast; 1-D operands are vectors."""
+    """torch.matmul semantics: batch axes broadcast; 1-D operands are vectors; the product
+    accumulates in fp32: ``pf.matmul(x, w)`` (``x @ w``)."""
     return Tensor(ir_ops.matmul(_tensor(a, "a"), _tensor(b, "b")))
 
 
 @user_op("linear")
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """``x @ weight.T + bias`` (torch.nn.functional.linear)."""
+    """``x @ weight.T + bias`` (torch.nn.functional.linear): ``pf.linear(x, w, b)``."""
     bias_tv = None if bias is None else _tensor(bias, "bias")
     return Tensor(ir_ops.linear(_tensor(x, "x"), _tensor(weight, "weight"), bias_tv))
-
-
-# ---- composites -----------------------------------------------------------------------------
-
-
-def _math_dtype(dtype: DType) -> DType:
-    if not dtype.is_floating:
-        raise FusionError(f"needs a floating tensor, got {dtype.name}")
-    return dtypes.float32 if dtype.itemsize < 4 else dtype
-
-
-@user_op("softmax")
-def softmax(x: Tensor, dim: int = -1) -> Tensor:
-    """``exp(x - max) / sum(exp(x - max))`` along ``dim``, in fp32 for 16-bit inputs."""
-    math = cast(x, _math_dtype(x.dtype))
-    shifted = math - max(math, dim, keepdim=True)
-    numerator = exp(shifted)
-    return cast(numerator / sum(numerator, dim, keepdim=True), x.dtype)
-
-
-def _normalized_dims(x: Tensor, weight: Tensor | None) -> tuple[int, ...]:
-    count = 1 if weight is None else weight.ndim
-    if count > x.ndim or (weight is not None and x.shape[-count:] != weight.shape):
-        shape = None if weight is None else weight.shape
-        raise FusionError(f"weight shape {shape} does not match the last dims of {x.shape}")
-    return tuple(range(x.ndim - count, x.ndim))
-
-
-@user_op("layer_norm")
-def layer_norm(
-    x: Tensor, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5
-) -> Tensor:
-    """Normalize over the trailing dims that ``weight`` covers (the last dim without a weight)."""
-    dims = _normalized_dims(x, weight)
-    if bias is not None and weight is not None and bias.shape != weight.shape:
-        raise FusionError(f"bias shape {bias.shape} differs from weight shape {weight.shape}")
-    math_dtype = _math_dtype(x.dtype)
-    math = cast(x, math_dtype)
-    centered = math - mean(math, dims, keepdim=True)
-    variance = mean(centered * centered, dims, keepdim=True)
-    result = centered * rsqrt(variance + eps)
-    if weight is not None:
-        result = result * cast(weight, math_dtype)
-    if bias is not None:
-        result = result + cast(bias, math_dtype)
-    return cast(result, x.dtype)
-
-
-@user_op("rms_norm")
-def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float = 1e-6) -> Tensor:
-    """``x * rsqrt(mean(x^2) + eps) * weight`` over the trailing dims ``weight`` covers."""
-    dims = _normalized_dims(x, weight)
-    math_dtype = _math_dtype(x.dtype)
-    math = cast(x, math_dtype)
-    result = math * rsqrt(mean(math * math, dims, keepdim=True) + eps)
-    if weight is not None:
-        result = result * cast(weight, math_dtype)
-    return cast(result, x.dtype)
 
 
 # ---- IR ops without a public op of their own ------------------------------------------------

@@ -27,7 +27,8 @@ class Category(enum.IntEnum):
 
 @record(frozen=True)
 class DType:
-    """A tensor element type. ``short`` is the printer's name, ``ptx`` the PTX type suffix."""
+    """A tensor element type (``pf.float32``, ``pf.bfloat16``, ``pf.int32``...):
+    ``x.to(pf.bfloat16)``. ``short`` is the printer's name, ``ptx`` the PTX type suffix."""
 
     name: str
     short: str

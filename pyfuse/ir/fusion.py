@@ -16,7 +16,7 @@ from pyfuse.ir.tensor import MemoryType, TensorView, Val
 
 
 class Fusion:
-    """Inputs, outputs and every expr between them."""
+    """Inputs, outputs and every expr between them: ``fusion = fused.trace(x)``."""
 
     def __init__(self, name: str = "fusion") -> None:
         self.name = name

@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 
 @record(eq=False)
 class Kernel:
-    """One compiled kernel: its PTX, its scheduled IR and its launch shape."""
+    """One compiled kernel: its PTX, its scheduled IR and its launch shape:
+    ``fused.compile(x).kernels[0].ptx``."""
 
     name: str
     scheduler: str
@@ -64,7 +65,8 @@ class Kernel:
 
 @record(eq=False)
 class Compiled:
-    """All kernels of a fused function for one input signature."""
+    """All kernels of a fused function for one input signature:
+    ``compiled = fused.compile(pf.spec((8, 64), pf.float32))``."""
 
     name: str
     kernels: list[Kernel]

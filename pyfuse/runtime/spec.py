@@ -68,7 +68,8 @@ def _element_strides(byte_strides: Sequence[int], itemsize: int) -> tuple[int, .
 
 @record(frozen=True)
 class Spec:
-    """A symbolic input: shape, dtype and element strides (row-major when not given)."""
+    """A symbolic input: shape, dtype and element strides (row-major when not given), as
+    :func:`spec` makes it: ``pf.spec((8, 64), pf.float32)``."""
 
     shape: tuple[int, ...]
     dtype: DType
@@ -87,7 +88,8 @@ class Spec:
 
 
 def spec(shape: Sequence[int], dtype: DType, strides: Sequence[int] | None = None) -> Spec:
-    """A symbolic input of ``shape`` and ``dtype``; ``strides`` in elements (default row-major)."""
+    """A symbolic input of ``shape`` and ``dtype``; ``strides`` in elements (default row-major):
+    ``fused.compile(pf.spec((8, 64), pf.bfloat16))``."""
     shape_tuple = tuple(int(extent) for extent in shape)
     if any(extent < 0 for extent in shape_tuple):
         raise FusionError(f"spec: sizes must be >= 0, got {shape_tuple}")

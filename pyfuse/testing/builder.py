@@ -156,11 +156,11 @@ class Builder:
     def op(self, name: str, template: str, args: Sequence[int], flips: bool = False) -> int | None:
         """Trace the candidate now; keep it if it traces and fits the budget."""
         candidate = Op(name, template, tuple(args), flips)
-        namespace: dict[str, object] = {"pf": pf}
+        namespace: dict[str, object] = {"pf": pf, "np": np}
         namespace.update({f"v{arg}": self.tensors[arg] for arg in args})
         try:
             with self.fusion:
-                result = eval(candidate.expression(), namespace)  # pyfuse ops only
+                result = eval(candidate.expression(), namespace)  # pyfuse ops and ufuncs
         except pf.FusionError:
             self.rejected += 1
             return None

@@ -6,6 +6,8 @@ pointwise unary and binary ops (comparisons, ``where``, casts between f32/bf16/f
 int, a tuple of dims or None (keepdim both ways), ``broadcast_to``/``expand``, ``unsqueeze``,
 ``squeeze``, ``permute``/``transpose``/``.T``, ``reshape``/``view`` (with -1 and flattening),
 softmax, layer_norm, rms_norm, matmul/linear (f32, bf16, f16; epilogues reusing an operand),
+the composites (clamp, elu, softplus, var, logsumexp, any...), torch's conversions (``.half()``),
+NumPy ufuncs on tensors (``np.maximum(x, 0)``),
 one input read along two axes (``x + x.T``, ``unsqueeze(v, 1) * v``) and multi-output
 returns. Inputs are f32/bf16/f16/int32/bool with ragged, size-1, empty, 0-d and
 multiple-of-8/16/64 extents, broadcast against each other, some strided (transposed,
@@ -195,7 +197,9 @@ def _reduction(b: Builder) -> int | None:
         source = "pf.cast({0}, pf.float32)"
     keepdim = ", keepdim=True" if b.chance(0.4) else ""
     if b.chance(0.3) and dims != "None":
-        return b.op(name, f"{source}.{name}({dims}{keepdim})", [x])
+        # x.max(dim) is torch's (values, indices): the method form of the reduction is amax.
+        method = f"a{name}" if name in ("max", "min") else name
+        return b.op(name, f"{source}.{method}({dims}{keepdim})", [x])
     return b.op(name, f"pf.{name}({source}, {dims}{keepdim})", [x])
 
 
@@ -398,6 +402,113 @@ def _epilogue(b: Builder, product: int, a: int) -> int | None:
     return b.op("add", b.pick(("({0} + {1})", "pf.gelu({0} + {1})")), [product, bias]) or product
 
 
+# The composites of pyfuse.frontend.composites, torch's conversions and NumPy ufuncs:
+# (family name, template, float input only, flips on a last-bit difference of its input).
+_COMPOSITE_UNARY = (
+    ("clamp", "pf.clamp({0}, -0.5, 0.75)", False, False),
+    ("clamp", "{0}.clamp(min=0)", False, False),
+    ("clamp", "pf.clip({0}, max=1.5)", False, False),
+    ("leaky_relu", "pf.leaky_relu({0}, 0.1)", True, False),
+    ("elu", "pf.elu({0})", True, False),
+    ("softplus", "pf.softplus({0})", True, False),
+    ("softplus", "pf.softplus({0}, 2.0, 3.0)", True, False),
+    ("hardswish", "pf.hardswish({0})", True, False),
+    ("hardsigmoid", "pf.hardsigmoid({0})", True, False),
+    ("sign", "pf.sign({0})", False, True),
+    ("isfinite", "pf.isfinite({0})", False, False),
+    ("isnan", "pf.isnan(pf.sqrt({0}))", True, True),
+    ("nan_to_num", "pf.nan_to_num(pf.log({0}), 0.0, 5.0, -5.0)", True, True),
+    ("exp2", "pf.exp2({0})", False, False),
+    ("expm1", "{0}.expm1()", False, False),
+    ("log1p", "pf.log1p(pf.abs({0}))", True, False),
+    ("log2", "pf.log2(pf.abs({0}) + 0.5)", True, False),
+    ("log10", "pf.log10(pf.abs({0}) + 0.5)", True, False),
+    ("cast", "{0}.float()", False, False),
+    ("cast", "{0}.bfloat16()", False, False),
+    ("cast", "{0}.half()", False, False),
+    ("cast", "{0}.int()", False, True),
+    ("cast", "{0}.bool()", False, True),
+    ("ufunc", "np.maximum({0}, 0)", False, False),
+    ("ufunc", "np.exp({0})", False, False),
+    ("ufunc", "np.tanh(np.negative({0}))", False, False),
+    ("full", "({0} + pf.ones_like({0}))", False, False),
+    ("full", "pf.where({0} > 0, pf.zeros_like({0}), pf.full_like({0}, 2))", False, True),
+)
+
+
+def _composite(b: Builder) -> int | None:
+    """An elementwise composite, conversion or ufunc of one value."""
+    x = b.choose()
+    if x is None:
+        return None
+    name, template, float_only, flips = _COMPOSITE_UNARY[int(b.rng.integers(len(_COMPOSITE_UNARY)))]
+    if float_only or (name == "clamp" and b.dtype_of(x).is_bool):
+        template = template.replace("{0}", _float_source(b, x))
+    return b.op(name, template, [x], flips and b.flips_on(x))
+
+
+_LOGIC = (
+    ("and", "({0} & {1})"),
+    ("or", "({1} | {0})"),
+    ("xor", "({0} ^ {1})"),
+    ("xor", "pf.logical_xor({0}, {1})"),
+    ("not", "(~{0} & {1})"),
+)
+_BOUNDS = (
+    ("maximum", "pf.max({0}, {1})"),
+    ("minimum", "pf.min({0}, {1})"),
+    ("maximum", "{0}.max({1})"),
+    ("clamp", "pf.clamp({0}, {1})"),
+    ("clamp", "pf.clamp({0}, max={1})"),
+    ("clamp", "{0}.clamp({1}, {1} + 1)"),
+)
+
+
+def _composite_pair(b: Builder) -> int | None:
+    """Two values: pf.max(x, y), clamp between tensors, logic of bools (``&``, ``^``...)."""
+    picked = _binary_operands(b)
+    if picked is None:
+        return None
+    x, y, _ = picked
+    if y is None:
+        return None
+    if b.dtype_of(x).is_bool and b.dtype_of(y).is_bool:
+        name, template = _LOGIC[int(b.rng.integers(len(_LOGIC)))]
+        return b.op(f"logical_{name}", template, [x, y])
+    if b.dtype_of(x).is_bool:
+        return None  # clamp refuses bools; max(bool, number) is covered by maximum
+    name, template = _BOUNDS[int(b.rng.integers(len(_BOUNDS)))]
+    return b.op(name, template, [x, y])
+
+
+def _composite_reduction(b: Builder) -> int | None:
+    """amax, amin, any, all, var, std, logsumexp, log_softmax over random dims."""
+    x = b.choose()
+    if x is None:
+        return None
+    shape = b.shape_of(x)
+    name = b.pick(("amax", "amin", "any", "all", "var", "std", "logsumexp", "log_softmax"))
+    dims = _dims(b, len(shape))
+    keepdim = ", keepdim=True" if b.chance(0.4) else ""
+    source = "{0}"
+    if name in ("amax", "amin") and any(shape[a] == 0 for a in _reduced_axes(dims, len(shape))):
+        return None  # torch refuses amax over an empty axis
+    if name in ("var", "std", "log_softmax", "logsumexp"):
+        source = _float_source(b, x)
+    if name == "log_softmax":
+        dim = int(b.rng.integers(-len(shape), len(shape))) if shape else 0
+        return b.op(name, f"pf.log_softmax({source}, {dim})", [x])
+    if name in ("var", "std"):
+        correction = b.pick(("", ", correction=0", ", correction=1"))
+        return b.op(name, f"pf.{name}({source}, {dims}{correction}{keepdim})", [x])
+    if name == "logsumexp" and dims == "None":
+        dims = "()" if not shape else str(tuple(range(len(shape))))
+    flips = name in ("any", "all") and b.flips_on(x)
+    if b.chance(0.3) and dims not in ("None", "()"):
+        return b.op(name, f"{source}.{name}({dims}{keepdim})", [x], flips)
+    return b.op(name, f"pf.{name}({source}, {dims}{keepdim})", [x], flips)
+
+
 # Families and their weights: pointwise ops dominate, as in real fusions.
 _FAMILIES: tuple[tuple[Callable[[Builder], int | None], float], ...] = (
     (_unary, 3.0),
@@ -411,6 +522,9 @@ _FAMILIES: tuple[tuple[Callable[[Builder], int | None], float], ...] = (
     (_two_axes, 0.6),
     (_normalization, 0.8),
     (_matmul, 0.7),
+    (_composite, 1.6),
+    (_composite_pair, 0.8),
+    (_composite_reduction, 1.2),
 )
 FAMILY_NAMES = tuple(family.__name__.lstrip("_") for family, _ in _FAMILIES)
 

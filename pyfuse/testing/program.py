@@ -14,6 +14,8 @@ import linecache
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy
+
 import pyfuse as pf
 from pyfuse.ir.dtypes import DType
 from pyfuse.ir.records import record
@@ -164,8 +166,9 @@ def build_function(program: Program, name: str = "fusion") -> Callable[..., Any]
     source = function_source(program, name)
     filename = f"<pyfuse-fuzz-{name}-{_builds}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    namespace: dict[str, Any] = {"pf": pf}
-    exec(compile(source, filename, "exec"), namespace)  # the program is pyfuse ops only
+    # Programs use pyfuse ops, and NumPy ufuncs on traced tensors (which trace pyfuse ops).
+    namespace: dict[str, Any] = {"pf": pf, "np": numpy}
+    exec(compile(source, filename, "exec"), namespace)
     function: Callable[..., Any] = namespace[name]
     return function
 
@@ -175,7 +178,7 @@ def repro_script(program: Program, header: Sequence[str] = (), gpu: bool = False
     comment = "".join(f"# {line}\n" for line in header)
     runner = "run_function_gpu" if gpu else "run_function"
     return (
-        f"{comment}import pyfuse as pf\n"
+        f"{comment}import numpy as np\n\nimport pyfuse as pf\n"
         f"from pyfuse.testing.run import {runner}\n\n\n"
         f"{function_source(program)}\n\n"
         f"{specs_source(program)}\n"

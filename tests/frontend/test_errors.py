@@ -364,3 +364,139 @@ def test_working_on_tags_the_innermost_subject() -> None:
     with pytest.raises(KeyError) as excinfo, working_on("outer"), working_on("inner"):
         raise KeyError("x")
     assert excinfo.value.pyfuse_subject == "inner"  # type: ignore[attr-defined]
+
+
+# ---- what a traced tensor cannot do: a FusionError naming the op and the user's line ----------
+
+I32 = pf.spec((4, 6), pf.int32)
+
+
+def _f_float(x: pf.Tensor) -> Any:
+    return float(x)  # line: float
+
+
+def _f_int(x: pf.Tensor) -> Any:
+    return x * int(x)  # line: int
+
+
+def _f_getitem(x: pf.Tensor) -> Any:
+    return x[0]  # line: getitem
+
+
+def _f_squeeze(x: pf.Tensor) -> Any:
+    return pf.squeeze(x, 3)  # line: squeeze
+
+
+def _f_overflow(x: pf.Tensor) -> Any:
+    return x + 2**40  # line: overflow
+
+
+def _f_if(x: pf.Tensor) -> Any:
+    if x.sum() > 0:  # line: if
+        return x
+    return -x
+
+
+def _f_floor(x: pf.Tensor) -> Any:
+    return np.floor(x)  # line: np.floor
+
+
+def _f_floordiv(x: pf.Tensor) -> Any:
+    return x // 2  # line: floordiv
+
+
+def _f_mod(x: pf.Tensor) -> Any:
+    return 3.0 % x  # line: mod
+
+
+def _f_indices(x: pf.Tensor) -> Any:
+    values, _indices = x.max(1)  # line: indices
+    return values
+
+
+def _f_bitwise_int(x: pf.Tensor) -> Any:
+    return x & 1  # line: bitwise
+
+
+def _f_np_where(x: pf.Tensor) -> Any:
+    return np.where(x > 0, x, 0)  # line: np.where
+
+
+def _f_np_reduce(x: pf.Tensor) -> Any:
+    return np.add.reduce(x)  # line: np.add.reduce
+
+
+def _f_array_operand(x: pf.Tensor) -> Any:
+    return x + np.ones(6, np.float32)  # line: array operand
+
+
+def _f_iterate(x: pf.Tensor) -> Any:
+    return [row for row in x]  # line: iterate
+
+
+def _f_len_0d(x: pf.Tensor) -> Any:
+    return x.sum() + len(x.sum())  # line: len
+
+
+def _f_clamp(x: pf.Tensor) -> Any:
+    return pf.clamp(x)  # line: clamp
+
+
+X4 = pf.spec((4, 6), pf.float32)
+USER_ERRORS: list[tuple[Callable[..., Any], pf.Spec, str, str, str]] = [
+    (_f_float, X4, "float", "float", "has no value"),
+    (_f_int, X4, "int", "int", "has no value"),
+    (_f_getitem, X4, "getitem", "getitem", "not supported yet"),
+    (_f_squeeze, X4, "squeeze", "squeeze", "Dimension out of range"),
+    (_f_overflow, I32, "overflow", "add", "cannot be converted to type int32 without overflow"),
+    (_f_if, X4, "if", "bool", "no truth value"),
+    (_f_floor, X4, "np.floor", "np.floor", "np.floor has no pyfuse op yet"),
+    (_f_floordiv, X4, "floordiv", "floor_divide", "needs an exact floor"),
+    (_f_mod, X4, "mod", "remainder", "needs an exact floor"),
+    (_f_indices, X4, "indices", "max", "use x.max(dim).values or pf.amax"),
+    (_f_bitwise_int, I32, "bitwise", "bitwise_and", "bool tensors only"),
+    (_f_np_where, X4, "np.where", "numpy", "NumPy functions other than the ufuncs"),
+    (_f_np_reduce, X4, "np.add.reduce", "np.add", "np.add.reduce is not supported"),
+    (_f_array_operand, X4, "array operand", "add", "pass it to the fused function"),
+    (_f_iterate, X4, "iterate", "iter", "not supported yet"),
+    (_f_len_0d, X4, "len", "len", "len() of a 0-d tensor"),
+    (_f_clamp, X4, "clamp", "clamp", "At least one of 'min' or 'max'"),
+]
+
+
+@pytest.mark.parametrize(
+    ("fn", "spec", "marker", "op", "text"), USER_ERRORS, ids=[case[2] for case in USER_ERRORS]
+)
+def test_what_a_traced_tensor_cannot_do_is_a_fusion_error_at_the_users_line(
+    fn: Callable[..., Any], spec: pf.Spec, marker: str, op: str, text: str
+) -> None:
+    with pytest.raises(pf.FusionError) as excinfo:
+        pf.fuse(fn).trace(spec)
+    error = excinfo.value
+    assert (error.op, error.where) == (op, line_of(f"line: {marker}"))
+    assert text in str(error)
+    assert f"# line: {marker}" in str(error)  # the user's source text
+
+
+def _returns_a_number(x: pf.Tensor) -> Any:  # line: returns a number
+    return 3
+
+
+def _returns_max_pair(x: pf.Tensor) -> Any:  # line: returns a pair
+    return x.max(0)
+
+
+@pytest.mark.parametrize(
+    ("fn", "marker", "text"),
+    [
+        (_returns_a_number, "returns a number", "must return traced tensors"),
+        (_returns_max_pair, "returns a pair", "return its .values"),
+    ],
+)
+def test_returning_what_is_not_a_tensor_names_the_functions_line(
+    fn: Callable[..., Any], marker: str, text: str
+) -> None:
+    with pytest.raises(pf.FusionError) as excinfo:
+        pf.fuse(fn).trace(X4)
+    assert (excinfo.value.op, excinfo.value.where) == ("fuse", line_of(f"line: {marker}"))
+    assert text in str(excinfo.value)

@@ -83,7 +83,7 @@ CASES: list[tuple[str, Callable[..., Any], tuple[Any, ...]]] = [
     ("sum_bool", lambda x: x.sum(), (spec((4, 8), b),)),
     (
         "max_min_mean",
-        lambda x: (x.max(1), x.min(0, keepdim=True), x.mean((0, 1), keepdim=True)),
+        lambda x: (x.amax(1), x.amin(0, keepdim=True), x.mean((0, 1), keepdim=True)),
         (spec((4, 8), f32),),
     ),
     (

@@ -1,0 +1,108 @@
+"""NumPy's ufuncs on traced tensors: ``np.maximum(x, 0)`` traces ``pf.maximum(x, 0)``.
+
+:meth:`Tensor.__array_ufunc__ <pyfuse.frontend.tensor_methods.TensorMethods.__array_ufunc__>`
+calls :func:`apply_ufunc`, which maps the ufuncs that have a pf op of the same meaning and
+refuses every other one (and the ufunc methods, ``np.add.reduce``, and ``out=``) with a
+FusionError at the user's line. The pf op follows torch: ``np.maximum`` propagates NaN (as
+NumPy's does), ``np.divide`` of integers is true division, ``np.sign(nan)`` is 0 (torch's;
+NumPy gives NaN). NumPy scalars are Python numbers here; a NumPy array is not a traced
+tensor and is refused (pass it to the fused function as an argument).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from pyfuse.frontend import composites as pc
+from pyfuse.frontend import ops
+from pyfuse.frontend.arguments import scalar_value
+from pyfuse.frontend.tensor_methods import refuse
+
+
+def _square(x: ops.Tensor) -> ops.Tensor:
+    return ops.mul(x, x)
+
+
+def _positive(x: ops.Tensor) -> ops.Tensor:
+    return x
+
+
+# The ufunc's ``__name__`` -> the pf op. NumPy 1 names true division "true_divide", NumPy 2
+# "divide"; both are np.divide.
+_UFUNCS: dict[str, Callable[..., ops.Tensor]] = {
+    "add": ops.add,
+    "subtract": ops.sub,
+    "multiply": ops.mul,
+    "divide": ops.div,
+    "true_divide": ops.div,
+    "power": ops.pow,
+    "maximum": ops.maximum,
+    "minimum": ops.minimum,
+    "greater": ops.gt,
+    "greater_equal": ops.ge,
+    "less": ops.lt,
+    "less_equal": ops.le,
+    "equal": ops.eq,
+    "not_equal": ops.ne,
+    "logical_and": ops.logical_and,
+    "logical_or": ops.logical_or,
+    "logical_xor": pc.logical_xor,
+    "logical_not": ops.logical_not,
+    "bitwise_and": lambda a, b: pc.bitwise("and", a, b),
+    "bitwise_or": lambda a, b: pc.bitwise("or", a, b),
+    "bitwise_xor": lambda a, b: pc.bitwise("xor", a, b),
+    "invert": pc.bitwise_not,
+    "negative": ops.neg,
+    "positive": _positive,
+    "absolute": ops.abs,
+    "fabs": ops.abs,
+    "exp": ops.exp,
+    "exp2": pc.exp2,
+    "expm1": pc.expm1,
+    "log": ops.log,
+    "log2": pc.log2,
+    "log10": pc.log10,
+    "log1p": pc.log1p,
+    "sqrt": ops.sqrt,
+    "square": _square,
+    "reciprocal": ops.reciprocal,
+    "tanh": ops.tanh,
+    "sin": ops.sin,
+    "cos": ops.cos,
+    "sign": pc.sign,
+    "isnan": pc.isnan,
+    "isinf": pc.isinf,
+    "isfinite": pc.isfinite,
+}
+
+
+def _argument(name: str, value: object) -> object:
+    if isinstance(value, ops.Tensor):
+        return value
+    number = scalar_value(value)
+    if number is not None:
+        return number
+    refuse(
+        f"np.{name}",
+        f"a {type(value).__name__} is not a traced tensor: pass NumPy arrays to the fused "
+        "function as arguments",
+    )
+
+
+def apply_ufunc(
+    ufunc: Any, method: str, inputs: Sequence[object], kwargs: Mapping[str, object]
+) -> ops.Tensor:
+    """The pf op for ``ufunc(*inputs)`` (see the module doc)."""
+    name = str(getattr(ufunc, "__name__", ufunc))
+    if method != "__call__":
+        refuse(f"np.{name}", f"np.{name}.{method} is not supported on traced tensors")
+    if kwargs:
+        refuse(f"np.{name}", f"np.{name} with {', '.join(kwargs)}= is not supported while tracing")
+    op = _UFUNCS.get(name)
+    if op is None:
+        refuse(
+            f"np.{name}",
+            f"np.{name} has no pyfuse op yet; the ufuncs traced are {', '.join(sorted(_UFUNCS))}",
+        )
+    return op(*(_argument(name, value) for value in inputs))
