@@ -1,7 +1,9 @@
 """pyfuse: a fusion compiler for NVIDIA GPUs written in pure Python.
 
 Only the public names are exported here; everything else is private by module.
-Importing pyfuse is cheap: no GPU, no driver, no torch.
+Importing pyfuse is cheap: no GPU, no driver, no torch. It imports every module that
+registers a Tensor method's implementation (ops, composites, numpy_ufuncs: see
+:mod:`pyfuse.frontend.tensor_methods`), so the methods work once pyfuse is imported.
 """
 
 from pyfuse.errors import (
@@ -12,6 +14,7 @@ from pyfuse.errors import (
     PyfuseError,
     ScheduleError,
 )
+from pyfuse.frontend import numpy_ufuncs as _numpy_ufuncs  # noqa: F401 - registers np ufuncs
 from pyfuse.frontend.composites import (
     all,
     amax,

@@ -4,21 +4,22 @@
 torch's "Dimension out of range" error), :func:`scalar_value` accepts a NumPy scalar where
 a Python number goes, and :func:`check_scalars_fit` refuses a Python int that the op's
 integer dtype cannot hold, as torch does. Each raises :class:`FusionError`; the op that
-called it adds its name and the user's line.
+called it adds its name and the user's line. It imports no other frontend module (a traced
+Tensor is recognised by its ``tv``), so every one of them may use it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from pyfuse.errors import FusionError
-from pyfuse.frontend.tensor_methods import TensorMethods
 from pyfuse.ir import dtypes
 from pyfuse.ir.dtypes import DType
 from pyfuse.ir.tensor import TensorView
 
 Number = bool | int | float
+Dims = int | Sequence[int] | None  # a ``dim`` argument: one axis, several, or all (None)
 
 
 class Ranked(Protocol):
@@ -26,13 +27,20 @@ class Ranked(Protocol):
     def ndim(self) -> int: ...
 
 
-def reduction_dims(x: Ranked, dims: int | Sequence[int] | None) -> list[int]:
+@runtime_checkable
+class _Traced(Protocol):
+    """What a traced Tensor has (read structurally: this module stands under the Tensor)."""
+
+    tv: TensorView
+
+
+def reduction_dims(x: Ranked, dims: Dims) -> list[int]:
     """torch's reading of ``dim``: None is every axis, negative dims count from the end, and
     a 0-d tensor takes 0 and -1 (reducing nothing); FusionError in torch's words otherwise."""
     rank = x.ndim
     if dims is None:
         return list(range(rank))
-    if isinstance(dims, TensorMethods) or not isinstance(dims, int | Iterable):
+    if isinstance(dims, _Traced) or not isinstance(dims, int | Iterable):
         raise FusionError(f"dim must be an int or a sequence of ints, got {type(dims).__name__}")
     listed = [dims] if isinstance(dims, int) else list(dims)
     bound = max(rank, 1)

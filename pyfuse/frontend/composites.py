@@ -7,7 +7,8 @@ evaluates the same composition in float64. Float composites compute 16-bit input
 and round once at the end, as torch's opmath does. Where torch's semantics are the subtle
 part (NaN, empty and 0-d inputs, all -inf rows of logsumexp, the threshold of softplus), the
 docstring says which rule is followed. Every op runs under :func:`user_op`: an error names
-the op and the user's line.
+the op and the user's line. Those that are also Tensor methods (``x.clamp``, ``x.softmax``)
+are registered with :func:`~pyfuse.frontend.tensor_methods.tensor_method`.
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ from collections.abc import Sequence
 
 from pyfuse.errors import FusionError
 from pyfuse.frontend import ops
-from pyfuse.frontend.arguments import check_scalar_fits, reduction_dims, scalar_value
-from pyfuse.frontend.location import user_op
-from pyfuse.frontend.ops import Dims, Tensor, TensorLike, cast
-from pyfuse.frontend.tensor_methods import refuse
+from pyfuse.frontend.arguments import Dims, check_scalar_fits, reduction_dims, scalar_value
+from pyfuse.frontend.location import refuse, user_op
+from pyfuse.frontend.ops import Tensor, TensorLike, cast
+from pyfuse.frontend.tensor_methods import tensor_method
 from pyfuse.ir import dtypes
 from pyfuse.ir import ops as ir_ops
 from pyfuse.ir.dtypes import DType
@@ -56,6 +57,7 @@ def _count(x: Tensor, dims: Sequence[int]) -> int:
 # ---- elementwise -----------------------------------------------------------------------------
 
 
+@tensor_method
 @user_op("clamp")
 def clamp(x: Tensor, min: TensorLike | None = None, max: TensorLike | None = None) -> Tensor:  # noqa: A002
     """``minimum(maximum(x, min), max)`` (torch.clamp): NaN in any operand gives NaN, and
@@ -105,6 +107,7 @@ def _log1p(x: Tensor) -> Tensor:
     return ops.where(ops.abs(x) < 0.5, 2.0 * s * series, ops.log(x + 1.0))
 
 
+@tensor_method
 @user_op("expm1")
 def expm1(x: Tensor) -> Tensor:
     """``exp(x) - 1``, accurate near 0 (torch.expm1): ``pf.expm1(x)``."""
@@ -112,6 +115,7 @@ def expm1(x: Tensor) -> Tensor:
     return cast(_expm1(math_x), dtype)
 
 
+@tensor_method
 @user_op("log1p")
 def log1p(x: Tensor) -> Tensor:
     """``log(1 + x)``, accurate near 0 (torch.log1p): ``pf.log1p(x)``."""
@@ -156,6 +160,7 @@ def hardswish(x: Tensor) -> Tensor:
     return cast(math_x * _relu6_of_x_plus_3(math_x) / 6.0, x.dtype)
 
 
+@tensor_method
 @user_op("sign")
 def sign(x: Tensor) -> Tensor:
     """-1, 0 or 1 in ``x``'s dtype (torch.sign); NaN gives 0 as in torch (NumPy gives NaN),
@@ -165,12 +170,14 @@ def sign(x: Tensor) -> Tensor:
     return cast(x > 0, x.dtype) - cast(x < 0, x.dtype)
 
 
+@tensor_method
 @user_op("isnan")
 def isnan(x: Tensor) -> Tensor:
     """True where ``x`` is NaN (torch.isnan; never for integers): ``pf.isnan(x)``."""
     return ops.ne(x, x)
 
 
+@tensor_method
 @user_op("isinf")
 def isinf(x: Tensor) -> Tensor:
     """True where ``x`` is +-inf (torch.isinf): ``pf.isinf(x)``."""
@@ -179,6 +186,7 @@ def isinf(x: Tensor) -> Tensor:
     return ops.eq(ops.abs(x), math.inf)
 
 
+@tensor_method
 @user_op("isfinite")
 def isfinite(x: Tensor) -> Tensor:
     """True where ``x`` is neither NaN nor +-inf (torch.isfinite): ``pf.isfinite(x)``."""
@@ -187,6 +195,7 @@ def isfinite(x: Tensor) -> Tensor:
     return ops.lt(ops.abs(x), math.inf)
 
 
+@tensor_method
 @user_op("nan_to_num")
 def nan_to_num(
     x: Tensor, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None
@@ -204,6 +213,7 @@ def nan_to_num(
     return ops.where(ops.ne(x, x), nan, result)
 
 
+@tensor_method
 @user_op("exp2")
 def exp2(x: Tensor) -> Tensor:
     """``2 ** x`` (torch.exp2; integers give float32): ``pf.exp2(x)``."""
@@ -211,6 +221,7 @@ def exp2(x: Tensor) -> Tensor:
     return cast(ops.pow(2.0, math_x), dtype)
 
 
+@tensor_method
 @user_op("log2")
 def log2(x: Tensor) -> Tensor:
     """Base-2 logarithm, as ``log(x) / ln 2`` (torch.log2; a few ulps from exact at powers of
@@ -219,6 +230,7 @@ def log2(x: Tensor) -> Tensor:
     return cast(ops.log(math_x) * (1.0 / math.log(2.0)), dtype)
 
 
+@tensor_method
 @user_op("log10")
 def log10(x: Tensor) -> Tensor:
     """Base-10 logarithm, as ``log(x) / ln 10`` (torch.log10): ``pf.log10(x)``."""
@@ -235,6 +247,7 @@ def _truth(value: TensorLike) -> Tensor | bool:
     return builtins.bool(number)
 
 
+@tensor_method
 @user_op("logical_xor")
 def logical_xor(lhs: TensorLike, rhs: TensorLike) -> Tensor:
     """Exactly one nonzero, as a bool tensor (torch.logical_xor):
@@ -252,6 +265,7 @@ def _not(value: Tensor | bool) -> Tensor | bool:
 _BITWISE = {"and": ops.logical_and, "or": ops.logical_or, "xor": logical_xor}
 
 
+@tensor_method
 def bitwise(kind: str, lhs: TensorLike, rhs: TensorLike) -> Tensor:
     """``&``, ``|`` and ``^``: logic on bool tensors (and Python bools), as in torch; the IR
     has no bitwise op for integers yet."""
@@ -266,6 +280,7 @@ def bitwise(kind: str, lhs: TensorLike, rhs: TensorLike) -> Tensor:
     return _BITWISE[kind](lhs, rhs)  # type: ignore[no-any-return]
 
 
+@tensor_method
 def bitwise_not(x: Tensor) -> Tensor:
     """``~x``: logical not of a bool tensor (torch's bitwise_not on bool)."""
     if not x.dtype.is_bool:
@@ -330,6 +345,7 @@ def ones_like(x: Tensor, dtype: DType | None = None) -> Tensor:
 # ---- reductions ------------------------------------------------------------------------------
 
 
+@tensor_method
 @user_op("amax")
 def amax(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
     """The largest value over ``dim`` (all by default, or for ``()``), NaN propagating
@@ -337,6 +353,7 @@ def amax(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
     return ops.max(x, None if dim == () else dim, keepdim)
 
 
+@tensor_method
 @user_op("amin")
 def amin(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
     """The smallest value over ``dim`` (all by default, or for ``()``), NaN propagating
@@ -344,6 +361,7 @@ def amin(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
     return ops.min(x, None if dim == () else dim, keepdim)
 
 
+@tensor_method
 @user_op("any")
 def any(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # noqa: A001
     """True where some element over ``dim`` is nonzero (NaN counts), False over no elements
@@ -355,6 +373,7 @@ def any(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # noqa: 
     return ops.max(truth, dims, keepdim)
 
 
+@tensor_method
 @user_op("all")
 def all(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # noqa: A001
     """True where every element over ``dim`` is nonzero, True over no elements (torch.all):
@@ -374,6 +393,7 @@ def _correction(unbiased: bool | None, correction: float | None) -> float:
     return 0 if unbiased is False else 1
 
 
+@tensor_method
 @user_op("var")
 def var(
     x: Tensor,
@@ -399,6 +419,7 @@ def var(
     return cast(total * (1.0 / dof) if dof else total / 0.0, x.dtype)
 
 
+@tensor_method
 @user_op("std")
 def std(
     x: Tensor,
@@ -416,6 +437,7 @@ def std(
     return cast(ops.sqrt(variance), x.dtype)
 
 
+@tensor_method
 @user_op("logsumexp")
 def logsumexp(x: Tensor, dim: Dims, keepdim: bool = False) -> Tensor:
     """``log(sum(exp(x)))`` over ``dim``, stable: the max is subtracted first, and an
@@ -440,6 +462,7 @@ def _shifted_by_max(x: Tensor, dim: int) -> Tensor:
     return math_x - ops.max(math_x, dim, keepdim=True)
 
 
+@tensor_method
 @user_op("softmax")
 def softmax(x: Tensor, dim: int = -1) -> Tensor:
     """``exp(x - max) / sum(exp(x - max))`` along ``dim``, in fp32 for 16-bit inputs
@@ -449,6 +472,7 @@ def softmax(x: Tensor, dim: int = -1) -> Tensor:
     return cast(numerator / ops.sum(numerator, dim, keepdim=True), x.dtype)
 
 
+@tensor_method
 @user_op("log_softmax")
 def log_softmax(x: Tensor, dim: int) -> Tensor:
     """``x - max - log(sum(exp(x - max)))`` along ``dim`` (torch.log_softmax; a row of -inf

@@ -8,17 +8,23 @@ FusionError too, and any other exception raised inside pyfuse an :class:`Interna
 (:mod:`pyfuse.frontend.trace_errors`; an exception of the user's own code passes unchanged).
 A composite op (softmax) calls other ops; the outermost call's line wins, so the user sees
 their own line, never one inside pyfuse.
+
+What is refused outside any op (``float(x)``, ``x[0]``, an unknown NumPy ufunc) goes through
+:func:`refuse`: a FusionError at the innermost frame outside pyfuse and NumPy. This module
+imports no other frontend module: every one of them may use it.
 """
 
 from __future__ import annotations
 
 import functools
+import os
+import sys
 from collections.abc import Callable
-from typing import ParamSpec, TypeVar
+from typing import NoReturn, ParamSpec, TypeVar
 
 from pyfuse.errors import FusionError, PyfuseError
 from pyfuse.ir.naming import current_source, source_location
-from pyfuse.runtime.location import user_location
+from pyfuse.runtime.location import PACKAGE_DIR, user_location
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -63,3 +69,24 @@ def user_op(name: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
         return traced
 
     return decorate
+
+
+def _outside_libraries() -> str | None:
+    """The user's ``file:line``: the innermost frame outside pyfuse and NumPy (a NumPy
+    function that converts its argument, ``np.where(x, ...)``, is not the user's line)."""
+    numpy = sys.modules.get("numpy")
+    skipped = [PACKAGE_DIR + os.sep]
+    if numpy is not None and numpy.__file__:
+        skipped.append(os.path.dirname(os.path.abspath(numpy.__file__)) + os.sep)
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = os.path.abspath(frame.f_code.co_filename)
+        if not any(filename.startswith(folder) for folder in skipped):
+            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        frame = frame.f_back  # type: ignore[assignment]
+    return user_location()
+
+
+def refuse(op: str, message: str) -> NoReturn:
+    """Raise a FusionError for ``op`` at the user's line."""
+    raise FusionError(message, op=op, where=_outside_libraries())

@@ -1,12 +1,14 @@
 """NumPy's ufuncs on traced tensors: ``np.maximum(x, 0)`` traces ``pf.maximum(x, 0)``.
 
 :meth:`Tensor.__array_ufunc__ <pyfuse.frontend.tensor_methods.TensorMethods.__array_ufunc__>`
-calls :func:`apply_ufunc`, which maps the ufuncs that have a pf op of the same meaning and
-refuses every other one (and the ufunc methods, ``np.add.reduce``, and ``out=``) with a
-FusionError at the user's line. The pf op follows torch: ``np.maximum`` propagates NaN (as
-NumPy's does), ``np.divide`` of integers is true division, ``np.sign(nan)`` is 0 (torch's;
-NumPy gives NaN). NumPy scalars are Python numbers here; a NumPy array is not a traced
-tensor and is refused (pass it to the fused function as an argument).
+calls :func:`apply_ufunc` (registered with :func:`~pyfuse.frontend.tensor_methods.tensor_method`;
+``pyfuse/__init__.py`` imports this module), which maps the ufuncs that have a pf op of the
+same meaning and refuses every other one (and the ufunc methods, ``np.add.reduce``, and
+``out=``) with a FusionError at the user's line. The pf op follows torch: ``np.maximum``
+propagates NaN (as NumPy's does), ``np.divide`` of integers is true division,
+``np.sign(nan)`` is 0 (torch's; NumPy gives NaN). NumPy scalars are Python numbers here; a
+NumPy array is not a traced tensor and is refused (pass it to the fused function as an
+argument).
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from typing import Any
 from pyfuse.frontend import composites as pc
 from pyfuse.frontend import ops
 from pyfuse.frontend.arguments import scalar_value
-from pyfuse.frontend.tensor_methods import refuse
+from pyfuse.frontend.location import refuse
+from pyfuse.frontend.tensor_methods import tensor_method
 
 
 def _square(x: ops.Tensor) -> ops.Tensor:
@@ -90,6 +93,7 @@ def _argument(name: str, value: object) -> object:
     )
 
 
+@tensor_method
 def apply_ufunc(
     ufunc: Any, method: str, inputs: Sequence[object], kwargs: Mapping[str, object]
 ) -> ops.Tensor:

@@ -10,7 +10,9 @@ Each op unwraps its :class:`Tensor` arguments, calls the IR builder in
 :mod:`pyfuse.ir.ops` and wraps the result. :func:`user_op` gives every error the op's
 name and the user's line. The composites (softmax, layer_norm, clamp, var...) live in
 :mod:`pyfuse.frontend.composites`, traced from these ops; the Tensor methods beyond the
-operators live in :class:`~pyfuse.frontend.tensor_methods.TensorMethods`.
+operators live in :class:`~pyfuse.frontend.tensor_methods.TensorMethods`, the base class,
+which stands under this module: the ops those methods call (``x.float()`` is ``cast``) are
+registered with :func:`~pyfuse.frontend.tensor_methods.tensor_method`.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ import builtins
 from collections.abc import Sequence
 
 from pyfuse.errors import FusionError
-from pyfuse.frontend.arguments import check_scalars_fit, reduction_dims, scalar_value
+from pyfuse.frontend.arguments import Dims, check_scalars_fit, reduction_dims, scalar_value
 from pyfuse.frontend.location import user_op
-from pyfuse.frontend.tensor_methods import TensorMethods, ValuesAndIndices
+from pyfuse.frontend.tensor_methods import TensorMethods, ValuesAndIndices, tensor_method
 from pyfuse.ir import ops as ir_ops
 from pyfuse.ir.dtypes import DType
 from pyfuse.ir.exprs import BinaryOpType, ReductionOpType, UnaryOpType
@@ -145,12 +147,16 @@ class Tensor(TensorMethods):
         return sum(self, dim, keepdim)
 
     # torch's x.max(dim) is a (values, indices) pair; x.max() and x.max(other) are tensors.
-    def max(self, dim: Dims | Tensor = None, keepdim: bool = False) -> Tensor | ValuesAndIndices:
+    def max(
+        self, dim: Dims | Tensor = None, keepdim: bool = False
+    ) -> Tensor | ValuesAndIndices[Tensor]:
         if dim is None or isinstance(dim, Tensor):
             return max(self, dim, keepdim)
         return ValuesAndIndices(max(self, dim, keepdim), "max")
 
-    def min(self, dim: Dims | Tensor = None, keepdim: bool = False) -> Tensor | ValuesAndIndices:
+    def min(
+        self, dim: Dims | Tensor = None, keepdim: bool = False
+    ) -> Tensor | ValuesAndIndices[Tensor]:
         if dim is None or isinstance(dim, Tensor):
             return min(self, dim, keepdim)
         return ValuesAndIndices(min(self, dim, keepdim), "min")
@@ -200,7 +206,6 @@ def _shape_args(values: tuple[int | Sequence[int], ...]) -> tuple[int, ...]:
 
 
 TensorLike = Tensor | Number
-Dims = int | Sequence[int] | None
 
 
 def _tensor(value: object, what: str = "input") -> TensorView:
@@ -272,18 +277,21 @@ def div(lhs: TensorLike, rhs: TensorLike) -> Tensor:
     return _binary(BinaryOpType.DIV, lhs, rhs)
 
 
+@tensor_method
 @user_op("pow")
 def pow(base: TensorLike, exponent: TensorLike) -> Tensor:  # noqa: A001 - torch's name
     """``base ** exponent`` elementwise (torch.pow): ``pf.pow(x, 2.0)``."""
     return _binary(BinaryOpType.POW, base, exponent)
 
 
+@tensor_method
 @user_op("maximum")
 def maximum(lhs: TensorLike, rhs: TensorLike) -> Tensor:
     """Elementwise maximum, NaN if either is NaN (torch.maximum): ``pf.maximum(x, 0.0)``."""
     return _binary(BinaryOpType.MAXIMUM, lhs, rhs)
 
 
+@tensor_method
 @user_op("minimum")
 def minimum(lhs: TensorLike, rhs: TensorLike) -> Tensor:
     """Elementwise minimum, NaN if either is NaN (torch.minimum): ``pf.minimum(x, y)``."""
@@ -326,30 +334,35 @@ def ge(lhs: TensorLike, rhs: TensorLike) -> Tensor:
     return _binary(BinaryOpType.GE, lhs, rhs)
 
 
+@tensor_method
 @user_op("logical_and")
 def logical_and(lhs: TensorLike, rhs: TensorLike) -> Tensor:
     """Both nonzero, as a bool tensor (torch.logical_and): ``pf.logical_and(x > 0, y > 0)``."""
     return _binary(BinaryOpType.LOGICAL_AND, lhs, rhs)
 
 
+@tensor_method
 @user_op("logical_or")
 def logical_or(lhs: TensorLike, rhs: TensorLike) -> Tensor:
     """Either nonzero, as a bool tensor (torch.logical_or): ``pf.logical_or(x > 0, m)``."""
     return _binary(BinaryOpType.LOGICAL_OR, lhs, rhs)
 
 
+@tensor_method
 @user_op("logical_not")
 def logical_not(x: Tensor) -> Tensor:
     """``x == 0`` as a bool tensor (torch.logical_not): ``pf.logical_not(mask)``."""
     return _unary(UnaryOpType.LOGICAL_NOT, x)
 
 
+@tensor_method
 @user_op("neg")
 def neg(x: Tensor) -> Tensor:
     """``-x`` (torch.neg; not for bool tensors): ``pf.neg(x)``."""
     return _unary(UnaryOpType.NEG, x)
 
 
+@tensor_method
 @user_op("abs")
 def abs(x: Tensor) -> Tensor:  # noqa: A001 - torch's name
     """``|x|`` elementwise (torch.abs): ``pf.abs(x)``."""
@@ -368,18 +381,21 @@ def log(x: Tensor) -> Tensor:
     return _unary(UnaryOpType.LOG, x)
 
 
+@tensor_method
 @user_op("tanh")
 def tanh(x: Tensor) -> Tensor:
     """Hyperbolic tangent (torch.tanh): ``pf.tanh(x)``."""
     return _unary(UnaryOpType.TANH, x)
 
 
+@tensor_method
 @user_op("sigmoid")
 def sigmoid(x: Tensor) -> Tensor:
     """``1 / (1 + exp(-x))`` (torch.sigmoid): ``pf.sigmoid(x)``."""
     return _unary(UnaryOpType.SIGMOID, x)
 
 
+@tensor_method
 @user_op("relu")
 def relu(x: Tensor) -> Tensor:
     """``max(x, 0)``, NaN stays NaN (torch.relu): ``pf.relu(x)``."""
@@ -408,24 +424,28 @@ def sqrt(x: Tensor) -> Tensor:
     return _unary(UnaryOpType.SQRT, x)
 
 
+@tensor_method
 @user_op("rsqrt")
 def rsqrt(x: Tensor) -> Tensor:
     """``1 / sqrt(x)`` (torch.rsqrt): ``pf.rsqrt(var + 1e-5)``."""
     return _unary(UnaryOpType.RSQRT, x)
 
 
+@tensor_method
 @user_op("reciprocal")
 def reciprocal(x: Tensor) -> Tensor:
     """``1 / x`` (torch.reciprocal; integers give float32): ``pf.reciprocal(x)``."""
     return _unary(UnaryOpType.RECIPROCAL, x)
 
 
+@tensor_method
 @user_op("sin")
 def sin(x: Tensor) -> Tensor:
     """Sine (torch.sin): ``pf.sin(x)``."""
     return _unary(UnaryOpType.SIN, x)
 
 
+@tensor_method
 @user_op("cos")
 def cos(x: Tensor) -> Tensor:
     """Cosine (torch.cos): ``pf.cos(x)``."""
@@ -442,6 +462,7 @@ def where(condition: TensorLike, if_true: TensorLike, if_false: TensorLike) -> T
     return Tensor(ir_ops.where(_operand(condition), *values))
 
 
+@tensor_method
 @user_op("cast")
 def cast(x: Tensor, dtype: DType) -> Tensor:
     """``x`` converted to ``dtype`` (torch's ``x.to(dtype)``; float to int truncates):
@@ -498,12 +519,14 @@ def broadcast_to(x: Tensor, shape: Sequence[int]) -> Tensor:
     return Tensor(ir_ops.broadcast_to(_tensor(x), tuple(shape)))
 
 
+@tensor_method
 @user_op("unsqueeze")
 def unsqueeze(x: Tensor, dim: int) -> Tensor:
     """A new size-1 axis at ``dim`` (torch.unsqueeze): ``pf.unsqueeze(v, 0)``."""
     return Tensor(ir_ops.unsqueeze(_tensor(x), dim))
 
 
+@tensor_method
 @user_op("squeeze")
 def squeeze(x: Tensor, dim: Dims = None) -> Tensor:
     """Drop size-1 axes (those of ``dim`` only, when given; other sizes stay, like torch):

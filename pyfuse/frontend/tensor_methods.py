@@ -1,58 +1,59 @@
 """The Tensor methods and protocols beyond arithmetic: torch's conversions (``x.float()``),
-bitwise operators on bools, the composites as methods (``x.clamp(0, 1)``), NumPy's ufuncs
-(``np.maximum(x, 0)``), and clear errors for what a traced tensor cannot do (``float(x)``,
-``x[0]``, ``x // y``), each naming the user's line.
+bitwise operators on bools, the ops and composites as methods (``x.clamp(0, 1)``), NumPy's
+ufuncs (``np.maximum(x, 0)``), and clear errors for what a traced tensor cannot do
+(``float(x)``, ``x[0]``, ``x // y``), each naming the user's line.
 
-:class:`TensorMethods` is the base of :class:`~pyfuse.frontend.ops.Tensor`. Its methods call
-the modules of the ops and composites, imported at the end of this one: both build on the
-Tensor class, which builds on this one.
+:class:`TensorMethods` is the base of :class:`~pyfuse.frontend.ops.Tensor`, so this module
+stands under the ops, the composites and the NumPy ufuncs and imports none of them. Its
+methods are declared here with their full signatures; each body calls the function of that
+name which those modules register with :func:`tensor_method` as they are imported
+(``pyfuse/__init__.py`` imports them all, so the table is full before any trace). A name
+nobody registered is an :class:`InternalError`.
 """
 
 from __future__ import annotations
 
 import builtins
-import os
-import sys
 import typing
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, NoReturn
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
 
-from pyfuse.errors import FusionError
+from pyfuse.errors import InternalError
+from pyfuse.frontend.arguments import Dims, Number
+from pyfuse.frontend.location import refuse
 from pyfuse.ir import dtypes
 from pyfuse.ir.dtypes import DType
-from pyfuse.runtime.location import PACKAGE_DIR, user_location
 
-if TYPE_CHECKING:
-    from pyfuse.frontend.ops import Dims, Tensor, TensorLike
+S = TypeVar("S", bound="TensorMethods")  # the Tensor, the one subclass
+F = TypeVar("F", bound=Callable[..., "TensorMethods"])
 
-
-def _outside_libraries() -> str | None:
-    """The user's ``file:line``: the innermost frame outside pyfuse and NumPy (a NumPy
-    function that converts its argument, ``np.where(x, ...)``, is not the user's line)."""
-    numpy = sys.modules.get("numpy")
-    skipped = [PACKAGE_DIR + os.sep]
-    if numpy is not None and numpy.__file__:
-        skipped.append(os.path.dirname(os.path.abspath(numpy.__file__)) + os.sep)
-    frame = sys._getframe(1)
-    while frame is not None:
-        filename = os.path.abspath(frame.f_code.co_filename)
-        if not any(filename.startswith(folder) for folder in skipped):
-            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
-        frame = frame.f_back  # type: ignore[assignment]
-    return user_location()
+# The functions the methods call, by name: filled by @tensor_method in ops, composites and
+# numpy_ufuncs (each above this module) as they are imported.
+_IMPLEMENTATIONS: dict[str, Callable[..., TensorMethods]] = {}
 
 
-def refuse(op: str, message: str) -> NoReturn:
-    """Raise a FusionError for ``op`` at the user's line."""
-    raise FusionError(message, op=op, where=_outside_libraries())
+def tensor_method(fn: F) -> F:
+    """Register ``fn`` under its ``__name__`` as what the Tensor methods of that name call.
+    Put it above ``@user_op`` so that the methods call the op with its error handling."""
+    if fn.__name__ in _IMPLEMENTATIONS:
+        raise InternalError(f"two implementations of the Tensor method {fn.__name__!r}")
+    _IMPLEMENTATIONS[fn.__name__] = fn
+    return fn
+
+
+def _implementation(tensor: S, name: str) -> Callable[..., S]:
+    """The function registered as ``name`` (see the module doc), typed as returning a tensor
+    of ``tensor``'s class (the Tensor: every registered function returns one)."""
+    try:
+        return typing.cast("Callable[..., S]", _IMPLEMENTATIONS[name])
+    except KeyError:
+        raise InternalError(
+            f"no implementation of the Tensor method {name!r} is registered: the module that "
+            "defines it (pyfuse.frontend.ops, composites or numpy_ufuncs) was not imported"
+        ) from None
 
 
 _NO_VALUE = "a traced tensor has no value while tracing; compute with pf ops (pf.where for choices)"
-
-
-def _traced(value: TensorMethods) -> Tensor:
-    """``value`` as the Tensor it is (TensorMethods is only ever Tensor's base)."""
-    return typing.cast("Tensor", value)
 
 
 class TensorMethods:
@@ -92,198 +93,196 @@ class TensorMethods:
             refuse("len", "len() of a 0-d tensor")
         return self.shape[0]
 
-    def __iter__(self) -> Iterator[Tensor]:
+    def __iter__(self: S) -> Iterator[S]:
         refuse("iter", "iterating over a traced tensor needs indexing, which is not supported yet")
 
-    def __getitem__(self, index: object) -> Tensor:
-        return _index(_traced(self), index)
+    def __getitem__(self: S, index: object) -> S:
+        return _index(self, index)
 
     # -- NumPy ufuncs: np.exp(x), np.maximum(x, 0) -----------------------------------------------
-    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: object, **kwargs: object) -> Tensor:
-        from pyfuse.frontend.numpy_ufuncs import apply_ufunc
-
-        return apply_ufunc(ufunc, method, inputs, kwargs)
+    def __array_ufunc__(self: S, ufunc: Any, method: str, *inputs: object, **kwargs: object) -> S:
+        return _implementation(self, "apply_ufunc")(ufunc, method, inputs, kwargs)
 
     # -- bitwise operators: logic on bool tensors ----------------------------------------------
-    def __and__(self, other: TensorLike) -> Tensor:
-        return composites.bitwise("and", _traced(self), other)
+    def __and__(self: S, other: S | Number) -> S:
+        return _implementation(self, "bitwise")("and", self, other)
 
-    def __rand__(self, other: TensorLike) -> Tensor:
-        return composites.bitwise("and", other, _traced(self))
+    def __rand__(self: S, other: S | Number) -> S:
+        return _implementation(self, "bitwise")("and", other, self)
 
-    def __or__(self, other: TensorLike) -> Tensor:
-        return composites.bitwise("or", _traced(self), other)
+    def __or__(self: S, other: S | Number) -> S:
+        return _implementation(self, "bitwise")("or", self, other)
 
-    def __ror__(self, other: TensorLike) -> Tensor:
-        return composites.bitwise("or", other, _traced(self))
+    def __ror__(self: S, other: S | Number) -> S:
+        return _implementation(self, "bitwise")("or", other, self)
 
-    def __xor__(self, other: TensorLike) -> Tensor:
-        return composites.bitwise("xor", _traced(self), other)
+    def __xor__(self: S, other: S | Number) -> S:
+        return _implementation(self, "bitwise")("xor", self, other)
 
-    def __rxor__(self, other: TensorLike) -> Tensor:
-        return composites.bitwise("xor", other, _traced(self))
+    def __rxor__(self: S, other: S | Number) -> S:
+        return _implementation(self, "bitwise")("xor", other, self)
 
-    def __invert__(self) -> Tensor:
-        return composites.bitwise_not(_traced(self))
+    def __invert__(self: S) -> S:
+        return _implementation(self, "bitwise_not")(self)
 
     # torch's floor division and remainder need floor(a / b) rounded exactly (fmod), which
     # no op composes exactly: refuse rather than be off by one at the boundaries.
-    def __floordiv__(self, other: TensorLike) -> Tensor:
+    def __floordiv__(self: S, other: S | Number) -> S:
         refuse("floor_divide", _NO_FLOOR.format("//"))
 
-    def __rfloordiv__(self, other: TensorLike) -> Tensor:
+    def __rfloordiv__(self: S, other: S | Number) -> S:
         refuse("floor_divide", _NO_FLOOR.format("//"))
 
-    def __mod__(self, other: TensorLike) -> Tensor:
+    def __mod__(self: S, other: S | Number) -> S:
         refuse("remainder", _NO_FLOOR.format("%"))
 
-    def __rmod__(self, other: TensorLike) -> Tensor:
+    def __rmod__(self: S, other: S | Number) -> S:
         refuse("remainder", _NO_FLOOR.format("%"))
 
     # -- dtype conversions -----------------------------------------------------------------------
-    def float(self) -> Tensor:
-        return ops.cast(_traced(self), dtypes.float32)
+    def float(self: S) -> S:
+        return _implementation(self, "cast")(self, dtypes.float32)
 
-    def half(self) -> Tensor:
-        return ops.cast(_traced(self), dtypes.float16)
+    def half(self: S) -> S:
+        return _implementation(self, "cast")(self, dtypes.float16)
 
-    def bfloat16(self) -> Tensor:
-        return ops.cast(_traced(self), dtypes.bfloat16)
+    def bfloat16(self: S) -> S:
+        return _implementation(self, "cast")(self, dtypes.bfloat16)
 
-    def int(self) -> Tensor:
-        return ops.cast(_traced(self), dtypes.int32)
+    def int(self: S) -> S:
+        return _implementation(self, "cast")(self, dtypes.int32)
 
-    def long(self) -> Tensor:
-        return ops.cast(_traced(self), dtypes.int64)
+    def long(self: S) -> S:
+        return _implementation(self, "cast")(self, dtypes.int64)
 
-    def bool(self) -> Tensor:
-        return ops.cast(_traced(self), dtypes.bool_)
+    def bool(self: S) -> S:
+        return _implementation(self, "cast")(self, dtypes.bool_)
 
-    def double(self) -> Tensor:
+    def double(self: S) -> S:
         refuse("double", "float64 tensors are not supported; use .float()")
 
-    def type_as(self, other: Tensor) -> Tensor:
-        return ops.cast(_traced(self), other.dtype)
+    def type_as(self: S, other: S) -> S:
+        return _implementation(self, "cast")(self, other.dtype)
 
     # -- the ops as methods ----------------------------------------------------------------------
-    def abs(self) -> Tensor:
-        return ops.abs(_traced(self))
+    def abs(self: S) -> S:
+        return _implementation(self, "abs")(self)
 
-    def neg(self) -> Tensor:
-        return ops.neg(_traced(self))
+    def neg(self: S) -> S:
+        return _implementation(self, "neg")(self)
 
-    def relu(self) -> Tensor:
-        return ops.relu(_traced(self))
+    def relu(self: S) -> S:
+        return _implementation(self, "relu")(self)
 
-    def sigmoid(self) -> Tensor:
-        return ops.sigmoid(_traced(self))
+    def sigmoid(self: S) -> S:
+        return _implementation(self, "sigmoid")(self)
 
-    def tanh(self) -> Tensor:
-        return ops.tanh(_traced(self))
+    def tanh(self: S) -> S:
+        return _implementation(self, "tanh")(self)
 
-    def sin(self) -> Tensor:
-        return ops.sin(_traced(self))
+    def sin(self: S) -> S:
+        return _implementation(self, "sin")(self)
 
-    def cos(self) -> Tensor:
-        return ops.cos(_traced(self))
+    def cos(self: S) -> S:
+        return _implementation(self, "cos")(self)
 
-    def rsqrt(self) -> Tensor:
-        return ops.rsqrt(_traced(self))
+    def rsqrt(self: S) -> S:
+        return _implementation(self, "rsqrt")(self)
 
-    def reciprocal(self) -> Tensor:
-        return ops.reciprocal(_traced(self))
+    def reciprocal(self: S) -> S:
+        return _implementation(self, "reciprocal")(self)
 
-    def pow(self, exponent: TensorLike) -> Tensor:
-        return ops.pow(_traced(self), exponent)
+    def pow(self: S, exponent: S | Number) -> S:
+        return _implementation(self, "pow")(self, exponent)
 
-    def maximum(self, other: TensorLike) -> Tensor:
-        return ops.maximum(_traced(self), other)
+    def maximum(self: S, other: S | Number) -> S:
+        return _implementation(self, "maximum")(self, other)
 
-    def minimum(self, other: TensorLike) -> Tensor:
-        return ops.minimum(_traced(self), other)
+    def minimum(self: S, other: S | Number) -> S:
+        return _implementation(self, "minimum")(self, other)
 
-    def logical_not(self) -> Tensor:
-        return ops.logical_not(_traced(self))
+    def logical_not(self: S) -> S:
+        return _implementation(self, "logical_not")(self)
 
-    def logical_and(self, other: TensorLike) -> Tensor:
-        return ops.logical_and(_traced(self), other)
+    def logical_and(self: S, other: S | Number) -> S:
+        return _implementation(self, "logical_and")(self, other)
 
-    def logical_or(self, other: TensorLike) -> Tensor:
-        return ops.logical_or(_traced(self), other)
+    def logical_or(self: S, other: S | Number) -> S:
+        return _implementation(self, "logical_or")(self, other)
 
-    def logical_xor(self, other: TensorLike) -> Tensor:
-        return composites.logical_xor(_traced(self), other)
+    def logical_xor(self: S, other: S | Number) -> S:
+        return _implementation(self, "logical_xor")(self, other)
 
     def clamp(
-        self,
-        min: TensorLike | None = None,  # noqa: A002 - torch's names
-        max: TensorLike | None = None,  # noqa: A002
-    ) -> Tensor:
-        return composites.clamp(_traced(self), min, max)
+        self: S,
+        min: S | Number | None = None,  # noqa: A002 - torch's names
+        max: S | Number | None = None,  # noqa: A002
+    ) -> S:
+        return _implementation(self, "clamp")(self, min, max)
 
     clip = clamp
 
-    def sign(self) -> Tensor:
-        return composites.sign(_traced(self))
+    def sign(self: S) -> S:
+        return _implementation(self, "sign")(self)
 
-    def isnan(self) -> Tensor:
-        return composites.isnan(_traced(self))
+    def isnan(self: S) -> S:
+        return _implementation(self, "isnan")(self)
 
-    def isinf(self) -> Tensor:
-        return composites.isinf(_traced(self))
+    def isinf(self: S) -> S:
+        return _implementation(self, "isinf")(self)
 
-    def isfinite(self) -> Tensor:
-        return composites.isfinite(_traced(self))
+    def isfinite(self: S) -> S:
+        return _implementation(self, "isfinite")(self)
 
     def nan_to_num(
-        self,
+        self: S,
         nan: builtins.float = 0.0,
         posinf: builtins.float | None = None,
         neginf: builtins.float | None = None,
-    ) -> Tensor:
-        return composites.nan_to_num(_traced(self), nan, posinf, neginf)
+    ) -> S:
+        return _implementation(self, "nan_to_num")(self, nan, posinf, neginf)
 
-    def exp2(self) -> Tensor:
-        return composites.exp2(_traced(self))
+    def exp2(self: S) -> S:
+        return _implementation(self, "exp2")(self)
 
-    def expm1(self) -> Tensor:
-        return composites.expm1(_traced(self))
+    def expm1(self: S) -> S:
+        return _implementation(self, "expm1")(self)
 
-    def log2(self) -> Tensor:
-        return composites.log2(_traced(self))
+    def log2(self: S) -> S:
+        return _implementation(self, "log2")(self)
 
-    def log10(self) -> Tensor:
-        return composites.log10(_traced(self))
+    def log10(self: S) -> S:
+        return _implementation(self, "log10")(self)
 
-    def log1p(self) -> Tensor:
-        return composites.log1p(_traced(self))
+    def log1p(self: S) -> S:
+        return _implementation(self, "log1p")(self)
 
-    def var(self, dim: Dims = None, *args: Any, **kwargs: Any) -> Tensor:
-        return composites.var(_traced(self), dim, *args, **kwargs)
+    def var(self: S, dim: Dims = None, *args: Any, **kwargs: Any) -> S:
+        return _implementation(self, "var")(self, dim, *args, **kwargs)
 
-    def std(self, dim: Dims = None, *args: Any, **kwargs: Any) -> Tensor:
-        return composites.std(_traced(self), dim, *args, **kwargs)
+    def std(self: S, dim: Dims = None, *args: Any, **kwargs: Any) -> S:
+        return _implementation(self, "std")(self, dim, *args, **kwargs)
 
-    def logsumexp(self, dim: Dims, keepdim: builtins.bool = False) -> Tensor:
-        return composites.logsumexp(_traced(self), dim, keepdim)
+    def logsumexp(self: S, dim: Dims, keepdim: builtins.bool = False) -> S:
+        return _implementation(self, "logsumexp")(self, dim, keepdim)
 
-    def softmax(self, dim: builtins.int) -> Tensor:
-        return composites.softmax(_traced(self), dim)
+    def softmax(self: S, dim: builtins.int) -> S:
+        return _implementation(self, "softmax")(self, dim)
 
-    def log_softmax(self, dim: builtins.int) -> Tensor:
-        return composites.log_softmax(_traced(self), dim)
+    def log_softmax(self: S, dim: builtins.int) -> S:
+        return _implementation(self, "log_softmax")(self, dim)
 
-    def amax(self, dim: Dims = None, keepdim: builtins.bool = False) -> Tensor:
-        return composites.amax(_traced(self), dim, keepdim)
+    def amax(self: S, dim: Dims = None, keepdim: builtins.bool = False) -> S:
+        return _implementation(self, "amax")(self, dim, keepdim)
 
-    def amin(self, dim: Dims = None, keepdim: builtins.bool = False) -> Tensor:
-        return composites.amin(_traced(self), dim, keepdim)
+    def amin(self: S, dim: Dims = None, keepdim: builtins.bool = False) -> S:
+        return _implementation(self, "amin")(self, dim, keepdim)
 
-    def any(self, dim: Dims = None, keepdim: builtins.bool = False) -> Tensor:
-        return composites.any(_traced(self), dim, keepdim)
+    def any(self: S, dim: Dims = None, keepdim: builtins.bool = False) -> S:
+        return _implementation(self, "any")(self, dim, keepdim)
 
-    def all(self, dim: Dims = None, keepdim: builtins.bool = False) -> Tensor:
-        return composites.all(_traced(self), dim, keepdim)
+    def all(self: S, dim: Dims = None, keepdim: builtins.bool = False) -> S:
+        return _implementation(self, "all")(self, dim, keepdim)
 
 
 _NO_FLOOR = (
@@ -292,7 +291,7 @@ _NO_FLOOR = (
 )
 
 
-def _index(x: Tensor, index: object) -> Tensor:
+def _index(x: S, index: object) -> S:
     """``x[...]`` for what needs no data movement: full slices ``:``, ``None`` (a new axis),
     ``...`` and 0 or -1 on a size-1 axis; anything else is refused at the user's line."""
     items = list(index) if isinstance(index, tuple) else [index]
@@ -308,7 +307,7 @@ def _index(x: Tensor, index: object) -> Tensor:
     result, axis, dropped = x, 0, []
     for item in items:
         if item is None:
-            result = ops.unsqueeze(result, axis)
+            result = _implementation(x, "unsqueeze")(result, axis)
             axis += 1
         elif isinstance(item, slice) and _is_full(item, result.shape[axis]):
             axis += 1
@@ -321,7 +320,7 @@ def _index(x: Tensor, index: object) -> Tensor:
                 f"indexing a traced tensor with {item!r} is not supported yet: only ':', None, "
                 "'...' and 0 on a size-1 axis, which need no data movement",
             )
-    return ops.squeeze(result, dropped) if dropped else result
+    return _implementation(x, "squeeze")(result, dropped) if dropped else result
 
 
 def _is_int(item: object) -> bool:
@@ -333,14 +332,14 @@ def _is_full(item: slice, extent: int) -> bool:
     return step == 1 and start == 0 and stop == extent
 
 
-class ValuesAndIndices:
+class ValuesAndIndices(Generic[S]):
     """torch's ``(values, indices)`` of ``x.max(dim)`` and ``x.min(dim)``: ``values`` is the
     reduction; the indices need an argmax, which pyfuse does not have yet, so reading them
     (``.indices``, ``[1]``, unpacking both) raises a FusionError at the user's line."""
 
     __slots__ = ("op", "values")
 
-    def __init__(self, values: Tensor, op: str) -> None:
+    def __init__(self, values: S, op: str) -> None:
         self.values = values
         self.op = op
 
@@ -352,12 +351,12 @@ class ValuesAndIndices:
             f"use x.{self.op}(dim).values or pf.a{self.op}(x, dim)",
         )
 
-    def __getitem__(self, index: int) -> Tensor:
+    def __getitem__(self, index: int) -> S:
         if index in (0, -2):
             return self.values
         return self.indices
 
-    def __iter__(self) -> Iterator[Tensor]:
+    def __iter__(self) -> Iterator[S]:
         yield self.values
         yield self.indices
 
@@ -366,8 +365,3 @@ class ValuesAndIndices:
 
     def __repr__(self) -> str:
         return f"{self.op}(values={self.values!r}, indices=<not supported>)"
-
-
-# Last: the ops and composites modules build on Tensor, which builds on TensorMethods above;
-# imported here (pyfuse's __init__ loads them first), they find it defined.
-from pyfuse.frontend import composites, ops  # noqa: E402

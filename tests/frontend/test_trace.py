@@ -210,3 +210,20 @@ def test_fuse_options_are_checked() -> None:
         pf.MatmulParams(tile_m=0)
     decorated = pf.fuse(name="mlp", matmul=pf.MatmulParams(grid_swizzle=4))(lambda x: x)
     assert decorated.name == "mlp" and decorated.matmul.grid_swizzle == 4
+
+
+def test_every_tensor_method_finds_its_registered_implementation() -> None:
+    """The Tensor methods call functions that ops, composites and numpy_ufuncs register by
+    name (tensor_methods stands under them): each name the methods look up is registered
+    once ``import pyfuse`` has run, and an unregistered one is an InternalError."""
+    import inspect
+
+    from pyfuse.frontend import tensor_methods
+
+    source = inspect.getsource(tensor_methods)
+    looked_up = set(re.findall(r'_implementation\(\w+, "(\w+)"\)', source))
+    assert len(looked_up) > 40
+    assert looked_up <= set(tensor_methods._IMPLEMENTATIONS)
+    x = pf.Tensor(pf.fuse(lambda x: x).trace(pf.spec((2,), pf.float32)).inputs[0])
+    with pytest.raises(pf.InternalError, match="no implementation of the Tensor method 'nope'"):
+        tensor_methods._implementation(x, "nope")
