@@ -102,6 +102,12 @@ def _sum_onto_another_input(v: pf.Tensor, y: pf.Tensor) -> tuple[pf.Tensor, ...]
     return outer.T, y + pf.sum(outer.T, (-2, 1), keepdim=True), outer
 
 
+def _min_beside_difference(a: pf.Tensor, b: pf.Tensor, c: pf.Tensor) -> tuple[pf.Tensor, ...]:
+    d = a - b
+    difference = c - d
+    return difference, pf.where(d <= pf.min(d, (2, 3, 0, 1)), difference, difference)
+
+
 # name -> (function, input specs)
 CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
     # one input read along two paths
@@ -233,6 +239,15 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
             pf.reshape(pf.matmul(a, b.T), (4, 25, 128))
         ),
         [S((100, 1), bf16), S((128, 1), bf16)],
+    ),
+    # rows holding two tensors that spilled at 512 threads (the CPU fuzzer, seed 223)
+    "layer_norm_of_a_max_of_two_inputs": (
+        lambda a, b, w: (pf.layer_norm(b.max(a), w), b.max(a) > 0, w),
+        [S((85, 127), bf16), S((85, 127), f32), S((85, 127), f32)],
+    ),
+    "min_over_everything_beside_a_difference": (
+        _min_beside_difference,
+        [S((11, 1, 64, 32), f16), S((11, 1, 1, 1), f32), S((11, 1, 64, 32), bf16)],
     ),
     # rows a block of 1024 threads held in registers and spilled (the CPU fuzzer, seed 151)
     "layer_norm_of_residual_32768": (

@@ -184,13 +184,27 @@ def decline_reason(fusion: Fusion, target: TargetInfo) -> str | None:
     if broadcast_only is not None:
         return broadcast_only
     params = choose_params(fusion, reference, flags, target)
-    if params.persistent and params.serial * params.vector_width > MAX_PERSISTENT_PER_THREAD:
+    budget = persistent_budget(row_pressure(fusion), params.vector_width)
+    if params.persistent and params.serial * params.vector_width > budget:
         return (
             f"a row of {_extent(reference, flags, True)} elements needs "
             f"{params.serial * params.vector_width} registers per thread per persistent "
-            f"tensor (at most {MAX_PERSISTENT_PER_THREAD})"
+            f"tensor (at most {budget} for a row holding {row_pressure(fusion)} tensors)"
         )
     return None
+
+
+def persistent_budget(pressure: int, vector: int) -> int:
+    """Elements per thread of each persistent tensor of a row holding ``pressure`` tensors
+    (:func:`row_pressure`) read in vectors of ``vector``: MAX_PERSISTENT_PER_THREAD for one
+    tensor; for more, 32 elements when vectorized and 40 words shared among the tensors when
+    not (measured with ptxas -v on the CPU fuzzer's finds, seed 223: an unvectorized
+    layer_norm of a max of two inputs took about 5 registers per element and spilled past
+    128 at 22, a min over 22528 elements beside a subtraction spilled at 44 in vectors of 4;
+    a 16384-wide layer_norm of a residual holds 32 in vectors of 8 without spills)."""
+    if pressure <= 1:
+        return MAX_PERSISTENT_PER_THREAD
+    return 32 if vector > 1 else 40 // pressure
 
 
 def _output_axis_on_a_broadcast(
@@ -259,7 +273,13 @@ def choose_params(
             or -(-vectors // MAX_PERSISTENT_THREADS) * vector <= MAX_PERSISTENT_PER_THREAD
         ):
             most = MAX_PERSISTENT_THREADS
-        threads = max(MIN_THREADS, min(most, threads, target.max_threads_per_block))
+        most = min(most, target.max_threads_per_block)
+        threads = max(MIN_THREADS, min(most, threads))
+        if persistent:
+            # More threads where the row's tensors would not fit the budget per thread.
+            budget = persistent_budget(row_pressure(fusion), vector)
+            while threads < most and -(-vectors // threads) * vector > budget:
+                threads *= 2
         serial = -(-vectors // threads)
         return ReductionParams("inner", threads, vector, serial, persistent)
     rows = _extent(reference, flags, False)
