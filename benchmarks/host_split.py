@@ -16,29 +16,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
+from common import host_seconds_per_call
 
 import pyfuse as pf
 from pyfuse.runtime import calls
 from pyfuse.runtime.arrays import call_key
 
 
-def per_call_us(fn: Callable[[], Any], count: int, trials: int = 9) -> float:
-    fn()
-    means = []
-    for _ in range(trials):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(count):
-            fn()
-        means.append((time.perf_counter() - start) / count * 1e6)
-    torch.cuda.synchronize()
-    return statistics.median(means)
+def per_call_us(fn: Callable[[], Any], count: int) -> float:
+    return host_seconds_per_call(fn, count) * 1e6
 
 
 def main() -> None:

@@ -16,16 +16,14 @@ import argparse
 import datetime
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from common import commit
+from common import commit, host_seconds_per_call
 
 import pyfuse as pf
 
@@ -158,20 +156,8 @@ def case_host_overhead() -> Result:
     fused(x, y)
     torch.cuda.synchronize()
 
-    def per_call(fn: Callable[[], Any], trials: int = 9, count: int = 2000) -> float:
-        """Median over trials of the mean wall time per call (ms). Each trial starts with an
-        idle GPU, and is short enough that the launch queue never fills (a full queue would
-        time the GPU, not the host); the median drops trials a busy host slowed."""
-        fn()
-        means = []
-        for _ in range(trials):
-            torch.cuda.synchronize()
-            start = time.perf_counter()
-            for _ in range(count):
-                fn()
-            means.append((time.perf_counter() - start) / count * 1e3)
-        torch.cuda.synchronize()
-        return statistics.median(means)
+    def per_call(fn: Callable[[], Any]) -> float:
+        return host_seconds_per_call(fn) * 1e3
 
     return Result(
         "host overhead, warm call, 16 elements (wall ms per call)",

@@ -133,6 +133,7 @@ class _Lowering(IndexDerivation):
         self.var_count = 0
         self.smem_bytes = 0
         self.ref_positions: dict[int, list[int | None]] = {}
+        self.varies_along: dict[tuple[int, int], bool] = {}
 
     # -- setup --------------------------------------------------------------------------------
     def _launch_dims(self) -> dict[ParallelType, int]:

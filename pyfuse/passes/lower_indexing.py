@@ -30,6 +30,7 @@ class IndexDerivation:
     launch: dict[ParallelType, int]
     specials: dict[ParallelType, k.Var]
     ref_positions: dict[int, list[int | None]]
+    varies_along: dict[tuple[int, int], bool]
 
     def _allocated_axes(self, tv: TensorView) -> list[IterDomain]:
         """Loop axes right of the inline position that give a tensor's buffer its size."""
@@ -223,6 +224,10 @@ class IndexDerivation:
         reference's ragged split would leave all but the first thread without the value,
         and a value computed from it and written by every thread (``T[bx] = tanh(x[bx, 0])``)
         would differ between threads."""
+        key = (id(tv), id(ref_axis))
+        cached = self.varies_along.get(key)
+        if cached is not None:
+            return cached
         sources: list[IterDomain] = []
         frontier = [ref_axis]
         while frontier:
@@ -231,13 +236,15 @@ class IndexDerivation:
                 sources.append(axis)
             else:
                 frontier.extend(axis.definition.inputs)
-        return any(
+        varies = any(
             not (axis.is_broadcast and axis.expanded_extent is None)
             and any(
                 self.id_model.mapped(axis, source, IdMappingMode.BROADCAST) for source in sources
             )
             for axis in tv.logical
         )
+        self.varies_along[key] = varies
+        return varies
 
 
 def _mentions(expr: k.KExpr, var: k.Var) -> bool:

@@ -117,13 +117,14 @@ def broadcast_back(fusion: Fusion, reduction: ReductionOp) -> bool:
     return False
 
 
-def _is_persistent(fusion: Fusion) -> bool:
+def _is_persistent(fusion: Fusion, held: list[tuple[int, int]]) -> bool:
     """Some reduction's result is broadcast back to a row that also holds a tensor from
     before the reduction (softmax's ``x - max``); a result broadcast only onto other inputs
-    (``sum(x) + y``) holds nothing, and its row streams through the serial loop."""
+    (``sum(x) + y``) holds nothing, and its row streams through the serial loop. ``held``
+    is :func:`_held` of the fusion."""
     return any(
         kept and broadcast_back(fusion, reduction)
-        for reduction, (kept, _) in zip(_reductions(fusion), _held(fusion), strict=True)
+        for reduction, (kept, _) in zip(_reductions(fusion), held, strict=True)
     )
 
 
@@ -156,7 +157,11 @@ def row_pressure(fusion: Fusion) -> int:
     """The most tensors a row holds around one reduction: kept across it (softmax keeps one
     across each of its reductions) or read from memory to compute its input (a layer_norm of
     a residual reads two rows)."""
-    return max((max(kept, read) for kept, read in _held(fusion)), default=0)
+    return _pressure(_held(fusion))
+
+
+def _pressure(held: list[tuple[int, int]]) -> int:
+    return max((max(kept, read) for kept, read in held), default=0)
 
 
 def decline_reason(fusion: Fusion, target: TargetInfo) -> str | None:
@@ -184,12 +189,13 @@ def decline_reason(fusion: Fusion, target: TargetInfo) -> str | None:
     if broadcast_only is not None:
         return broadcast_only
     params = choose_params(fusion, reference, flags, target)
-    budget = persistent_budget(row_pressure(fusion), params.vector_width)
+    pressure = row_pressure(fusion)
+    budget = persistent_budget(pressure, params.vector_width)
     if params.persistent and params.serial * params.vector_width > budget:
         return (
             f"a row of {_extent(reference, flags, True)} elements needs "
             f"{params.serial * params.vector_width} registers per thread per persistent "
-            f"tensor (at most {budget} for a row holding {row_pressure(fusion)} tensors)"
+            f"tensor (at most {budget} for a row holding {pressure} tensors)"
         )
     return None
 
@@ -256,7 +262,9 @@ def choose_params(
     target: TargetInfo,
     vectorize: bool = True,
 ) -> ReductionParams:
-    persistent = _is_persistent(fusion)
+    held = _held(fusion)
+    persistent = _is_persistent(fusion, held)
+    pressure = _pressure(held)
     cols = _extent(reference, flags, True)
     if _is_inner(reference, flags):
         innermost = reference.no_reductions[-1]
@@ -269,7 +277,7 @@ def choose_params(
         threads = _power_of_two_at_least(max(1, vectors // 4))
         most = MAX_THREADS
         if persistent and (
-            row_pressure(fusion) > 1
+            pressure > 1
             or -(-vectors // MAX_PERSISTENT_THREADS) * vector <= MAX_PERSISTENT_PER_THREAD
         ):
             most = MAX_PERSISTENT_THREADS
@@ -277,7 +285,7 @@ def choose_params(
         threads = max(MIN_THREADS, min(most, threads))
         if persistent:
             # More threads where the row's tensors would not fit the budget per thread.
-            budget = persistent_budget(row_pressure(fusion), vector)
+            budget = persistent_budget(pressure, vector)
             while threads < most and -(-vectors // threads) * vector > budget:
                 threads *= 2
         serial = -(-vectors // threads)
