@@ -254,6 +254,12 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
         _residual_layer_norm,
         [S((2, 32768), bf16)] * 2 + [S((32768,), bf16)],
     ),
+    # a 1024-thread row streaming three 13-element register arrays spilled at -O3 with
+    # either register budget (the CPU fuzzer, seed 229)
+    "where_of_a_mask_beside_rms_norm": (
+        lambda m, x: (lambda v: (m * v, pf.rms_norm(v, x)))(pf.where(m, m, x)),
+        [S((97, 127), pf.bool), S((97, 127), f16)],
+    ),
     "odd_layer_norm_long_epilogue": (
         lambda x, r, w: (pf.layer_norm(pf.gelu(x + r) * x, w) * r, x + r),
         [S((2, 12285), f16)] * 2 + [S((12285,), f16)],

@@ -33,6 +33,7 @@ class CUjit_option(enum.IntEnum):  # noqa: N801 (binding name)
     CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES = 4
     CU_JIT_ERROR_LOG_BUFFER = 5
     CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6
+    CU_JIT_OPTIMIZATION_LEVEL = 7
     CU_JIT_LOG_VERBOSE = 12
 
 
@@ -206,6 +207,8 @@ class FakeDriver:
     init_result: CUresult = CUresult.CUDA_SUCCESS
     jit_error_log: bytes = b"ptxas application ptx input, line 7; error   : Unknown symbol 'x'"
     cubin: bytes = b"\x7fELF fake cubin"
+    # Set by a test: the JIT info log of each link in turn (a spill report, say).
+    link_logs: list[bytes] = field(default_factory=list)
     # Set by a test to hold every link (cuLinkComplete) until the event is set.
     link_gate: threading.Event | None = None
     # Set by a test while a CUDA graph capture in the global mode is under way: module loads
@@ -337,9 +340,12 @@ class FakeDriver:
         return (CUresult.CUDA_SUCCESS,)
 
     def cuLinkCreate(self, count: int, options: list[Any], values: list[Any]) -> tuple[Any, ...]:
-        self._record("cuLinkCreate", count)
+        self._record("cuLinkCreate", count, dict(zip(options, values, strict=True)))
         if self._refused_in_capture():
             return (CUresult.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, None)
+        if self.link_logs:
+            log = self.link_logs.pop(0)
+            values[options.index(CUjit_option.CU_JIT_INFO_LOG_BUFFER)][: len(log)] = log
         return (CUresult.CUDA_SUCCESS, Handle("link", 1))
 
     def links(self) -> int:

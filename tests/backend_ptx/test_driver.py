@@ -165,6 +165,34 @@ def test_cubin_from_ptx_copies_the_image_and_destroys_the_link(fake: FakeDriver)
     assert fake.names()[-1] == "cuLinkDestroy"
 
 
+def _jit_log(spilled: int) -> bytes:
+    return (
+        b"ptxas info    : Function properties for k\n"
+        + b"    %d bytes stack frame, %d bytes spill stores, %d bytes spill loads\n"
+        % (spilled, spilled, spilled)
+    )
+
+
+def test_a_spilling_jit_is_rebuilt_until_a_build_spills_nothing(fake: FakeDriver) -> None:
+    """The default build spills, so does the one with one block's registers; the build at
+    the lower optimization level is clean and the search stops there."""
+    fake.link_logs = [_jit_log(8), _jit_log(16), _jit_log(0)]
+    ptx = ".visible .entry k()\n.maxntid 1024, 1, 1\n{\n    ret;\n}\n"
+    driver.cubin_from_ptx(ptx, "k")
+    links = [call for call in fake.calls if call[0] == "cuLinkCreate"]
+    assert len(links) == 3
+    level = fake.CUjit_option.CU_JIT_OPTIMIZATION_LEVEL
+    assert [options.get(level) for *_, options in links] == [None, None, 1]
+    texts = [call[2] for call in fake.calls if call[0] == "cuLinkAddData"]
+    assert b".minnctapersm 1" in texts[1] and b".minnctapersm" not in texts[2]
+
+
+def test_a_clean_jit_is_built_once(fake: FakeDriver) -> None:
+    fake.link_logs = [_jit_log(0)]
+    driver.cubin_from_ptx(".visible .entry k()\n.maxntid 1024, 1, 1\n{\n}\n", "k")
+    assert fake.links() == 1
+
+
 def test_tensor_map_encode_wraps_every_list_element(fake: FakeDriver) -> None:
     plan = tma_host.plan_tiled(
         "bf16", (64, 128), (128, 1), (64, 64), swizzle=smem_desc.Swizzle.B128

@@ -130,6 +130,16 @@ def test_full_register_budget_adds_one_directive() -> None:
     assert ptxas.full_register_budget(ptx.replace(".maxntid 512, 1, 1\n", "")) is None
 
 
+def test_rebuilds_try_one_blocks_budget_then_a_lower_optimization_level() -> None:
+    ptx = ".visible .entry k(\n    .param .u64 T0\n)\n.maxntid 512, 1, 1\n{\n    ret;\n}\n"
+    assert ptxas.rebuilds(ptx) == [
+        (ptxas.full_register_budget(ptx), None),
+        (ptx, ptxas.REBUILD_OPTIMIZATION_LEVEL),
+    ]
+    budgeted = ptx.replace(".maxntid 512, 1, 1\n", ".maxnreg 64\n")
+    assert ptxas.rebuilds(budgeted) == [(budgeted, ptxas.REBUILD_OPTIMIZATION_LEVEL)]
+
+
 def test_a_spilling_kernel_keeps_the_build_that_spills_less(real_ptxas: None) -> None:
     """ptxas -O3 spilled this max over a 3-D view at 512 threads (40 registers, 8 bytes)
     aiming at several blocks per SM; with one block's budget it keeps 51 and spills none."""

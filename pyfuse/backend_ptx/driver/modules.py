@@ -170,8 +170,8 @@ def cubin_from_ptx(
     ``cuLinkCreate``/``cuLinkAddData``/``cuLinkComplete`` compile for the current
     context's device; the returned bytes load with :func:`load_module`. ptxas builds at
     the driver's default optimization level (``-O4``). A kernel that spills is built again
-    with the whole register budget of one block per SM, and the build that spills less is
-    kept (``ptxas.full_register_budget`` says why).
+    as ``ptxas.rebuilds`` lists (the whole register budget of one block per SM, then a
+    lower optimization level), and the build that spills least is kept.
     ``on_compile`` is called just before the compile itself (``cuLinkAddData``) starts.
     """
     cubin, log = _link(ptx, name, device, on_compile)
@@ -179,25 +179,37 @@ def cubin_from_ptx(
     # only a nonzero count loads the log parser.
     if _LOCAL_MEMORY_USED.search(log) is None:
         return cubin
-    from pyfuse.backend_ptx.ptxas import full_register_budget, parse_log, spilled_bytes
+    from pyfuse.backend_ptx.ptxas import parse_log, rebuilds, spilled_bytes
 
-    spilled = spilled_bytes(parse_log(log)[0])
+    least = spilled_bytes(parse_log(log)[0])
     text = ptx.decode() if isinstance(ptx, bytes) else ptx
-    variant = full_register_budget(text) if spilled else None
-    if variant is None:
-        return cubin
-    other, other_log = _link(variant, name, device, None)
-    return other if spilled_bytes(parse_log(other_log)[0]) < spilled else cubin
+    for variant, level in rebuilds(text):
+        if not least:
+            break
+        other, other_log = _link(variant, name, device, None, optimization=level)
+        spilled = spilled_bytes(parse_log(other_log)[0])
+        if spilled < least:
+            cubin, least = other, spilled
+    return cubin
 
 
 def _link(
-    ptx: bytes | str, name: str, device: int, on_compile: Callable[[], None] | None
+    ptx: bytes | str,
+    name: str,
+    device: int,
+    on_compile: Callable[[], None] | None,
+    *,
+    optimization: int | None = None,
 ) -> tuple[bytes, str]:
-    """One driver JIT of ``ptx``: the cubin and the JIT's info log."""
+    """One driver JIT of ``ptx`` (at ``optimization``, or the driver's default level): the
+    cubin and the JIT's info log."""
     cu = driver_module()
     context(device)
     error_log, info_log = bytearray(JIT_LOG_BYTES), bytearray(JIT_LOG_BYTES)
     options, values = _jit_options(cu, error_log, info_log)
+    if optimization is not None:
+        options.append(cu.CUjit_option.CU_JIT_OPTIMIZATION_LEVEL)
+        values.append(optimization)
     state = call(cu, cu.cuLinkCreate(len(options), options, values), "cuLinkCreate", name)
     try:
         data = _image_bytes(ptx)
