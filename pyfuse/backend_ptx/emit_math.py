@@ -29,8 +29,12 @@ Accuracy (float32 results against float64 math; "ulp" of f32):
   with non-integer ``y``: relative error about ``1.7e-7 * |y*log2|x|| + 2 ulp``. Constant
   exponents 0, 1, 2 and -1 are correctly rounded (``x*x``, ``rcp.rn``). Limits: ``(-0)**odd`` is +0,
   ``(-inf)**non-integer`` and ``(-1)**inf`` are NaN.
-- sin/cos: ``sin.approx``/``cos.approx``: 2**-20.5 absolute on [-2pi, 2pi], 2**-14.7 on
-  [-100pi, 100pi], no bound beyond (PTX ISA).
+- sin/cos: ``x = k pi/2 + r`` with ``k = rint(x 2/pi)`` and ``r`` from three fmas by the
+  parts of pi/2 (exact enough while ``k`` is small), then ``r + r**3 P(r**2)`` or
+  ``1 - r**2/2 + r**4 Q(r**2)`` by the quadrant: about 1e-7 absolute for
+  ``|x| < 2**22`` (``SIN_REDUCTION_MAX``; 1e-4 at 1e7, and f32 inputs there are already
+  0.5 apart). Past that, ``sin.approx``/``cos.approx``: bounded, not accurate (the PTX ISA
+  bounds their error only on [-100pi, 100pi]; rotary embeddings reach far beyond).
 - rsqrt: ``rsqrt.approx`` (2**-22.9 relative); sqrt, reciprocal and div are IEEE (``.rn``).
 
 Float64 keeps IEEE arithmetic, sqrt, reciprocal, rsqrt (as 1/sqrt) and constant exponents;
@@ -273,6 +277,8 @@ class FloatOps(Protocol, Generic[V, P]):
     def ex2(self, a: V) -> V: ...  # ex2.approx.ftz: 2 ulp
     def lg2(self, a: V) -> V: ...  # lg2.approx: 2**-22 abs in (0.5, 2), else relative
     def rint(self, a: V) -> V: ...  # cvt.rni.f32.f32
+    def sin_approx(self, a: V) -> V: ...  # sin.approx.f32
+    def cos_approx(self, a: V) -> V: ...  # cos.approx.f32
     def less(self, a: V, b: V) -> P: ...
     def equal(self, a: V, b: V) -> P: ...
     def both(self, p: P, q: P) -> P: ...
@@ -305,6 +311,18 @@ ERFC_POLY = (-0.8636680676583308, 1.5268085930324533, 0.5570052429761775, -0.143
              0.12377854917711592)  # fmt: skip
 # Past a = 10 erfc is far below the smallest normal f32; clamping keeps t and a*a finite.
 ERFC_A_MAX = 10.0
+# sin/cos: x = k * pi/2 + r, pi/2 = SIN_PIO2[0] + SIN_PIO2[1] + SIN_PIO2[2] (each an f32, the
+# next one the rounding error of the sum so far); sin(r) = r + r**3 * SIN_POLY(r**2) and
+# cos(r) = 1 - r**2/2 + r**4 * COS_POLY(r**2), fitted for this module on |r| <= 1 (relative fit
+# error below 1e-10): r passes pi/4 where the rounded x * 2/pi puts k one off near a half, by
+# up to 0.2 at 2**22.
+SIN_TWO_OVER_PI = 2.0 / math.pi
+SIN_PIO2 = (1.5707963705062866, -4.371138828673793e-08, -1.7763568394002505e-15)
+SIN_POLY = (-0.16666666480585665, 0.008333315803579036, -0.00019836076314076138,
+            2.6946221859513314e-06)  # fmt: skip
+COS_POLY = (0.04166666631113884, -0.0013888864648980612, 2.4795826677882814e-05,
+            -2.698060367362781e-07)  # fmt: skip
+SIN_REDUCTION_MAX = 2.0**22
 GELU_TANH_K0 = math.sqrt(2.0 / math.pi)
 GELU_TANH_K1 = 0.044715
 
@@ -326,6 +344,40 @@ def exp(ops: FloatOps[V, P], x: V, x_lo: V | None = None) -> V:
         lo = ops.fma(x_lo, ops.const(LOG2E_HI), lo)
     # 2**lo ~ 1 + lo*ln2 since |lo| < 2**-16; a product keeps inf and 0 exact.
     return ops.mul(ops.ex2(hi), ops.fma(lo, ops.const(LN2), ops.const(1.0)))
+
+
+def _sine(ops: FloatOps[V, P], x: V, quarter_turns: int) -> V:
+    """sin(x + quarter_turns * pi/2): sin for 0, cos for 1 (see the module doc)."""
+    k = ops.rint(ops.mul(x, ops.const(SIN_TWO_OVER_PI)))
+    minus_k = ops.neg(k)
+    r = x
+    for part in SIN_PIO2:
+        r = ops.fma(minus_k, ops.const(part), r)
+    r2 = ops.mul(r, r)
+    sine = ops.fma(ops.mul(r2, r), _horner(ops, r2, SIN_POLY), r)
+    cosine = ops.fma(
+        ops.mul(r2, r2), _horner(ops, r2, COS_POLY), ops.fma(r2, ops.const(-0.5), ops.const(1.0))
+    )
+    # The quadrant q = (k + quarter_turns) mod 4, exact in f32 for the |k| this path serves.
+    turns = ops.add(k, ops.const(float(quarter_turns)))
+    q = ops.sub(
+        turns, ops.mul(ops.const(4.0), ops.rint(ops.fma(turns, ops.const(0.25), ops.const(-0.375))))
+    )
+    odd = ops.sub(
+        q, ops.mul(ops.const(2.0), ops.rint(ops.fma(q, ops.const(0.5), ops.const(-0.25))))
+    )
+    value = ops.select(ops.equal(odd, ops.const(1.0)), cosine, sine)
+    value = ops.select(ops.less(ops.const(1.5), q), ops.neg(value), value)
+    hardware = ops.cos_approx(x) if quarter_turns else ops.sin_approx(x)
+    return ops.select(ops.less(ops.abs(x), ops.const(SIN_REDUCTION_MAX)), value, hardware)
+
+
+def sin(ops: FloatOps[V, P], x: V) -> V:
+    return _sine(ops, x, 0)
+
+
+def cos(ops: FloatOps[V, P], x: V) -> V:
+    return _sine(ops, x, 1)
 
 
 def log(ops: FloatOps[V, P], x: V) -> V:

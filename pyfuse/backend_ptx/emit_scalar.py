@@ -17,6 +17,7 @@ from pyfuse.backend_ptx.emit_math import (
     Value,
     _identity,
     compute_type,
+    cos,
     exp,
     fold_binary,
     fold_cast,
@@ -33,6 +34,7 @@ from pyfuse.backend_ptx.emit_math import (
     sigmoid_16,
     silu,
     silu_16,
+    sin,
     storage_class,
     storage_type,
     tanh,
@@ -61,7 +63,7 @@ _ROUNDED_FLOAT_OPS: dict[str, Callable[..., Instr]] = {
 
 _F32_EXPANSIONS: dict[str, Callable[[FloatOps[Value, Reg], Value], Value]] = {
     "exp": exp, "log": log, "tanh": tanh, "sigmoid": sigmoid, "silu": silu, "gelu": gelu,
-    "gelu_tanh": gelu_tanh,
+    "gelu_tanh": gelu_tanh, "sin": sin, "cos": cos,
 }  # fmt: skip
 
 
@@ -129,6 +131,14 @@ class _PtxF32:
     def rint(self, a: Value) -> Value:
         source = self._reg(a)
         return self._out(lambda d: convert.cvt("f32", "f32", d, source, rounding="rni"))
+
+    def sin_approx(self, a: Value) -> Value:
+        source = self._reg(a)
+        return self._out(lambda d: arith.sin("f32", d, source))
+
+    def cos_approx(self, a: Value) -> Value:
+        source = self._reg(a)
+        return self._out(lambda d: arith.cos("f32", d, source))
 
     def less(self, a: Value, b: Value) -> Reg:
         return self._out(lambda p: arith.setp("lt", "f32", p, a, b), RegClass.PRED)
@@ -244,9 +254,6 @@ class ScalarMath:
         if op == "rsqrt":
             root = self._out(ctype, lambda d: arith.sqrt(ctype, d, x, mode="rn"))
             return self._out(ctype, lambda d: arith.div(ctype, d, 1.0, root, mode="rn"))
-        if op in ("sin", "cos") and ctype == "f32":
-            sfu = arith.sin if op == "sin" else arith.cos
-            return self._out(ctype, lambda d: sfu(ctype, d, x))
         return None
 
     def binary(self, op: str, a: Value, b: Value, dtype: DType) -> Value:

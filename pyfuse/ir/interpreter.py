@@ -75,10 +75,13 @@ def evaluate(fusion: Fusion, inputs: Sequence[Array], jitter: Jitter | None = No
     """The fusion's outputs on ``inputs``, in ``fusion.outputs`` order (see the module doc).
     With ``jitter``, every floating result is first scaled by ``1 + JITTER * u`` before its
     rounding (``u`` uniform in [-1, 1] drawn from a Generator, or the given float for every
-    element) and float32 denormals flush to zero, as the GPU's approximate functions
-    flush them: where that moves an output past a comparison's tolerance, the output is
-    ill-conditioned in float32 (a sqrt of a cancellation, a comparison of two near values,
-    a value that underflowed), and no kernel can be held to it."""
+    element), a sum or matmul also moved by ``JITTER * u`` times the same sum of the
+    magnitudes (a float32 kernel sums in another order: its error scales with the terms, not
+    with a result they cancelled to), and float32 denormals flush to zero, as the GPU's
+    approximate functions flush them: where that moves an output past a comparison's
+    tolerance, the output is ill-conditioned in float32 (a sqrt of a cancellation, a
+    comparison of two near values, a value that underflowed), and no kernel can be held to
+    it."""
     values = evaluate_all(fusion, inputs, jitter)
     return [np.array(values[out], order="C", copy=True) for out in fusion.outputs]
 
@@ -98,7 +101,8 @@ def evaluate_all(
             value = _evaluate_expr(expr, env)
             dtype = expr.output.dtype
             if jitter is not None and dtype.is_floating and value.size:
-                value = _jittered(np.asarray(value), dtype, jitter)
+                magnitude = _magnitude(expr, env) if _accumulates(expr) else None
+                value = _jittered(np.asarray(value), dtype, jitter, magnitude)
             env.values[expr.output] = value
     return env.values
 
@@ -106,12 +110,30 @@ def evaluate_all(
 _SMALLEST_NORMAL_F32 = float(np.finfo(np.float32).tiny)
 
 
-def _jittered(value: Array, dtype: DType, jitter: Jitter) -> Array:
+def _accumulates(expr: Expr) -> bool:
+    """A sum of terms (a sum reduction or a matmul), which a kernel adds in its own order."""
+    if isinstance(expr, ReductionOp):
+        return expr.op == ReductionOpType.SUM
+    return isinstance(expr, MatmulOp | LinearOp | MmaOp)
+
+
+def _magnitude(expr: Expr, env: _Env) -> Array:
+    """``expr`` evaluated on the magnitudes of its tensor inputs: the sum of the magnitudes
+    of its terms (with a bias's)."""
+    magnitudes = _Env()
+    for tv in expr.tensor_inputs:
+        magnitudes.values[tv] = np.abs(env.values[tv])
+    return _widen(_evaluate_expr(expr, magnitudes), expr.output.dtype)
+
+
+def _jittered(value: Array, dtype: DType, jitter: Jitter, magnitude: Array | None) -> Array:
     if isinstance(jitter, float):
         noise: Array | float = JITTER * jitter
     else:
         noise = jitter.uniform(-JITTER, JITTER, np.shape(value))
     wide = _widen(value, dtype) * (1.0 + noise)
+    if magnitude is not None:
+        wide = wide + noise * magnitude
     wide = np.where(np.abs(wide) < _SMALLEST_NORMAL_F32, np.copysign(0.0, wide), wide)
     return _narrow(wide, dtype)
 

@@ -143,7 +143,9 @@ class Plan:
         for number, (name, nbytes) in enumerate(sorted(compiled.intermediate_bytes.items())):
             slot_of[("intermediate", name)] = inputs + len(outputs) + number
             offsets.append(size)
-            size += -(-nbytes // _WORKSPACE_ALIGNMENT) * _WORKSPACE_ALIGNMENT
+            # An empty intermediate takes one slot too: its kernels still get a pointer, and
+            # the workspace is allocated whenever there are intermediates to point into.
+            size += max(1, -(-nbytes // _WORKSPACE_ALIGNMENT)) * _WORKSPACE_ALIGNMENT
         kernel_slots = []
         for kernel in compiled.kernels:
             slots = []

@@ -543,6 +543,12 @@ class NumpyF32:
     def rint(self, a: Array) -> Array:
         return np.rint(a)
 
+    def sin_approx(self, a: Array) -> Array:  # stands in for sin.approx past the reduction
+        return np.sin(a.astype(np.float64)).astype(F)
+
+    def cos_approx(self, a: Array) -> Array:
+        return np.cos(a.astype(np.float64)).astype(F)
+
     def less(self, a: Array, b: Array) -> Array:
         return np.less(a, b)
 
@@ -585,6 +591,8 @@ def _exact(name: str, x: Array) -> Array:
         return v / (1 + np.exp(-v))
     if name == "gelu":
         return 0.5 * v * _erfc(-v / math.sqrt(2)).astype(np.float64)
+    if name in ("sin", "cos"):
+        return np.sin(v) if name == "sin" else np.cos(v)
     if name == "gelu_tanh":
         u = math.sqrt(2 / math.pi) * (v + 0.044715 * v**3)
         return v / (1 + np.exp(-2 * u))  # the cancellation-free form of 0.5 v (1 + tanh u)
@@ -600,12 +608,16 @@ INPUTS = {
     "silu": 87 * _GRID,
     "gelu": np.concatenate([12 * _GRID, 2 * _GRID]),
     "gelu_tanh": 12 * _GRID,
+    # Far past 100 pi, where sin.approx has no error bound: positions times frequencies of
+    # rotary embeddings reach 1e5 and more.
+    "sin": np.concatenate([7 * _GRID, 1e4 * _GRID, 4e6 * _GRID]),
+    "cos": np.concatenate([7 * _GRID, 1e4 * _GRID, 4e6 * _GRID]),
 }
 # (relative, absolute) tolerance of each f32 expansion against float64 math.
 TOLERANCE = {
     "exp": (4e-7, 2e-38), "log": (3.5e-7, 2e-7), "tanh": (4e-7, 1e-30),
     "sigmoid": (5e-7, 2e-38), "silu": (5e-7, 2e-38), "gelu": (1e-6, 1e-30),
-    "gelu_tanh": (1.5e-6, 1e-12),
+    "gelu_tanh": (1.5e-6, 1e-12), "sin": (2e-7, 1.2e-7), "cos": (2e-7, 1.2e-7),
 }  # fmt: skip
 
 

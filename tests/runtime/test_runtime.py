@@ -768,3 +768,18 @@ def test_cupy_arrays_get_cupy_outputs_on_cupys_stream(
     assert launch["args"] == [x.data.ptr, y.data.ptr, out.data.ptr]
     with pytest.raises(pf.InputError, match="CuPy has no bfloat16"):
         pf.fuse(lambda x: x.to(pf.bfloat16))(x)
+
+
+def test_an_empty_intermediate_gets_a_workspace_pointer(fake: MemoryDriver, torch: Any) -> None:
+    """Two reductions of an empty (0, 8, 127) tensor keep an empty global intermediate:
+    the workspace is still allocated and the kernel gets all its pointers (the GPU fuzzer,
+    seed 251)."""
+
+    def means(x: pf.Tensor) -> tuple[pf.Tensor, pf.Tensor]:
+        root = pf.sqrt(pf.mean(x, -1))
+        return pf.tanh(root).mean(-1), pf.mean(pf.gelu(root), (-1, 0), keepdim=True)
+
+    f = pf.fuse(means)
+    f(tensor(torch, (0, 8, 127)))
+    (compiled,) = f.__dict__[calls._STATE].compiled.values()
+    assert compiled.intermediate_bytes and not any(compiled.intermediate_bytes.values())
