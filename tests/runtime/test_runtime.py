@@ -783,3 +783,28 @@ def test_an_empty_intermediate_gets_a_workspace_pointer(fake: MemoryDriver, torc
     f(tensor(torch, (0, 8, 127)))
     (compiled,) = f.__dict__[calls._STATE].compiled.values()
     assert compiled.intermediate_bytes and not any(compiled.intermediate_bytes.values())
+
+
+@pytest.mark.parametrize("devices", [1, 2])
+def test_outputs_come_from_the_fast_allocator_only_on_one_device(
+    fake: MemoryDriver, torch: Any, devices: int
+) -> None:
+    """torch.compile's allocator entry point allocates on the current device, so a warm call
+    takes it only where the process sees one device; elsewhere outputs come like the input."""
+    fast: list[tuple[Any, ...]] = []
+
+    def empty_strided_cuda(shape: Any, strides: Any, dtype: Any) -> Any:
+        fast.append((shape, strides, dtype.name))
+        return torch.empty(shape, dtype=dtype, device=("cuda", 0))
+
+    torch._C._dynamo = types.SimpleNamespace(
+        guards=types.SimpleNamespace(_empty_strided_cuda=empty_strided_cuda)
+    )
+    torch.cuda = types.SimpleNamespace(device_count=lambda: devices)
+    f = pf.fuse(lambda x: (x * 2, pf.sum(x, 1)))
+    doubled, summed = f(tensor(torch, (3, 5)))
+    assert doubled.shape == (3, 5) and summed.shape == (3,)
+    if devices == 1:
+        assert fast == [((3, 5), (5, 1), "float32"), ((3,), (1,), "float32")]
+    else:
+        assert fast == []
