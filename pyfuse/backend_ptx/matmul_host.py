@@ -160,10 +160,6 @@ class OperandLayout:
     def k_major(self) -> bool:
         return self.operand.k_major
 
-    @property
-    def contiguous_box(self) -> int:
-        return self.operand.box[-1]
-
 
 def _fail(stmt: MatmulMainLoop, operand: TmaOperand, message: str) -> ValueError:
     return ValueError(

@@ -2,9 +2,10 @@
 
 Why: on Python 3.11 and 3.12 the standard library's ``dataclass`` compiles each generated
 method (``__init__``, ``__repr__``, ``__eq__``, ``__hash__``, the frozen ``__setattr__`` and
-``__delattr__``) from its own source string, a separate ``exec`` each: about 1 ms a frozen
-class, while ``dataclass(init=False, repr=False, eq=False)`` only collects the fields (under
-0.1 ms). pyfuse declares some seventy record classes and a first compile loads most of them.
+``__delattr__``) from its own source string, a separate ``exec`` each, about ten times the
+cost of ``dataclass(init=False, repr=False, eq=False)``, which only collects the fields
+(docs/performance.md, "Measured design choices"). pyfuse declares some seventy record
+classes and a first compile loads most of them.
 
 How, with the standard library's public API only: ``dataclasses.dataclass`` collects the
 fields (so ``dataclasses.fields``, ``replace``, ``asdict``, ``astuple``, ``is_dataclass`` and

@@ -139,9 +139,6 @@ class TensorView(Val):
             return self.contiguity
         return [None if axis.is_broadcast else True for axis in self.maybe_allocation]
 
-    def is_fusion_input(self) -> bool:
-        return self.definition is None
-
     def set_allocation(
         self, domain: Sequence[IterDomain], contiguity: Sequence[bool | None] | None = None
     ) -> TensorView:
@@ -155,10 +152,6 @@ class TensorView(Val):
             )
         self.allocation = domain
         self.contiguity = list(contiguity)
-        return self
-
-    def set_memory_type(self, memory_type: MemoryType) -> TensorView:
-        self.memory_type = memory_type
         return self
 
     # -- scheduling primitives (act on the loop domain) ---------------------------------------

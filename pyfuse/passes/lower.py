@@ -306,9 +306,6 @@ class _Lowering(IndexDerivation):
             emit(expr)
         return order
 
-    def _serial_axes(self, tv: TensorView) -> list[IterDomain]:
-        return [a for a in tv.loop if not a.parallel_type.is_hardware_index]
-
     def lower(self) -> k.Kernel:
         top = _Loop(key=0, stmt=None, body=[])
         for ptype, extent in sorted(self.launch.items(), key=lambda item: item[0].value):

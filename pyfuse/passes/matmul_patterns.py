@@ -78,10 +78,6 @@ class MatmulPattern:
         """The fp32 MMA result ``[..., M, N, rK]``."""
         return self.mma.output
 
-    def axes_with_role(self, role: DimRole) -> list[int]:
-        """Positions of the MMA output axes that have ``role``, outermost first."""
-        return [index for index, axis_role in enumerate(self.dim_roles) if axis_role == role]
-
 
 @record(frozen=True)
 class UntranslatedPattern:

@@ -216,14 +216,13 @@ class TorchBound:
         self._outputs = tuple((shape, table[dtype]) for shape, dtype in plan.outputs)
         self._single = len(self._outputs) == 1
         # Outputs come from the first input tensor's allocator entry points, cheaper than
-        # torch.empty's argument parsing (H200 host: empty_like 1.9 us, new_empty 2.7 us,
-        # torch.empty 3.7 us): empty_like where the output has its shape, dtype and row-major
-        # layout, else new_empty (contiguous, on its device).
+        # torch.empty's argument parsing: empty_like where the output has its shape, dtype and
+        # row-major layout, else new_empty (contiguous, on its device).
         self._like = plan.like_first_input
         self._empty_like = torch.empty_like
-        # Faster still (H200 host: 0.93 us against empty_like's 1.50): the allocator entry
+        # Faster still (docs/performance.md, "Measured design choices"): the allocator entry
         # point torch.compile's generated code uses, which allocates on the current device;
-        # so only where there is one device (benchmarks/launch_paths.py).
+        # so only where there is one device.
         fast = _fast_allocator(torch)
         self._allocate = None
         if fast is not None:

@@ -1,14 +1,14 @@
 """The on-disk cubin cache: a process that finds a kernel here skips the driver's JIT.
 
-The driver's JIT of a pointwise kernel took 22-78 ms on the H200's host (a trivial kernel
-12-17 ms); a cubin loads in well under a millisecond. A
-cubin entry is named by the sha256 of everything that decides the cubin: the PTX text, the target
-arch, pyfuse's version and the driver's version. Its file holds a header (magic, payload
-length, payload sha256) and the cubin, so a truncated or corrupt file is noticed, ignored and
-rewritten. Entries are written to a temporary file in the cache directory and published
-with ``os.replace`` (atomic within one file system): a concurrent reader sees no entry or a
-whole one, never half of one. The variant cache (:mod:`pyfuse.runtime.variant_cache`) stores
-its records with the same framing under its own magic.
+The driver's JIT of a kernel takes tens of milliseconds; a cubin loads in well under one
+(docs/performance.md, "Measured design choices"). A cubin entry is named by the sha256 of
+everything that decides the cubin: the PTX text, the target arch, pyfuse's version and the
+driver's version. Its file holds a header (magic, payload length, payload sha256) and the
+cubin, so a truncated or corrupt file is noticed, ignored and rewritten. Entries are written
+to a temporary file in the cache directory and published with ``os.replace`` (atomic within
+one file system): a concurrent reader sees no entry or a whole one, never half of one. The
+variant cache (:mod:`pyfuse.runtime.variant_cache`) stores its records with the same framing
+under its own magic.
 
 ``knobs.cache_enabled()`` False (``PYFUSE_DISABLE_CACHE=1``, or any ``PYFUSE_DUMP``) skips
 the cache: the PTX is loaded and JIT-compiled by the driver directly.

@@ -218,8 +218,8 @@ class _Finder:
     when the code names it and it is an entry of a captured object's ``__dict__``. A name that
     is also an attribute of something else (``x.shape`` beside a global ``shape``) is guarded
     needlessly, which costs a compare per call; reading the bytecode with ``dis`` instead took
-    about four times as long at the first call (40-80 against 170-310 us for a gelu on the CPU
-    host) and depends on the interpreter's version.
+    about four times as long at the first call (docs/performance.md, "Measured design
+    choices") and depends on the interpreter's version.
     """
 
     def __init__(self) -> None:

@@ -211,7 +211,7 @@ def stamp_memo_path(root: Path, scan: Scan) -> Path:
 def remembered_stamp(root: Path, scan: Scan) -> str | None:
     """The stamp of ``scan`` from its memo, else from the files' contents (remembered then,
     unless a file is too new for its times to be trusted). Reading one memo instead of every
-    module saves a first call about 3 ms on the H200's host."""
+    module shortens a first call (docs/performance.md, "Measured design choices")."""
     stamp = _memo_stamp(root, scan)
     if stamp is not None:
         return stamp

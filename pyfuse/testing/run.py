@@ -36,7 +36,6 @@ amplified after).
 from __future__ import annotations
 
 import re
-import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -380,8 +379,3 @@ def run_program_gpu(program: Program, data_seed: int = 0) -> Outcome:
     return run_function_gpu(
         fn, program.specs(), lenient=program.lenient_outputs(), data_seed=data_seed
     )
-
-
-def describe_exception() -> str:
-    """The current exception's traceback, for logs."""
-    return traceback.format_exc()

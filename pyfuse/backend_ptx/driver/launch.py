@@ -153,8 +153,9 @@ class Launcher:
         gx, gy, gz = grid if len(grid) == 3 else _dims3(grid, "grid")
         bx, by, bz = block if len(block) == 3 else _dims3(block, "block")
         if self._config is None:
-            # cuda.bindings' cuLaunchKernel: on the H200 host it took 4.2 us a call where
-            # libcuda's entry point through ctypes took 5.3 us (argument conversion).
+            # cuda.bindings' cuLaunchKernel: faster than libcuda's entry point through ctypes,
+            # whose argument conversion costs more (docs/performance.md, "Measured design
+            # choices").
             return self._cu.cuLaunchKernel(
                 self._handle, gx, gy, gz, bx, by, bz, smem, stream, self._kernel_params, 0
             )[0]
