@@ -260,6 +260,24 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
         lambda m, x: (lambda v: (m * v, pf.rms_norm(v, x)))(pf.where(m, m, x)),
         [S((97, 127), pf.bool), S((97, 127), f16)],
     ),
+    # torch's rounding and division-like ops, floats and integers (integer division by 0: 0)
+    "rounding_and_division_ops": (
+        lambda x, y: (
+            pf.floor(x * 3),
+            pf.ceil(x * 3),
+            pf.round(x * 3),
+            pf.trunc(x * 3),
+            pf.erf(x),
+            pf.fmod(x * 5, y),
+            (x * 5) % y,
+            (x * 5) // y,
+        ),
+        [S((33, 65), bf16), S((33, 65), f32)],
+    ),
+    "integer_division_ops": (
+        lambda i, j: (i // j, i % j, pf.fmod(i, j), i // 3, 7 % j, -7 // j),
+        [S((33, 65), i32), S((1, 65), i32)],
+    ),
     "odd_layer_norm_long_epilogue": (
         lambda x, r, w: (pf.layer_norm(pf.gelu(x + r) * x, w) * r, x + r),
         [S((2, 12285), f16)] * 2 + [S((12285,), f16)],

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from pyfuse.backend_ptx.emit_divide import divide
 from pyfuse.backend_ptx.emit_math import (
     _ALIASES,
     _CLASS,
@@ -18,6 +19,7 @@ from pyfuse.backend_ptx.emit_math import (
     _identity,
     compute_type,
     cos,
+    erf,
     exp,
     fold_binary,
     fold_cast,
@@ -63,8 +65,12 @@ _ROUNDED_FLOAT_OPS: dict[str, Callable[..., Instr]] = {
 
 _F32_EXPANSIONS: dict[str, Callable[[FloatOps[Value, Reg], Value], Value]] = {
     "exp": exp, "log": log, "tanh": tanh, "sigmoid": sigmoid, "silu": silu, "gelu": gelu,
-    "gelu_tanh": gelu_tanh, "sin": sin, "cos": cos,
+    "gelu_tanh": gelu_tanh, "sin": sin, "cos": cos, "erf": erf,
 }  # fmt: skip
+# The cvt rounding of each rounding op (to an integral value in the same float type).
+_ROUNDING = {"floor": "rmi", "ceil": "rpi", "round": "rni", "trunc": "rzi"}
+# torch's division-like ops (fmod, remainder, floor_divide): their PTX lives in emit_divide.
+_DIVISION_OPS = frozenset({"fmod", "remainder", "floor_divide"})
 
 
 # ---- PTX emission -----------------------------------------------------------------------------
@@ -245,6 +251,10 @@ class ScalarMath:
             return self.combine("maximum", x, 0.0 if floating else 0, ctype)
         if not floating:
             return None
+        if op in _ROUNDING:
+            source = self.reg_of(x, ctype)
+            mode = _ROUNDING[op]
+            return self._out(ctype, lambda d: convert.cvt(ctype, ctype, d, source, rounding=mode))
         if op == "sqrt":
             return self._out(ctype, lambda d: arith.sqrt(ctype, d, x, mode="rn"))
         if op == "reciprocal":
@@ -281,6 +291,8 @@ class ScalarMath:
                 raise ScheduleError(f"the PTX emitter has no {op} for bool")
             px, py, bool_op = self.reg_of(x, "pred"), self.reg_of(y, "pred"), _BOOL_COMBINE[op]
             return self._out("pred", lambda d: bool_op("pred", d, px, py))
+        if op in _DIVISION_OPS:
+            return divide(self, op, x, y, ctype)
         if ctype in ("f32", "f64"):
             return self._float_binary(op, x, y, ctype)
         return self._int_binary(op, x, y, ctype)

@@ -125,20 +125,6 @@ class TensorMethods:
     def __invert__(self: S) -> S:
         return _implementation(self, "bitwise_not")(self)
 
-    # torch's floor division and remainder need floor(a / b) rounded exactly (fmod), which
-    # no op composes exactly: refuse rather than be off by one at the boundaries.
-    def __floordiv__(self: S, other: S | Number) -> S:
-        refuse("floor_divide", _NO_FLOOR.format("//"))
-
-    def __rfloordiv__(self: S, other: S | Number) -> S:
-        refuse("floor_divide", _NO_FLOOR.format("//"))
-
-    def __mod__(self: S, other: S | Number) -> S:
-        refuse("remainder", _NO_FLOOR.format("%"))
-
-    def __rmod__(self: S, other: S | Number) -> S:
-        refuse("remainder", _NO_FLOOR.format("%"))
-
     # -- dtype conversions -----------------------------------------------------------------------
     def float(self: S) -> S:
         return _implementation(self, "cast")(self, dtypes.float32)
@@ -182,6 +168,30 @@ class TensorMethods:
 
     def sin(self: S) -> S:
         return _implementation(self, "sin")(self)
+
+    def erf(self: S) -> S:
+        return _implementation(self, "erf")(self)
+
+    def floor(self: S) -> S:
+        return _implementation(self, "floor")(self)
+
+    def ceil(self: S) -> S:
+        return _implementation(self, "ceil")(self)
+
+    def round(self: S, decimals: builtins.int = 0) -> S:
+        return _implementation(self, "round")(self, decimals)
+
+    def trunc(self: S) -> S:
+        return _implementation(self, "trunc")(self)
+
+    def fmod(self: S, other: S | Number) -> S:
+        return _implementation(self, "fmod")(self, other)
+
+    def remainder(self: S, other: S | Number) -> S:
+        return _implementation(self, "remainder")(self, other)
+
+    def floor_divide(self: S, other: S | Number) -> S:
+        return _implementation(self, "floor_divide")(self, other)
 
     def cos(self: S) -> S:
         return _implementation(self, "cos")(self)
@@ -283,12 +293,6 @@ class TensorMethods:
 
     def all(self: S, dim: Dims = None, keepdim: builtins.bool = False) -> S:
         return _implementation(self, "all")(self, dim, keepdim)
-
-
-_NO_FLOOR = (
-    "'{}' (torch's floor division and remainder) is not supported yet: it needs an exact "
-    "floor, which pyfuse has no op for"
-)
 
 
 def _index(x: S, index: object) -> S:

@@ -127,6 +127,11 @@ class UnaryOpType(enum.Enum):
     RECIPROCAL = "reciprocal"
     SIN = "sin"
     COS = "cos"
+    ERF = "erf"
+    FLOOR = "floor"
+    CEIL = "ceil"
+    ROUND = "round"  # half to even, as torch.round
+    TRUNC = "trunc"
     LOGICAL_NOT = "logical_not"
 
 
@@ -153,6 +158,9 @@ class BinaryOpType(enum.Enum):
     GE = "ge"
     LOGICAL_AND = "logical_and"
     LOGICAL_OR = "logical_or"
+    FMOD = "fmod"  # C's fmod: the sign of the dividend (torch.fmod)
+    REMAINDER = "remainder"  # the sign of the divisor (torch.remainder, Python's %)
+    FLOOR_DIVIDE = "floor_divide"  # floor(a / b) (torch.floor_divide, Python's //)
 
     @property
     def is_comparison(self) -> bool:

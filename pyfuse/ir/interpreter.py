@@ -433,6 +433,11 @@ _UNARY: dict[UnaryOpType, Callable[[Array], Array]] = {
     UnaryOpType.RECIPROCAL: _reciprocal,
     UnaryOpType.SIN: np.sin,
     UnaryOpType.COS: np.cos,
+    UnaryOpType.ERF: erf,
+    UnaryOpType.FLOOR: np.floor,
+    UnaryOpType.CEIL: np.ceil,
+    UnaryOpType.ROUND: np.rint,  # half to even, as torch.round
+    UnaryOpType.TRUNC: np.trunc,
     UnaryOpType.LOGICAL_NOT: np.logical_not,
 }
 
@@ -468,6 +473,10 @@ _BINARY: dict[BinaryOpType, np.ufunc] = {
     BinaryOpType.GE: np.greater_equal,
     BinaryOpType.LOGICAL_AND: np.logical_and,
     BinaryOpType.LOGICAL_OR: np.logical_or,
+    # Integer division by zero gives 0 in all three (NumPy's rule; the kernels agree).
+    BinaryOpType.FMOD: np.fmod,
+    BinaryOpType.REMAINDER: np.remainder,
+    BinaryOpType.FLOOR_DIVIDE: np.floor_divide,
 }
 
 _LOGICAL = frozenset({BinaryOpType.LOGICAL_AND, BinaryOpType.LOGICAL_OR})

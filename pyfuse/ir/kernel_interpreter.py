@@ -41,7 +41,7 @@ import numpy.typing as npt
 from pyfuse.errors import InputError, PyfuseError
 from pyfuse.ir import kernel_ir as kir
 from pyfuse.ir.dtypes import DType
-from pyfuse.ir.interpreter import gelu, gelu_tanh, silu
+from pyfuse.ir.interpreter import erf, gelu, gelu_tanh, silu
 from pyfuse.ir.kernel_printer import stmt_to_lines
 from pyfuse.ir.tensor import MemoryType
 
@@ -186,13 +186,28 @@ _UNARY: dict[str, Callable[[Array], Array]] = {
     "neg": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log, "tanh": np.tanh,
     "sigmoid": _sigmoid, "relu": _relu, "gelu": gelu, "gelu_tanh": gelu_tanh, "silu": silu,
     "sqrt": np.sqrt, "rsqrt": _rsqrt, "reciprocal": np.reciprocal, "sin": np.sin, "cos": np.cos,
+    "erf": erf, "floor": np.floor, "ceil": np.ceil, "round": np.rint, "trunc": np.trunc,
 }  # fmt: skip
 # Unary ops that stay integral on an integer node; every other op computes in float64.
 _INTEGRAL_UNARY = frozenset({"neg", "abs", "relu"})
 
+
+def _quietly(ufunc: np.ufunc) -> Callable[[Array, Array], Array]:
+    """``ufunc`` without NumPy's warnings: an integer division by zero gives 0, as the
+    kernels' does."""
+
+    def apply(lhs: Array, rhs: Array) -> Array:
+        with np.errstate(all="ignore"):
+            return np.asarray(ufunc(lhs, rhs))
+
+    return apply
+
+
 _ARITHMETIC: dict[str, Callable[[Array, Array], Array]] = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "pow": np.power,
     "maximum": np.maximum, "minimum": np.minimum, "max": np.maximum, "min": np.minimum,
+    "fmod": _quietly(np.fmod), "remainder": _quietly(np.remainder),
+    "floor_divide": _quietly(np.floor_divide),
 }  # fmt: skip
 _COMPARE: dict[str, Callable[[Array, Array], Array]] = {
     "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,

@@ -55,7 +55,17 @@ FLOAT_ONLY_UNARY = frozenset(
         UnaryOpType.RECIPROCAL,
         UnaryOpType.SIN,
         UnaryOpType.COS,
+        UnaryOpType.ERF,
     }
+)
+
+# Rounding ops: an integer is its own floor (torch returns the integer tensor as it is).
+ROUNDING_UNARY = frozenset(
+    {UnaryOpType.FLOOR, UnaryOpType.CEIL, UnaryOpType.ROUND, UnaryOpType.TRUNC}
+)
+# Division-like ops torch refuses on bool.
+_NO_BOOL_BINARY = frozenset(
+    {BinaryOpType.SUB, BinaryOpType.FMOD, BinaryOpType.REMAINDER, BinaryOpType.FLOOR_DIVIDE}
 )
 
 LOGICAL_BINARY = frozenset({BinaryOpType.LOGICAL_AND, BinaryOpType.LOGICAL_OR})
@@ -216,6 +226,10 @@ def unary(op: UnaryOpType, x: TensorView) -> TensorView:
         x = cast(x, dtypes.DEFAULT_FLOAT)
     if op == UnaryOpType.NEG and x.dtype.is_bool:
         raise FusionError("negation of a bool tensor is not supported; use logical_not")
+    if op in ROUNDING_UNARY and x.dtype.is_bool:
+        raise FusionError(f"{op.value} of a bool tensor is not supported (as in torch)")
+    if op in ROUNDING_UNARY and x.dtype.is_integer:
+        return x
     out_dtype = dtypes.bool_ if op == UnaryOpType.LOGICAL_NOT else x.dtype
     out = TensorView(new_axes_like(x.no_reductions), out_dtype)
     UnaryOp(op, out, x)
@@ -254,6 +268,8 @@ def binary(op: BinaryOpType, lhs: Operand, rhs: Operand) -> TensorView:
             "subtraction of bool tensors is not supported (as in torch); use logical_xor, or "
             "cast to an integer dtype first"
         )
+    if op in _NO_BOOL_BINARY and math_dtype.is_bool:
+        raise FusionError(f"{op.value} of bool tensors is not supported (as in torch)")
     ndim = max(t.ndim for t in tensors)
     ranked = iter([_to_rank(t, ndim) for t in tensors])
     operands = [

@@ -52,9 +52,24 @@ _UNARY = (
     ("reciprocal", "pf.reciprocal({0})"),
     ("sin", "pf.sin({0})"),
     ("cos", "pf.cos({0})"),
+    ("erf", "pf.erf({0})"),
+    ("floor", "pf.floor({0} * 4)"),
+    ("ceil", "{0}.ceil()"),
+    ("round", "pf.round({0} * 4)"),
+    ("trunc", "pf.trunc({0} * 4)"),
 )
-_BINARY_FUNCTIONS = ("add", "sub", "mul", "div", "maximum", "minimum", "pow")
-_OPERATORS = ("+", "-", "*", "/")
+_BINARY_FUNCTIONS = (
+    "add", "sub", "mul", "div", "maximum", "minimum", "pow", "fmod", "remainder", "floor_divide",
+)  # fmt: skip
+# Each operator and the function it calls.
+_OPERATORS = {
+    "+": "add",
+    "-": "sub",
+    "*": "mul",
+    "/": "div",
+    "%": "remainder",
+    "//": "floor_divide",
+}
 _COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
 _COMPARISON_OPERATORS = ("<", "<=", ">", ">=", "==", "!=")
 _REDUCTIONS = ("sum", "max", "min", "mean")
@@ -98,11 +113,11 @@ def _binary(b: Builder) -> int | None:
         use_operator = b.chance(0.5)
         symbol = _COMPARISON_OPERATORS[_COMPARISONS.index(name)] if use_operator else ""
     else:
-        name = b.pick(_BINARY_FUNCTIONS + _OPERATORS)
+        name = b.pick(_BINARY_FUNCTIONS + tuple(_OPERATORS))
         use_operator = name in _OPERATORS
         symbol = name if use_operator else ""
         if use_operator:
-            name = _BINARY_FUNCTIONS[_OPERATORS.index(name)]
+            name = _OPERATORS[name]
     if name == "pow":
         # Integer powers with negative exponents are errors in torch: keep pow to floats.
         if not b.is_float(x):

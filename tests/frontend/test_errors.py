@@ -397,16 +397,16 @@ def _f_if(x: pf.Tensor) -> Any:
     return -x
 
 
-def _f_floor(x: pf.Tensor) -> Any:
-    return np.floor(x)  # line: np.floor
+def _f_arctan(x: pf.Tensor) -> Any:
+    return np.arctan(x)  # line: np.arctan
 
 
 def _f_floordiv(x: pf.Tensor) -> Any:
-    return x // 2  # line: floordiv
+    return (x > 0) // (x < 1)  # line: floordiv
 
 
-def _f_mod(x: pf.Tensor) -> Any:
-    return 3.0 % x  # line: mod
+def _f_round(x: pf.Tensor) -> Any:
+    return pf.round(x, decimals=2)  # line: round
 
 
 def _f_indices(x: pf.Tensor) -> Any:
@@ -450,9 +450,9 @@ USER_ERRORS: list[tuple[Callable[..., Any], pf.Spec, str, str, str]] = [
     (_f_squeeze, X4, "squeeze", "squeeze", "Dimension out of range"),
     (_f_overflow, I32, "overflow", "add", "cannot be converted to type int32 without overflow"),
     (_f_if, X4, "if", "bool", "no truth value"),
-    (_f_floor, X4, "np.floor", "np.floor", "np.floor has no pyfuse op yet"),
-    (_f_floordiv, X4, "floordiv", "floor_divide", "needs an exact floor"),
-    (_f_mod, X4, "mod", "remainder", "needs an exact floor"),
+    (_f_arctan, X4, "np.arctan", "np.arctan", "np.arctan has no pyfuse op yet"),
+    (_f_floordiv, X4, "floordiv", "floor_divide", "floor_divide of bool tensors"),
+    (_f_round, X4, "round", "round", "round(decimals=2) is not supported"),
     (_f_indices, X4, "indices", "max", "use x.max(dim).values or pf.amax"),
     (_f_bitwise_int, I32, "bitwise", "bitwise_and", "bool tensors only"),
     (_f_np_where, X4, "np.where", "numpy", "NumPy functions other than the ufuncs"),

@@ -53,3 +53,49 @@ def test_sin_and_cos_of_rotary_sized_arguments_are_accurate() -> None:
         wide = x.double()
         assert (sine.double() - wide.sin()).abs().max().item() < 2.5e-7, top
         assert (cosine.double() - wide.cos()).abs().max().item() < 2.5e-7, top
+
+
+@pytest.mark.gpu
+def test_division_ops_agree_with_torch_at_their_edges() -> None:
+    """fmod, remainder and floor division against torch's on the signs, zeros, infinities and
+    exact multiples where a rounded quotient goes wrong; integer divisors of 0 give 0."""
+    import torch
+
+    import pyfuse as pf
+
+    edges = [
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        3.0,
+        -3.0,
+        0.1,
+        -0.1,
+        7.5,
+        1e6,
+        -1e-6,
+        float("inf"),
+        float("-inf"),
+    ]
+    values = torch.tensor(edges, device="cuda")
+    x, y = (v.reshape(-1) for v in torch.meshgrid(values, values, indexing="ij"))
+    noise = torch.randn(1 << 16, device="cuda") * 10
+    x, y = torch.cat([x, noise]), torch.cat([y, torch.randn(1 << 16, device="cuda") * 3])
+    fmod, remainder, floor = pf.fuse(lambda a, b: (pf.fmod(a, b), a % b, a // b))(x, y)
+    for got, want in ((fmod, torch.fmod(x, y)), (remainder, x % y), (floor, x // y)):
+        assert torch.equal(torch.isnan(got), torch.isnan(want))
+        both = ~torch.isnan(want)
+        assert torch.equal(got[both], want[both])
+    i = torch.randint(-1000, 1000, (1 << 16,), device="cuda", dtype=torch.int32)
+    j = torch.randint(-9, 9, (1 << 16,), device="cuda", dtype=torch.int32)
+    j[0], i[1], j[1] = 0, -(2**31), -1
+    quotient, modulo, c_mod = pf.fuse(lambda a, b: (a // b, a % b, pf.fmod(a, b)))(i, j)
+    nonzero = j != 0
+    ordinary = nonzero & ~((i == -(2**31)) & (j == -1))  # MIN // -1 overflows in C
+    safe = torch.where(ordinary, j, 1)
+    assert torch.equal(quotient[ordinary], (i // safe)[ordinary])
+    assert torch.equal(modulo[ordinary], (i % safe)[ordinary])
+    assert torch.equal(c_mod[ordinary], torch.fmod(i, safe)[ordinary])
+    assert not quotient[~nonzero].any() and not modulo[~nonzero].any()
+    assert quotient[1].item() == -(2**31) and modulo[1].item() == 0  # NumPy's wrap

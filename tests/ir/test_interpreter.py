@@ -119,6 +119,11 @@ UNARY_REFERENCE: dict[UnaryOpType, Callable[[Array], Any]] = {
     UnaryOpType.RECIPROCAL: lambda x: 1 / x,
     UnaryOpType.SIN: np.sin,
     UnaryOpType.COS: np.cos,
+    UnaryOpType.ERF: np.vectorize(math.erf),
+    UnaryOpType.FLOOR: np.floor,
+    UnaryOpType.CEIL: np.ceil,
+    UnaryOpType.ROUND: np.round,  # half to even
+    UnaryOpType.TRUNC: np.trunc,
     UnaryOpType.LOGICAL_NOT: lambda x: x == 0,
 }
 # Ops whose domain is positive: the test feeds them |x|.
@@ -245,6 +250,10 @@ BINARY_REFERENCE: dict[BinaryOpType, Callable[[Any, Any], Any]] = {
     BinaryOpType.GE: np.greater_equal,
     BinaryOpType.LOGICAL_AND: np.logical_and,
     BinaryOpType.LOGICAL_OR: np.logical_or,
+    # Python's own float semantics: math.fmod is C's, % and // floor (as torch's do).
+    BinaryOpType.FMOD: np.vectorize(math.fmod),
+    BinaryOpType.REMAINDER: np.vectorize(lambda a, b: a % b),
+    BinaryOpType.FLOOR_DIVIDE: np.vectorize(lambda a, b: a // b),
 }
 LOGICAL_OPS = {BinaryOpType.LOGICAL_AND, BinaryOpType.LOGICAL_OR}
 
