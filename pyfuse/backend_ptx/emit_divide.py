@@ -5,11 +5,12 @@ Expects compute-type operands (f32, f64, or 32/64-bit integers) from
 ``fmod``, ``remainder`` and ``floor_divide`` (which the reference interpreter computes), which
 are torch's:
 
-- floats: ``fmod(x, y) = x - trunc(x / y) y`` with the sign of ``x``, from one fma (exact: the
-  true remainder is representable) and a correction where ``x / y`` rounded onto the next
-  integer; exact while ``|x / y| < 2**24``, an approximation past that. ``fmod(x, 0)`` and
-  ``fmod(inf, y)`` are NaN, ``fmod(x, inf) = x``. ``remainder`` moves a nonzero ``fmod`` of
-  the other sign than ``y`` by ``y``; ``floor_divide`` is ``(x - fmod(x, y)) / y`` made
+- floats: ``fmod(x, y) = x - trunc(x / y) y`` with the sign of ``x``, exactly: ``|x|`` is
+  reduced in f64 by multiples ``|y| 2**k`` that leave quotients below 2**52, where the
+  truncated quotient and the fma's remainder are exact (``FMOD_STEPS`` steps cover every
+  f32 pair; f64 operands whose quotient passes 2**306 get an approximation). ``fmod(x, 0)``,
+  ``fmod(inf, y)`` and NaNs give NaN, ``fmod(x, inf) = x``. ``remainder`` moves a nonzero
+  ``fmod`` of the other sign than ``y`` by ``y``; ``floor_divide`` is ``(x - fmod(x, y)) / y`` made
   integral (NumPy's ``npy_divmod``), ``x / y`` where ``y == 0``.
 - integers: ``div``/``rem`` (C's truncating ones) moved toward negative infinity where the
   signs differ; a divisor of 0 gives 0 (NumPy's rule: the hardware's result is unspecified,
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from pyfuse.backend_ptx.emit_math import Value
 from pyfuse.backend_ptx.instructions import arith, convert, logic
-from pyfuse.backend_ptx.operands import Instr, Reg
+from pyfuse.backend_ptx.operands import Instr, Reg, RegClass
 
 if TYPE_CHECKING:
     from pyfuse.backend_ptx.emit_scalar import ScalarMath
@@ -36,7 +37,8 @@ class _Emitting:
         self.math, self.t = math, ctype
 
     def out(self, make: Callable[[Reg], Instr], ptype: str | None = None) -> Reg:
-        register = self.math.new(ptype or self.t)
+        kind = ptype or self.t
+        register = self.math.kb.reg(RegClass.B64) if kind == "b64" else self.math.new(kind)
         self.math.kb.emit(make(register))
         return register
 
@@ -57,6 +59,12 @@ def divide(math: ScalarMath, op: str, x: Value, y: Value, ctype: str) -> Reg:
     return _IntDivision(math, x, y, ctype).result(op)
 
 
+# Steps of the exact f64 reduction: each divides the quotient by at least 2**51, and an f32
+# quotient is below 2**277 (f64's, approximated past 2**306, rarely).
+FMOD_STEPS = 6
+_F64_EXPONENT = 0x7FF0000000000000
+
+
 class _FloatDivision(_Emitting):
     def __init__(self, math: ScalarMath, x: Reg, y: Reg, ctype: str) -> None:
         super().__init__(math, ctype)
@@ -71,25 +79,60 @@ class _FloatDivision(_Emitting):
 
     def fmod(self) -> Reg:
         t, x, y = self.t, self.x, self.y
-        quotient = self.out(lambda d: arith.div(t, d, x, y, mode="rn"))
-        whole = self.out(lambda d: convert.cvt(t, t, d, quotient, rounding="rzi"))
-        minus = self.out(lambda d: arith.neg(t, d, whole))
-        r = self.out(lambda d: arith.fma(t, d, minus, y, x))
-        # x / y rounded up onto the next integer leaves r of the other sign than x (one step
-        # back by |y|); rounded down, it leaves |r| >= |y| (one step on).
-        size = self.out(lambda d: arith.abs_(t, d, y))
-        minus_size = self.out(lambda d: arith.neg(t, d, size))
-        x_negative = self.pred("lt", x, 0.0)
-        toward_x = self.select(x_negative, minus_size, size)
-        stepped = self.out(lambda d: arith.add(t, d, r, toward_x, rounding="rn"))
-        r = self.select(self.signs_differ(r, x), stepped, r)
-        magnitude = self.out(lambda d: arith.abs_(t, d, r))
-        too_far = self.pred("ge", magnitude, size)
-        back = self.out(lambda d: arith.sub(t, d, r, toward_x, rounding="rn"))
-        r = self.select(too_far, back, r)
-        # fmod(x, +-inf) is x for finite x (the fma made 0 * inf = NaN).
-        infinite = self.pred("eq", size, float("inf"))
-        return self.select(infinite, x, r)
+        wide = (lambda v: v) if t == "f64" else self.widen
+        r = self.out(lambda d: arith.abs_("f64", d, wide(x)), "f64")
+        size = self.out(lambda d: arith.abs_("f64", d, wide(y)), "f64")
+        for _ in range(FMOD_STEPS):
+            r = self.reduce(r, size)
+        narrow = (
+            r if t == "f64" else self.out(lambda d: convert.cvt("f32", "f64", d, r, rounding="rn"))
+        )
+        negated = self.out(lambda d: arith.neg(t, d, narrow))
+        result = self.select(self.pred("lt", x, 0.0), negated, narrow)
+        x_neg_zero = self.select(self.pred("eq", x, 0.0), x, result)  # fmod(-0, y) is -0
+        # fmod(x, +-inf) is x for finite x; a zero divisor, an infinite or NaN dividend, or a
+        # NaN divisor give NaN.
+        x_size = self.out(lambda d: arith.abs_(t, d, x))
+        y_size = self.out(lambda d: arith.abs_(t, d, y))
+        finite_x = self.pred("lt", x_size, float("inf"))
+        result = self.select(
+            self.out(
+                lambda q: arith.setp("eq", t, q, y_size, float("inf"), bool_op="and", c=finite_x),
+                "pred",
+            ),
+            x,
+            x_neg_zero,
+        )
+        undefined = self.out(
+            lambda q: arith.setp(
+                "equ", t, q, y_size, 0.0, bool_op="or", c=finite_x, c_negated=True
+            ),
+            "pred",
+        )
+        return self.select(undefined, float("nan"), result)
+
+    def widen(self, value: Reg) -> Reg:
+        return self.out(lambda d: convert.cvt("f64", "f32", d, value), "f64")
+
+    def reduce(self, r: Reg, size: Reg) -> Reg:
+        """One exact step of ``r mod size`` in f64 (both >= 0): by the multiple
+        ``size * 2**k`` with ``r / (size * 2**k)`` below 2**52, so that the truncated quotient
+        and the fma's remainder are exact; once ``r < 2**51 size``, by ``size`` itself."""
+        ratio = self.out(lambda d: arith.div("f64", d, r, size, mode="rn"), "f64")
+        scaled = self.out(lambda d: arith.mul("f64", d, ratio, 2.0**-51, rounding="rn"), "f64")
+        bits = self.out(lambda d: arith.mov("b64", d, scaled), "b64")
+        exponent = self.out(lambda d: logic.and_("b64", d, bits, _F64_EXPONENT), "b64")
+        power = self.out(lambda d: arith.mov("b64", d, exponent), "f64")
+        power = self.out(lambda d: arith.max_("f64", d, power, 1.0), "f64")
+        divisor = self.out(lambda d: arith.mul("f64", d, size, power, rounding="rn"), "f64")
+        quotient = self.out(lambda d: arith.div("f64", d, r, divisor, mode="rn"), "f64")
+        whole = self.out(lambda d: convert.cvt("f64", "f64", d, quotient, rounding="rzi"), "f64")
+        minus = self.out(lambda d: arith.neg("f64", d, whole), "f64")
+        rest = self.out(lambda d: arith.fma("f64", d, minus, divisor, r), "f64")
+        # The rounded quotient is the true one or one above: a negative rest takes one back.
+        back = self.out(lambda d: arith.add("f64", d, rest, divisor, rounding="rn"), "f64")
+        negative = self.out(lambda p: arith.setp("lt", "f64", p, rest, 0.0), "pred")
+        return self.out(lambda d: arith.selp("f64", d, back, rest, negative), "f64")
 
     def remainder(self) -> Reg:
         t, y = self.t, self.y
