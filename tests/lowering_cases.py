@@ -260,6 +260,13 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
         lambda m, x: (lambda v: (m * v, pf.rms_norm(v, x)))(pf.where(m, m, x)),
         [S((97, 127), pf.bool), S((97, 127), f16)],
     ),
+    # a logsumexp over a size-1 axis broadcast against its own input, then a variance: the
+    # reduction schedule left the short tensor's loop outside the reference's (the GPU
+    # fuzzer, seed 269)
+    "variance_of_a_clamp_broadcast_against_its_input": (
+        lambda v: pf.var(pf.clamp(pf.cast(v, f32).logsumexp((2,)), v), None),
+        [S((17, 1, 1, 5), pf.bool)],
+    ),
     # torch's rounding and division-like ops, floats and integers (integer division by 0: 0)
     "rounding_and_division_ops": (
         lambda x, y: (

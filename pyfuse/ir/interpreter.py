@@ -118,12 +118,17 @@ def _accumulates(expr: Expr) -> bool:
 
 
 def _magnitude(expr: Expr, env: _Env) -> Array:
-    """``expr`` evaluated on the magnitudes of its tensor inputs: the sum of the magnitudes
-    of its terms (with a bias's)."""
+    """``expr`` evaluated on the magnitudes of its tensor inputs (the sum of the magnitudes of
+    its terms, with a bias's), times the square root of the number of terms: the typical
+    error of a float32 sum grows so with its length (tensor cores' accumulation included)."""
     magnitudes = _Env()
     for tv in expr.tensor_inputs:
         magnitudes.values[tv] = np.abs(env.values[tv])
-    return _widen(_evaluate_expr(expr, magnitudes), expr.output.dtype)
+    if isinstance(expr, ReductionOp):
+        terms = expr.input.numel // max(1, expr.output.numel)
+    else:
+        terms = expr.tensor_inputs[0].shape[-1] if expr.tensor_inputs[0].shape else 1
+    return _widen(_evaluate_expr(expr, magnitudes), expr.output.dtype) * math.sqrt(max(terms, 1))
 
 
 def _jittered(value: Array, dtype: DType, jitter: Jitter, magnitude: Array | None) -> Array:

@@ -21,7 +21,9 @@ holds; otherwise it raises :class:`pyfuse.errors.ScheduleError` naming the tenso
    axis the reference merged into one it has (``x.squeeze(1)`` of an ``[M, 1]`` beside an
    ``[M, K]`` reference flattened to ``M*K``; ``replay_short``, set by replay) is inlined
    into a consumer: in a loop nest of its own, the split replayed on its shorter extent
-   would be indexed by the reference's loops and only part of it computed.
+   would be indexed by the reference's loops and only part of it computed; the same for a
+   serial loop of its own past its inline position (``clamp(lse(v), v)`` of a ``[17, 1, 5]``
+   broadcast against ``[17, 1, 1, 5]``: one value read for every trip of the reference's).
 """
 
 from __future__ import annotations
@@ -130,10 +132,16 @@ def _check_inline(tv: TensorView, consumers: list[TensorView], id_model: IdModel
 
 
 def _check_reference_trips(tv: TensorView, reference: TensorView) -> None:
-    if tv.replay_short and tv.inline_position == 0:
+    own = [
+        axis
+        for axis in tv.loop[tv.inline_position :]
+        if not axis.parallel_type.is_hardware_index and not axis.is_broadcast
+    ]
+    if tv.replay_short and own:
         _fail(
             f"T{tv.name} lacks an axis the reference T{reference.name} merges into its loops, "
-            "and runs a loop nest of its own: the reference's indices would cover part of it"
+            f"and runs its loop {own[0]} on its own: the reference's indices would cover part "
+            "of it, and a consumer inside the reference's loop would read one value for all"
         )
 
 
