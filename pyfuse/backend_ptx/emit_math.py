@@ -12,7 +12,9 @@ Accuracy (float32 results against float64 math; "ulp" of f32):
 
 - exp: ``ex2.approx.ftz(hi) * (1 + lo*ln2)`` with ``hi + lo = x*log2(e)`` split exactly by an
   fma: about 3e-7 relative. Results below 2**-126 flush to 0 (an absolute error < 1.2e-38).
-- log: ``lg2.approx * ln2``: 2**-22 absolute for x in (0.5, 2), 2**-22 relative elsewhere.
+- log: ``lg2.approx * ln2`` (2**-22 relative), and for ``|x - 1| < 0.5``, where that would be
+  2**-22 absolute, ``2 atanh((x - 1) / (x + 1))`` as a series: a few ulps relative, also
+  next to 1.
 - tanh: ``x + x**3 P(x**2)`` for ``|x| < 0.6``, else ``1 - 2/(exp(2|x|) + 1)``: ~3e-7 relative
   (``tanh.approx`` is only ~5e-4).
 - sigmoid ``1/(1 + exp(-x))``, silu ``x * sigmoid(x)``, gelu_tanh ``x/(1 + exp(-2u))`` with
@@ -323,6 +325,10 @@ SIN_POLY = (-0.16666666480585665, 0.008333315803579036, -0.00019836076314076138,
 COS_POLY = (0.04166666631113884, -0.0013888864648980612, 2.4795826677882814e-05,
             -2.698060367362781e-07)  # fmt: skip
 SIN_REDUCTION_MAX = 2.0**22
+# log(x) = 2 atanh(s) = 2 s (1 + s**2/3 + s**4/5 + ...) for |x - 1| < LOG_NEAR_ONE, where
+# |s| <= 1/3 and the series' remainder is below 4e-9 relative.
+LOG_NEAR_ONE = 0.5
+LOG_SERIES = tuple(1.0 / (2 * k + 1) for k in range(8))
 GELU_TANH_K0 = math.sqrt(2.0 / math.pi)
 GELU_TANH_K1 = 0.044715
 
@@ -381,7 +387,13 @@ def cos(ops: FloatOps[V, P], x: V) -> V:
 
 
 def log(ops: FloatOps[V, P], x: V) -> V:
-    return ops.mul(ops.lg2(x), ops.const(LN2))
+    """``lg2.approx(x) ln 2``, except near 1, where its absolute error would be a large relative
+    one (``log(1.001)``): there ``2 atanh(s)``, ``s = (x - 1) / (x + 1)``, as a series."""
+    coarse = ops.mul(ops.lg2(x), ops.const(LN2))
+    t = ops.sub(x, ops.const(1.0))  # exact for x in [0.5, 2]
+    s = ops.div(t, ops.add(t, ops.const(2.0)))
+    series = ops.mul(ops.mul(s, ops.const(2.0)), _horner(ops, ops.mul(s, s), LOG_SERIES))
+    return ops.select(ops.less(ops.abs(t), ops.const(LOG_NEAR_ONE)), series, coarse)
 
 
 def tanh(ops: FloatOps[V, P], x: V) -> V:

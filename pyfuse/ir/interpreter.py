@@ -75,7 +75,8 @@ def evaluate(fusion: Fusion, inputs: Sequence[Array], jitter: Jitter | None = No
     """The fusion's outputs on ``inputs``, in ``fusion.outputs`` order (see the module doc).
     With ``jitter``, every floating result is first scaled by ``1 + JITTER * u`` before its
     rounding (``u`` uniform in [-1, 1] drawn from a Generator, or the given float for every
-    element), a sum or matmul also moved by ``JITTER * u`` times the same sum of the
+    element; a pow by as much more as its documented error grows with ``|y log2 |x||``),
+    a sum or matmul also moved by ``JITTER * u`` times the same sum of the
     magnitudes (a float32 kernel sums in another order: its error scales with the terms, not
     with a result they cancelled to), and float32 denormals flush to zero, as the GPU's
     approximate functions flush them: where that moves an output past a comparison's
@@ -102,7 +103,8 @@ def evaluate_all(
             dtype = expr.output.dtype
             if jitter is not None and dtype.is_floating and value.size:
                 magnitude = _magnitude(expr, env) if _accumulates(expr) else None
-                value = _jittered(np.asarray(value), dtype, jitter, magnitude)
+                scale = _error_scale(expr, env)
+                value = _jittered(np.asarray(value), dtype, jitter, magnitude, scale)
             env.values[expr.output] = value
     return env.values
 
@@ -131,12 +133,34 @@ def _magnitude(expr: Expr, env: _Env) -> Array:
     return _widen(_evaluate_expr(expr, magnitudes), expr.output.dtype) * math.sqrt(max(terms, 1))
 
 
-def _jittered(value: Array, dtype: DType, jitter: Jitter, magnitude: Array | None) -> Array:
+# The relative error of the kernels' pow per unit of |y log2 |x||, in JITTERs (emit_math: about
+# 1.7e-7 |y log2 |x||, the rounding of y log2 |x| passed through ex2).
+_POW_ERROR = 1.7e-7 / JITTER
+
+
+def _error_scale(expr: Expr, env: _Env) -> Array | float:
+    """How many JITTERs of relative error the kernels' form of ``expr`` may add: 1, or for a
+    float pow ``1 + _POW_ERROR |y log2 |x||`` (a large exponent of a large or tiny base)."""
+    if not (isinstance(expr, BinaryOp) and expr.op == BinaryOpType.POW):
+        return 1.0
+    common = _common_dtype(expr.inputs)
+    if not common.is_floating:
+        return 1.0
+    base, exponent = (env.operand(v, common) for v in expr.inputs)
+    with np.errstate(all="ignore"):
+        scale = 1.0 + _POW_ERROR * np.abs(exponent * np.log2(np.abs(base)))
+    finite: Array = np.nan_to_num(np.broadcast_to(scale, expr.output.shape), nan=1.0, posinf=1.0)
+    return finite
+
+
+def _jittered(
+    value: Array, dtype: DType, jitter: Jitter, magnitude: Array | None, scale: Array | float
+) -> Array:
     if isinstance(jitter, float):
         noise: Array | float = JITTER * jitter
     else:
         noise = jitter.uniform(-JITTER, JITTER, np.shape(value))
-    wide = _widen(value, dtype) * (1.0 + noise)
+    wide = _widen(value, dtype) * (1.0 + noise * scale)
     if magnitude is not None:
         wide = wide + noise * magnitude
     wide = np.where(np.abs(wide) < _SMALLEST_NORMAL_F32, np.copysign(0.0, wide), wide)
