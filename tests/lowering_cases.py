@@ -267,6 +267,12 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
         lambda v: pf.var(pf.clamp(pf.cast(v, f32).logsumexp((2,)), v), None),
         [S((17, 1, 1, 5), pf.bool)],
     ),
+    # a reduction of an empty tensor beside a non-empty output: the empty reference ran no
+    # thread and left the cast unwritten (the GPU fuzzer, seed 281)
+    "cast_beside_an_empty_reduction": (
+        lambda e, v: ((e - v).amax(-1, keepdim=True), v.int()),
+        [S((0, 128, 127, 97), i32), S((1, 1, 127, 1), bf16)],
+    ),
     # torch's rounding and division-like ops, floats and integers (integer division by 0: 0)
     "rounding_and_division_ops": (
         lambda x, y: (

@@ -486,7 +486,20 @@ def _eval_unary(expr: UnaryOp, env: _Env) -> Array:
 
 # ---- binary and ternary ops --------------------------------------------------------------------
 
-_BINARY: dict[BinaryOpType, np.ufunc] = {
+
+def remainder(a: Array, b: Array) -> Array:
+    """torch.remainder: ``fmod`` moved by ``b`` where it is nonzero of the other sign, so a
+    zero keeps the dividend's sign (NumPy's ``remainder`` gives it the divisor's); integers
+    as NumPy's (a divisor of 0 gives 0)."""
+    a, b = np.asarray(a), np.asarray(b)
+    if not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(b.dtype, np.floating)):
+        return np.asarray(np.remainder(a, b))
+    mod = np.fmod(a, b)
+    moved = (mod != 0) & ((b < 0) != (mod < 0))
+    return np.asarray(np.where(moved, mod + b, mod))
+
+
+_BINARY: dict[BinaryOpType, Callable[[Array, Array], Array]] = {
     BinaryOpType.ADD: np.add,
     BinaryOpType.SUB: np.subtract,
     BinaryOpType.MUL: np.multiply,
@@ -504,7 +517,7 @@ _BINARY: dict[BinaryOpType, np.ufunc] = {
     BinaryOpType.LOGICAL_OR: np.logical_or,
     # Integer division by zero gives 0 in all three (NumPy's rule; the kernels agree).
     BinaryOpType.FMOD: np.fmod,
-    BinaryOpType.REMAINDER: np.remainder,
+    BinaryOpType.REMAINDER: remainder,
     BinaryOpType.FLOOR_DIVIDE: np.floor_divide,
 }
 

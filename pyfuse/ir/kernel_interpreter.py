@@ -41,7 +41,7 @@ import numpy.typing as npt
 from pyfuse.errors import InputError, PyfuseError
 from pyfuse.ir import kernel_ir as kir
 from pyfuse.ir.dtypes import DType
-from pyfuse.ir.interpreter import erf, gelu, gelu_tanh, silu
+from pyfuse.ir.interpreter import erf, gelu, gelu_tanh, remainder, silu
 from pyfuse.ir.kernel_printer import stmt_to_lines
 from pyfuse.ir.tensor import MemoryType
 
@@ -192,7 +192,7 @@ _UNARY: dict[str, Callable[[Array], Array]] = {
 _INTEGRAL_UNARY = frozenset({"neg", "abs", "relu"})
 
 
-def _quietly(ufunc: np.ufunc) -> Callable[[Array, Array], Array]:
+def _quietly(ufunc: Callable[[Array, Array], Array]) -> Callable[[Array, Array], Array]:
     """``ufunc`` without NumPy's warnings: an integer division by zero gives 0, as the
     kernels' does."""
 
@@ -206,7 +206,7 @@ def _quietly(ufunc: np.ufunc) -> Callable[[Array, Array], Array]:
 _ARITHMETIC: dict[str, Callable[[Array, Array], Array]] = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "pow": np.power,
     "maximum": np.maximum, "minimum": np.minimum, "max": np.maximum, "min": np.minimum,
-    "fmod": _quietly(np.fmod), "remainder": _quietly(np.remainder),
+    "fmod": _quietly(np.fmod), "remainder": _quietly(remainder),
     "floor_divide": _quietly(np.floor_divide),
 }  # fmt: skip
 _COMPARE: dict[str, Callable[[Array, Array], Array]] = {
