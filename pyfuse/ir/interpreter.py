@@ -121,16 +121,20 @@ def _accumulates(expr: Expr) -> bool:
 
 def _magnitude(expr: Expr, env: _Env) -> Array:
     """``expr`` evaluated on the magnitudes of its tensor inputs (the sum of the magnitudes of
-    its terms, with a bias's), times the square root of the number of terms: the typical
-    error of a float32 sum grows so with its length (tensor cores' accumulation included)."""
+    its terms, with a bias's), times how the error of a float32 sum grows with its number of
+    terms ``K``: ``sqrt(K)`` for a sum (rounded additions in a tree or in a row), ``K`` for a
+    matmul, which may run on tensor cores, whose additions truncate (the error of each has
+    one sign; Fasi et al., "Numerical behavior of NVIDIA tensor cores", 2021)."""
     magnitudes = _Env()
     for tv in expr.tensor_inputs:
         magnitudes.values[tv] = np.abs(env.values[tv])
     if isinstance(expr, ReductionOp):
-        terms = expr.input.numel // max(1, expr.output.numel)
+        growth = math.sqrt(max(1, expr.input.numel // max(1, expr.output.numel)))
     else:
-        terms = expr.tensor_inputs[0].shape[-1] if expr.tensor_inputs[0].shape else 1
-    return _widen(_evaluate_expr(expr, magnitudes), expr.output.dtype) * math.sqrt(max(terms, 1))
+        growth = float(
+            max(1, expr.tensor_inputs[0].shape[-1] if expr.tensor_inputs[0].shape else 1)
+        )
+    return _widen(_evaluate_expr(expr, magnitudes), expr.output.dtype) * growth
 
 
 # The relative error of the kernels' pow per unit of |y log2 |x||, in JITTERs (emit_math: about
