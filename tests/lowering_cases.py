@@ -273,6 +273,14 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
         lambda e, v: ((e - v).amax(-1, keepdim=True), v.int()),
         [S((0, 128, 127, 97), i32), S((1, 1, 127, 1), bf16)],
     ),
+    # a cached input lacking the reference's leading axis, in a loop nest of its own (the CPU
+    # fuzzer, seed 283: a regression of the rule above, caught before it landed on the GPU)
+    "broadcast_output_beside_a_min": (
+        lambda v: (lambda b: (pf.min(b, 0, keepdim=True), pf.broadcast_to(b, (3, 2, 3, 8))))(
+            pf.broadcast_to(v, (2, 3, 8))
+        ),
+        [S((3, 8), f32)],
+    ),
     # torch's rounding and division-like ops, floats and integers (integer division by 0: 0)
     "rounding_and_division_ops": (
         lambda x, y: (

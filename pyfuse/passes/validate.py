@@ -137,11 +137,12 @@ def _check_reference_trips(tv: TensorView, reference: TensorView) -> None:
         for axis in tv.loop[tv.inline_position :]
         if not axis.parallel_type.is_hardware_index and not axis.is_broadcast
     ]
-    if tv.replay_short and own:
+    if tv.replay_short and (tv.inline_position == 0 or own):
         _fail(
             f"T{tv.name} lacks an axis the reference T{reference.name} merges into its loops, "
-            f"and runs its loop {own[0]} on its own: the reference's indices would cover part "
-            "of it, and a consumer inside the reference's loop would read one value for all"
+            f"and runs {f'its loop {own[0]}' if own else 'a loop nest'} on its own: the "
+            "reference's indices would cover part of it, or a consumer inside the reference's "
+            "loop would read one value for all its trips"
         )
 
 
