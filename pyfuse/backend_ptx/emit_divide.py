@@ -20,14 +20,23 @@ are torch's:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from pyfuse.backend_ptx.emit_math import Value
+from pyfuse.backend_ptx.emitter import KernelBuilder
 from pyfuse.backend_ptx.instructions import arith, convert, logic
 from pyfuse.backend_ptx.operands import Instr, Reg, RegClass
 
-if TYPE_CHECKING:
-    from pyfuse.backend_ptx.emit_scalar import ScalarMath
+
+class ScalarMath(Protocol):
+    """What these ops need of :class:`~pyfuse.backend_ptx.emit_scalar.ScalarMath` (which
+    calls them: the Protocol keeps the import one way)."""
+
+    kb: KernelBuilder
+
+    def new(self, ptype: str) -> Reg: ...
+
+    def reg_of(self, value: Value, ptype: str) -> Reg: ...
 
 
 class _Emitting:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pyfuse.frontend import composites as pc
-from pyfuse.frontend import ops
+from pyfuse.frontend import ops, rounding
 from pyfuse.frontend.arguments import scalar_value
 from pyfuse.frontend.location import refuse
 from pyfuse.frontend.tensor_methods import tensor_method
@@ -72,13 +72,13 @@ _UFUNCS: dict[str, Callable[..., ops.Tensor]] = {
     "reciprocal": ops.reciprocal,
     "tanh": ops.tanh,
     "sin": ops.sin,
-    "floor": ops.floor,
-    "ceil": ops.ceil,
-    "rint": ops.round,
-    "trunc": ops.trunc,
-    "fmod": ops.fmod,
-    "remainder": ops.remainder,
-    "floor_divide": ops.floor_divide,
+    "floor": rounding.floor,
+    "ceil": rounding.ceil,
+    "rint": rounding.round,
+    "trunc": rounding.trunc,
+    "fmod": rounding.fmod,
+    "remainder": rounding.remainder,
+    "floor_divide": rounding.floor_divide,
     "cos": ops.cos,
     "sign": pc.sign,
     "isnan": pc.isnan,

@@ -125,6 +125,19 @@ class TensorMethods:
     def __invert__(self: S) -> S:
         return _implementation(self, "bitwise_not")(self)
 
+    # -- floor division and remainder (pyfuse.frontend.rounding) --------------------------------
+    def __floordiv__(self: S, other: S | Number) -> S:
+        return _implementation(self, "floor_divide")(self, other)
+
+    def __rfloordiv__(self: S, other: S | Number) -> S:
+        return _implementation(self, "floor_divide")(other, self)
+
+    def __mod__(self: S, other: S | Number) -> S:
+        return _implementation(self, "remainder")(self, other)
+
+    def __rmod__(self: S, other: S | Number) -> S:
+        return _implementation(self, "remainder")(other, self)
+
     # -- dtype conversions -----------------------------------------------------------------------
     def float(self: S) -> S:
         return _implementation(self, "cast")(self, dtypes.float32)

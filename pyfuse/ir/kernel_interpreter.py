@@ -41,8 +41,8 @@ import numpy.typing as npt
 from pyfuse.errors import InputError, PyfuseError
 from pyfuse.ir import kernel_ir as kir
 from pyfuse.ir.dtypes import DType
-from pyfuse.ir.interpreter import erf, gelu, gelu_tanh, remainder, silu
 from pyfuse.ir.kernel_printer import stmt_to_lines
+from pyfuse.ir.reference_math import erf, gelu, gelu_tanh, relu, remainder, rsqrt, sigmoid, silu
 from pyfuse.ir.tensor import MemoryType
 
 Array = npt.NDArray[Any]
@@ -170,22 +170,10 @@ def _c_div(lhs: Array, rhs: Array) -> Array:
     return np.where((lhs < 0) != (rhs < 0), -quotient, quotient)
 
 
-def _relu(x: Array) -> Array:
-    return np.maximum(x, np.zeros((), dtype=x.dtype))  # keeps NaN, as torch.relu does
-
-
-def _sigmoid(x: Array) -> Array:
-    return 1.0 / (1.0 + np.exp(-x))
-
-
-def _rsqrt(x: Array) -> Array:
-    return 1.0 / np.sqrt(x)
-
-
 _UNARY: dict[str, Callable[[Array], Array]] = {
     "neg": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log, "tanh": np.tanh,
-    "sigmoid": _sigmoid, "relu": _relu, "gelu": gelu, "gelu_tanh": gelu_tanh, "silu": silu,
-    "sqrt": np.sqrt, "rsqrt": _rsqrt, "reciprocal": np.reciprocal, "sin": np.sin, "cos": np.cos,
+    "sigmoid": sigmoid, "relu": relu, "gelu": gelu, "gelu_tanh": gelu_tanh, "silu": silu,
+    "sqrt": np.sqrt, "rsqrt": rsqrt, "reciprocal": np.reciprocal, "sin": np.sin, "cos": np.cos,
     "erf": erf, "floor": np.floor, "ceil": np.ceil, "round": np.rint, "trunc": np.trunc,
 }  # fmt: skip
 # Unary ops that stay integral on an integer node; every other op computes in float64.

@@ -34,8 +34,9 @@ from pyfuse.ir.exprs import (
     UnaryOpType,
 )
 from pyfuse.ir.fusion import Fusion
-from pyfuse.ir.interpreter import erf, evaluate, evaluate_all
+from pyfuse.ir.interpreter import evaluate, evaluate_all
 from pyfuse.ir.iterdomain import IterDomain, IterType
+from pyfuse.ir.reference_math import erf
 from pyfuse.ir.tensor import Scalar, TensorView, make_tensor, new_axes_like
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
