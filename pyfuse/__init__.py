@@ -51,6 +51,7 @@ from pyfuse.frontend.composites import (
     zeros_like,
 )
 from pyfuse.frontend.fuse import FusedFunction, fuse
+from pyfuse.frontend.indices import arange, iota, tril, triu
 from pyfuse.frontend.ops import (
     Tensor,
     abs,
@@ -225,4 +226,8 @@ __all__ = [
     "fmod",
     "remainder",
     "floor_divide",
+    "arange",
+    "iota",
+    "tril",
+    "triu",
 ]

@@ -281,6 +281,21 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
         ),
         [S((3, 8), f32)],
     ),
+    # masks computed from indices (IotaOp), never loaded: causal softmax, tril/triu, arange
+    "causal_softmax_from_tril": (
+        lambda s: pf.softmax(pf.where(pf.tril(pf.ones_like(s)) > 0, s, float("-inf")), -1),
+        [S((3, 256, 256), bf16)],
+    ),
+    "causal_softmax_from_arange": (
+        lambda s: pf.softmax(
+            pf.where(pf.arange(33)[:, None] >= pf.arange(33), s, float("-inf")), -1
+        ),
+        [S((2, 4, 33, 33), f32)],
+    ),
+    "tril_triu_and_arange": (
+        lambda x: (pf.triu(x, 1), x.tril(-2), x * pf.arange(0.5, 13.5, 2.0) + pf.arange(3, 16, 2)),
+        [S((5, 7), f16)],
+    ),
     # torch's rounding and division-like ops, floats and integers (integer division by 0: 0)
     "rounding_and_division_ops": (
         lambda x, y: (

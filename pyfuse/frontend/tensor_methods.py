@@ -182,6 +182,12 @@ class TensorMethods:
     def sin(self: S) -> S:
         return _implementation(self, "sin")(self)
 
+    def tril(self: S, diagonal: builtins.int = 0) -> S:
+        return _implementation(self, "tril")(self, diagonal)
+
+    def triu(self: S, diagonal: builtins.int = 0) -> S:
+        return _implementation(self, "triu")(self, diagonal)
+
     def erf(self: S) -> S:
         return _implementation(self, "erf")(self)
 

@@ -214,6 +214,21 @@ class FullOp(Expr):
         return scalar
 
 
+class IotaOp(Expr):
+    """``out[i_0, ..., i_n] = i_dim`` in the output's dtype: the index along one axis, read from
+    no tensor (``arange``, the masks of ``tril``/``triu``: a causal mask is computed in the
+    kernel, never loaded)."""
+
+    op_name = "iota"
+
+    def __init__(self, out: TensorView, dim: int) -> None:
+        super().__init__([out], [])
+        self.dim = dim
+
+    def attributes(self) -> str:
+        return f"dim={self.dim}"
+
+
 class CastOp(Expr):
     op_name = "cast"
 

@@ -42,6 +42,7 @@ from pyfuse.ir.exprs import (
     ExpandOp,
     Expr,
     FullOp,
+    IotaOp,
     LinearOp,
     LoadStoreOp,
     MatmulOp,
@@ -402,6 +403,13 @@ def _eval_where(expr: TernaryOp, env: _Env) -> Array:
 # ---- data movement -----------------------------------------------------------------------------
 
 
+def _eval_iota(expr: IotaOp, env: _Env) -> Array:
+    shape = expr.output.shape
+    along = [1] * len(shape)
+    along[expr.dim] = shape[expr.dim]
+    return np.broadcast_to(np.arange(shape[expr.dim], dtype=np.int64).reshape(along), shape)
+
+
 def _eval_full(expr: FullOp, env: _Env) -> Array:
     return np.full(expr.output.shape, env.operand(expr.value, expr.output.dtype))
 
@@ -519,6 +527,7 @@ _RULES: dict[type[Expr], Callable[[Any, _Env], Array]] = {
     BinaryOp: _eval_binary,
     TernaryOp: _eval_where,
     FullOp: _eval_full,
+    IotaOp: _eval_iota,
     BroadcastOp: _eval_broadcast,
     ExpandOp: _eval_expand,
     SqueezeOp: _eval_squeeze,

@@ -23,6 +23,7 @@ from pyfuse.ir.exprs import (
     CastOp,
     ExpandOp,
     FullOp,
+    IotaOp,
     LinearOp,
     LoadStoreOp,
     MatmulOp,
@@ -90,6 +91,20 @@ def cast(x: TensorView, dtype: DType) -> TensorView:
         return x
     out = TensorView(new_axes_like(x.no_reductions), dtype)
     CastOp(out, x)
+    return out
+
+
+def iota(shape: Sequence[int], dim: int, dtype: DType) -> TensorView:
+    """A tensor of ``shape`` whose value is the index along ``dim`` (size-1 axes are
+    broadcasts); ``dtype`` an integer or float dtype."""
+    shape = [int(extent) for extent in shape]
+    if any(extent < 0 for extent in shape):
+        raise FusionError(f"iota: negative extent in shape {tuple(shape)}")
+    dim = _normalize_dim(dim, len(shape))
+    if not shape or dtype.is_bool:
+        raise FusionError("iota needs a shape of rank 1 or more and an integer or float dtype")
+    out = TensorView([_axis(extent) for extent in shape], dtype)
+    IotaOp(out, dim)
     return out
 
 

@@ -40,6 +40,7 @@ from pyfuse.ir.exprs import (
     CastOp,
     ExpandOp,
     Expr,
+    IotaOp,
     LinearOp,
     LoadStoreKind,
     LoadStoreOp,
@@ -147,6 +148,8 @@ def expr_call(expr: Expr, operand: dict[int, str] | None = None) -> str:
         return f"pf.{expr.op.value}({args[0]}, {_dims(expr.axes)})"
     if isinstance(expr, MatmulOp):
         return f"pf.matmul({args[0]}, {args[1]})"
+    if isinstance(expr, IotaOp):
+        return f"pf.iota({literal(out.shape)}, {expr.dim}, {dtype_literal(out.dtype)})"
     if isinstance(expr, LinearOp):
         return f"pf.linear({', '.join(args)})"
     if isinstance(expr, LoadStoreOp) and expr.kind == LoadStoreKind.SET:

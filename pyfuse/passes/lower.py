@@ -45,6 +45,7 @@ from pyfuse.ir.exprs import (
     ExpandOp,
     Expr,
     FullOp,
+    IotaOp,
     LoadStoreOp,
     PermuteOp,
     ReductionOp,
@@ -236,6 +237,9 @@ class _Lowering(IndexDerivation):
             return k.Cast(read(expr.inputs[0]), out.dtype)
         if isinstance(expr, FullOp):
             return k.Const(expr.value.value, out.dtype)
+        if isinstance(expr, IotaOp):
+            index = consumer_index.get(id(out.logical[expr.dim]), k.const(0, self.index_dtype))
+            return index if index.dtype == out.dtype else k.Cast(index, out.dtype)
         if isinstance(
             expr, LoadStoreOp | BroadcastOp | SqueezeOp | PermuteOp | ExpandOp | ReshapeOp
         ):

@@ -404,3 +404,25 @@ def test_mean_over_an_empty_dim_is_nan_and_0d_reductions_take_dim_0_and_minus_1(
     assert [g.shape for g in got] == [()] * 6
     assert [float(g) for g in got] == [1.0, 0.0, -2.0, -2.0, -2.0, -2.0]
     assert math.isnan(float(compiled(lambda z: pf.softmax(z, 0), np.array(np.nan, np.float32))[0]))
+
+
+def test_index_ops_check_their_arguments() -> None:
+    f32 = pf.spec((4,), pf.float32)
+    with pytest.raises(pf.FusionError, match="step must be nonzero"):
+        pf.fuse(lambda x: x + pf.arange(0, 4, 0)).trace(f32)
+    with pytest.raises(pf.FusionError, match="tril: needs a tensor of 2 or more dims"):
+        pf.fuse(lambda x: pf.tril(x)).trace(f32)
+    with pytest.raises(pf.FusionError, match="inconsistent with step sign"):
+        pf.fuse(lambda x: x + pf.arange(4, 0)).trace(f32)
+
+
+def test_arange_follows_torchs_dtypes_and_lengths() -> None:
+    fusion = pf.fuse(lambda x: (pf.arange(5), pf.arange(1, 2.5, 0.5), pf.arange(10, 0, -3))).trace(
+        pf.spec((1,), pf.float32)
+    )
+    shapes = [(tv.shape, tv.dtype) for tv in fusion.outputs]
+    assert shapes == [((5,), pf.int64), ((3,), pf.float32), ((4,), pf.int64)]
+    values = pf.fuse(
+        lambda x: (pf.arange(5), pf.arange(1, 2.5, 0.5), pf.arange(10, 0, -3))
+    ).reference(np.zeros(1, np.float32))
+    assert [v.tolist() for v in values] == [[0, 1, 2, 3, 4], [1.0, 1.5, 2.0], [10, 7, 4, 1]]

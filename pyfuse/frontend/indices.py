@@ -1,0 +1,87 @@
+"""Values computed from indices: ``iota``, ``arange``, ``tril`` and ``triu``.
+
+They trace :class:`~pyfuse.ir.exprs.IotaOp`, which reads no tensor: a kernel computes the
+index from its loop indices, so a causal mask (``pf.tril``, or ``arange(S)[:, None] >=
+arange(S)``) costs a compare in the kernel and is never loaded from memory.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+from collections.abc import Sequence
+
+from pyfuse.errors import FusionError
+from pyfuse.frontend import ops
+from pyfuse.frontend.location import user_op
+from pyfuse.frontend.ops import Tensor
+from pyfuse.frontend.tensor_methods import tensor_method
+from pyfuse.ir import dtypes
+from pyfuse.ir import ops as ir_ops
+from pyfuse.ir.dtypes import DType
+
+Number = int | float
+
+
+@user_op("iota")
+def iota(shape: int | Sequence[int], dim: int = 0, dtype: DType = dtypes.int64) -> Tensor:
+    """A tensor of ``shape`` holding each element's index along ``dim`` (jax.lax's
+    broadcasted_iota): ``pf.iota((4, 8), 1)`` is ``[[0, 1, ..., 7]] * 4``."""
+    extents = (shape,) if isinstance(shape, int) else tuple(shape)
+    return Tensor(ir_ops.iota(extents, dim, dtype))
+
+
+@user_op("arange")
+def arange(
+    start: Number, end: Number | None = None, step: Number = 1, dtype: DType | None = None
+) -> Tensor:
+    """``start, start + step, ...`` up to ``end`` (excluded), as torch.arange: int64 when
+    every bound is an int, float32 otherwise (unless ``dtype``): ``pf.arange(seq_len)``."""
+    if end is None:
+        start, end = 0, start
+    for name, value in (("start", start), ("end", end), ("step", step)):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise FusionError(f"arange: {name} must be a Python number, got {value!r}")
+        if not math.isfinite(value):
+            raise FusionError(f"arange: {name} must be finite, got {value!r}")
+    if step == 0:
+        raise FusionError("arange: step must be nonzero")
+    if (end - start) * step < 0:
+        raise FusionError(
+            f"arange: upper bound and larger bound inconsistent with step sign "
+            f"(start={start}, end={end}, step={step})"
+        )
+    integral = builtins.all(isinstance(v, int) for v in (start, end, step))
+    chosen = dtype or (dtypes.int64 if integral else dtypes.float32)
+    count = max(0, math.ceil((end - start) / step))
+    index = Tensor(ir_ops.iota((count,), 0, chosen))
+    if step != 1:
+        index = ops.mul(index, step)
+    return index if start == 0 else ops.add(index, start)
+
+
+def _triangle(x: Tensor, diagonal: int, lower: bool) -> Tensor:
+    if x.ndim < 2:
+        raise FusionError(f"needs a tensor of 2 or more dims, got {x.ndim}")
+    if isinstance(diagonal, bool) or not isinstance(diagonal, int):
+        raise FusionError(f"diagonal must be an int, got {diagonal!r}")
+    rows, cols = x.shape[-2:]
+    offset = ops.sub(iota((rows, cols), 1, dtypes.int32), iota((rows, cols), 0, dtypes.int32))
+    keep = ops.le(offset, diagonal) if lower else ops.ge(offset, diagonal)
+    return ops.where(keep, x, False if x.dtype.is_bool else 0)
+
+
+@tensor_method
+@user_op("tril")
+def tril(x: Tensor, diagonal: int = 0) -> Tensor:
+    """``x`` with the elements above the ``diagonal``-th diagonal of its last two dims zeroed
+    (torch.tril): ``pf.where(pf.tril(pf.ones_like(s)) > 0, s, -inf)`` masks causally."""
+    return _triangle(x, diagonal, lower=True)
+
+
+@tensor_method
+@user_op("triu")
+def triu(x: Tensor, diagonal: int = 0) -> Tensor:
+    """``x`` with the elements below the ``diagonal``-th diagonal of its last two dims zeroed
+    (torch.triu): ``pf.triu(x, 1)``."""
+    return _triangle(x, diagonal, lower=False)
