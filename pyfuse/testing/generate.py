@@ -524,6 +524,24 @@ def _composite_reduction(b: Builder) -> int | None:
     return b.op(name, f"pf.{name}({source}, {dims}{keepdim})", [x], flips)
 
 
+def _from_indices(b: Builder) -> int | None:
+    """A triangle of a value (tril/triu of its last two dims), an arange along its last dim,
+    or an iota beside it: values the kernel computes from its loop indices."""
+    x = b.choose(lambda i: len(b.shape_of(i)) >= 1)
+    if x is None:
+        return None
+    shape = b.shape_of(x)
+    if len(shape) >= 2 and b.chance(0.6):
+        name = b.pick(("tril", "triu"))
+        diagonal = int(b.rng.integers(-2, 3))
+        template = f"pf.{name}({{0}}, {diagonal})" if b.chance(0.5) else f"{{0}}.{name}({diagonal})"
+        return b.op(name, template, [x])
+    if b.chance(0.5):
+        return b.op("arange", f"({{0}} + pf.arange({shape[-1]}))", [x])
+    dim = int(b.rng.integers(len(shape)))
+    return b.op("iota", f"({{0}} * pf.iota({shape}, {dim}, pf.int32))", [x])
+
+
 # Families and their weights: pointwise ops dominate, as in real fusions.
 _FAMILIES: tuple[tuple[Callable[[Builder], int | None], float], ...] = (
     (_unary, 3.0),
@@ -540,6 +558,7 @@ _FAMILIES: tuple[tuple[Callable[[Builder], int | None], float], ...] = (
     (_composite, 1.6),
     (_composite_pair, 0.8),
     (_composite_reduction, 1.2),
+    (_from_indices, 0.6),
 )
 FAMILY_NAMES = tuple(family.__name__.lstrip("_") for family, _ in _FAMILIES)
 
