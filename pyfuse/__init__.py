@@ -83,6 +83,7 @@ from pyfuse.frontend.ops import (
     neg,
     permute,
     pow,
+    prod,
     reciprocal,
     relu,
     reshape,
@@ -230,4 +231,5 @@ __all__ = [
     "iota",
     "tril",
     "triu",
+    "prod",
 ]

@@ -296,6 +296,12 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
         lambda x: (pf.triu(x, 1), x.tril(-2), x * pf.arange(0.5, 13.5, 2.0) + pf.arange(3, 16, 2)),
         [S((5, 7), f16)],
     ),
+    # products (identity 1; ints and bools in int64, 16-bit floats in f32)
+    "products_of_rows_columns_and_everything": (
+        lambda x, i: (pf.prod(x * 0.25 + 1.0, -1), x.prod(0), pf.prod(i % 3 + 1, -1), pf.prod(x)),
+        [S((33, 65), bf16), S((33, 17), i32)],
+    ),
+    "product_over_an_empty_dim_is_one": (lambda x: pf.prod(x, 1), [S((4, 0), f32)]),
     # torch's rounding and division-like ops, floats and integers (integer division by 0: 0)
     "rounding_and_division_ops": (
         lambda x, y: (

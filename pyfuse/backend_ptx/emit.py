@@ -46,7 +46,7 @@ from pyfuse.ir.tensor import MemoryType
 
 _COMPARISONS = frozenset({"lt", "le", "gt", "ge", "eq", "ne"})
 _LOGICAL = frozenset({"logical_and", "logical_or"})
-_REDUCE_COMBINE = {"sum": "add", "max": "maximum", "min": "minimum"}
+_REDUCE_COMBINE = {"sum": "add", "prod": "mul", "max": "maximum", "min": "minimum"}
 _WARP = SM90.warp_size
 # The widest single access on sm_90 (v4.b32 / v2.b64).
 _MAX_VECTOR_BYTES = 16

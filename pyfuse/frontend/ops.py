@@ -482,6 +482,14 @@ def sum(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # noqa: 
     return Tensor(ir_ops.reduce(ReductionOpType.SUM, _tensor(x), reduction_dims(x, dim), keepdim))
 
 
+@tensor_method
+@user_op("prod")
+def prod(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
+    """The product over ``dim`` (all by default); ints and bools multiply in int64, 16-bit
+    floats in float32 (torch.prod, also over several dims): ``pf.prod(x, -1)``."""
+    return Tensor(ir_ops.reduce(ReductionOpType.PROD, _tensor(x), reduction_dims(x, dim), keepdim))
+
+
 @user_op("max")
 def max(x: Tensor, dim: Dims | Tensor = None, keepdim: bool = False) -> Tensor:  # noqa: A001
     """The largest value over ``dim`` (NaN propagates), or with a tensor second argument the

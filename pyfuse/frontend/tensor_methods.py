@@ -307,6 +307,9 @@ class TensorMethods:
     def amin(self: S, dim: Dims = None, keepdim: builtins.bool = False) -> S:
         return _implementation(self, "amin")(self, dim, keepdim)
 
+    def prod(self: S, dim: Dims = None, keepdim: builtins.bool = False) -> S:
+        return _implementation(self, "prod")(self, dim, keepdim)
+
     def any(self: S, dim: Dims = None, keepdim: builtins.bool = False) -> S:
         return _implementation(self, "any")(self, dim, keepdim)
 

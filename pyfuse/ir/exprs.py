@@ -318,6 +318,7 @@ class ReshapeOp(Expr):
 
 class ReductionOpType(enum.Enum):
     SUM = "sum"
+    PROD = "prod"
     MAX = "max"
     MIN = "min"
 

@@ -154,8 +154,11 @@ _POW_ERROR = 1.7e-7 / JITTER
 
 
 def _error_scale(expr: Expr, env: _Env) -> Array | float:
-    """How many JITTERs of relative error the kernels' form of ``expr`` may add: 1, or for a
-    float pow ``1 + _POW_ERROR |y log2 |x||`` (a large exponent of a large or tiny base)."""
+    """How many JITTERs of relative error the kernels' form of ``expr`` may add: 1; for a
+    product of K factors ``sqrt(K)`` (each multiply rounds); for a float pow
+    ``1 + _POW_ERROR |y log2 |x||`` (a large exponent of a large or tiny base)."""
+    if isinstance(expr, ReductionOp) and expr.op == ReductionOpType.PROD:
+        return math.sqrt(max(1, expr.input.numel // max(1, expr.output.numel)))
     if not (isinstance(expr, BinaryOp) and expr.op == BinaryOpType.POW):
         return 1.0
     common = _common_dtype(expr.inputs)
@@ -462,6 +465,10 @@ def _eval_reduction(expr: ReductionOp, env: _Env) -> Array:
         if value.dtype != np.float64:
             value = value.astype(np.int64)  # torch sums ints and bools in int64
         return np.asarray(np.sum(value, axis=axes))
+    if expr.op == ReductionOpType.PROD:
+        if value.dtype != np.float64:
+            value = value.astype(np.int64)  # torch multiplies ints and bools in int64
+        return np.asarray(np.prod(value, axis=axes))
     if expr.op == ReductionOpType.MAX:
         return np.asarray(np.max(value, axis=axes))  # NaN propagates, as in torch
     return np.asarray(np.min(value, axis=axes))

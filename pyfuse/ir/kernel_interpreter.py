@@ -204,7 +204,9 @@ _COMPARE: dict[str, Callable[[Array, Array], Array]] = {
 _LOGICAL: dict[str, Callable[[Array, Array], Array]] = {
     "logical_and": np.logical_and, "logical_or": np.logical_or,
 }  # fmt: skip
-_REDUCE: dict[str, Callable[..., Array]] = {"sum": np.sum, "max": np.max, "min": np.min}
+_REDUCE: dict[str, Callable[..., Array]] = {
+    "sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min,
+}  # fmt: skip
 
 
 # ---- the machine ---------------------------------------------------------------------------
@@ -375,7 +377,7 @@ class _Machine:
         block_x, threads = self.kernel.block[0], stmt.threads
         if threads < 1 or block_x % threads or stmt.op not in _REDUCE:
             raise self.fail(
-                f"thread_reduce needs op sum, max or min and threads dividing block x "
+                f"thread_reduce needs op sum, prod, max or min and threads dividing block x "
                 f"({block_x}); got {stmt.op} over {threads}"
             )
         self.read_var(stmt.var, lanes)

@@ -339,15 +339,18 @@ def _reduction_dims(x: TensorView, dims: int | Sequence[int] | None) -> list[int
 def reduce(
     op: ReductionOpType, x: TensorView, dims: int | Sequence[int] | None, keepdim: bool = False
 ) -> TensorView:
-    """Reduce ``x`` over ``dims``. Sums of 16-bit floats accumulate in f32 and sums of ints and
-    bools in int64 (torch's types); max and min keep the dtype."""
+    """Reduce ``x`` over ``dims``. Sums and products of 16-bit floats accumulate in f32, of ints
+    and bools in int64 (torch's types); max and min keep the dtype."""
     axes_to_reduce = _reduction_dims(x, dims)
     if any(axis.expanded_extent is not None for axis in x.no_reductions):
         # An expanded broadcast has one stored value; reduce a materialized copy (a kept
         # expanded axis too: the reduction's loops run over the axes its input iterates).
         x = materialize(x)
     trivial = [d for d in axes_to_reduce if x.no_reductions[d].is_broadcast]
-    if op != ReductionOpType.SUM:
+    # sum and prod accumulate like torch (16-bit floats in f32, ints and bools in int64) and
+    # have an identity for an empty dim; max and min keep the dtype and have none.
+    accumulates = op in (ReductionOpType.SUM, ReductionOpType.PROD)
+    if not accumulates:
         for d in axes_to_reduce:
             if x.shape[d] == 0:
                 raise FusionError(
@@ -357,7 +360,7 @@ def reduce(
     if len(trivial) == len(axes_to_reduce):
         # Reducing only size-1 axes (or none: a 0-d tensor) changes no value: squeeze them
         # (keep them for keepdim).
-        dtype = x.dtype if op != ReductionOpType.SUM or x.dtype.is_floating else dtypes.int64
+        dtype = x.dtype if not accumulates or x.dtype.is_floating else dtypes.int64
         result = cast(x, dtype) if dtype != x.dtype else set_copy(x)
         if op == ReductionOpType.SUM and dtype.is_floating and trivial:
             # A sum starts from +0.0: one element -0.0 sums to +0.0 (as NumPy's and torch's
@@ -372,7 +375,7 @@ def reduce(
     if x.dtype.is_bool:
         # max/min of bools is any/all: reduced as int32 (warp shuffles move 32-bit words).
         math_input = cast(x, dtypes.int32)
-    if op == ReductionOpType.SUM:
+    if accumulates:
         if not x.dtype.is_floating:
             result_dtype = dtypes.int64
             math_input = cast(x, dtypes.int64)

@@ -73,6 +73,7 @@ SPECIAL_OF = {
 UNROLLED = (ParallelType.UNROLL, ParallelType.VECTORIZE)
 REDUCTION_COMBINE = {
     ReductionOpType.SUM: "add",
+    ReductionOpType.PROD: "mul",
     ReductionOpType.MAX: "maximum",
     ReductionOpType.MIN: "minimum",
 }
@@ -94,6 +95,8 @@ def kernel_name(base: str, index: int) -> str:
 def reduction_init(op: ReductionOpType, dtype: DType) -> bool | int | float:
     if op == ReductionOpType.SUM:
         return 0.0 if dtype.is_floating else 0
+    if op == ReductionOpType.PROD:
+        return 1.0 if dtype.is_floating else 1
     if dtype.is_floating:
         return -math.inf if op == ReductionOpType.MAX else math.inf
     if dtype.is_bool:

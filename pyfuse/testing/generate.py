@@ -72,7 +72,7 @@ _OPERATORS = {
 }
 _COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
 _COMPARISON_OPERATORS = ("<", "<=", ">", ">=", "==", "!=")
-_REDUCTIONS = ("sum", "max", "min", "mean")
+_REDUCTIONS = ("sum", "max", "min", "mean", "prod")
 
 
 # ---- op families -----------------------------------------------------------------------------
