@@ -89,8 +89,9 @@ def evaluate(fusion: Fusion, inputs: Sequence[Array], jitter: Jitter | None = No
     element; a pow by as much more as its documented error grows with ``|y log2 |x||``),
     a sum or matmul also moved by ``JITTER * u`` times the same sum of the
     magnitudes (a float32 kernel sums in another order: its error scales with the terms, not
-    with a result they cancelled to), and float32 denormals flush to zero, as the GPU's
-    approximate functions flush them: where that moves an output past a comparison's
+    with a result they cancelled to), and with a Generator float32 denormals flush to zero,
+    as the GPU's approximate functions flush them (its plain arithmetic keeps them, as the
+    runs with a float do): where that moves an output past a comparison's
     tolerance, the output is ill-conditioned in float32 (a sqrt of a cancellation, a
     comparison of two near values, a value that underflowed), and no kernel can be held to
     it."""
@@ -181,7 +182,10 @@ def _jittered(
     wide = _widen(value, dtype) * (1.0 + noise * scale)
     if magnitude is not None:
         wide = wide + noise * magnitude
-    wide = np.where(np.abs(wide) < _SMALLEST_NORMAL_F32, np.copysign(0.0, wide), wide)
+    if not isinstance(jitter, float):
+        # The random run flushes float32 denormals, as the GPU's approximate functions do; the
+        # runs that move every result one way keep them, as its plain arithmetic does.
+        wide = np.where(np.abs(wide) < _SMALLEST_NORMAL_F32, np.copysign(0.0, wide), wide)
     return _narrow(wide, dtype)
 
 
