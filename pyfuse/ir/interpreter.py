@@ -114,6 +114,8 @@ def evaluate_all(
             value = _evaluate_expr(expr, env)
             dtype = expr.output.dtype
             if jitter is not None and dtype.is_floating and value.size:
+                if isinstance(expr, ReductionOp) and expr.op == ReductionOpType.PROD:
+                    value = _float32_product(expr, env, _product_order(jitter))
                 magnitude = _magnitude(expr, env) if _accumulates(expr) else None
                 scale = _error_scale(expr, env)
                 value = _jittered(np.asarray(value), dtype, jitter, magnitude, scale)
@@ -122,6 +124,35 @@ def evaluate_all(
 
 
 _SMALLEST_NORMAL_F32 = float(np.finfo(np.float32).tiny)
+
+
+def _float32_product(expr: ReductionOp, env: _Env, order: str) -> Array:
+    """The product taken in float32 in one ``order``: ``"forward"``, ``"reverse"`` or
+    ``"tree"`` (pairs, as threads and warps combine partial products). Where partial
+    products overflow in one place and underflow in another (inf times 0 is NaN), a float32
+    kernel's answer depends on its order, and the comparison must not hold it to float64's."""
+    value = np.asarray(env.tensor(expr.input), dtype=np.float32)
+    axes = expr.axes
+    rows = np.moveaxis(value, axes, tuple(range(-len(axes), 0)))
+    rows = rows.reshape(*rows.shape[: rows.ndim - len(axes)], -1)
+    with np.errstate(all="ignore"):
+        if order == "tree":
+            while rows.shape[-1] > 1:
+                if rows.shape[-1] % 2:
+                    rows = np.concatenate([rows, np.ones_like(rows[..., :1])], axis=-1)
+                rows = rows[..., 0::2] * rows[..., 1::2]
+            return np.asarray(
+                rows[..., 0] if rows.shape[-1] else np.ones(rows.shape[:-1]), dtype=np.float64
+            )
+        if order == "reverse":
+            rows = rows[..., ::-1]
+        return np.asarray(np.multiply.reduce(rows, axis=-1, dtype=np.float32), dtype=np.float64)
+
+
+def _product_order(jitter: Jitter) -> str:
+    if not isinstance(jitter, float):
+        return "tree"
+    return "forward" if jitter >= 0 else "reverse"
 
 
 def _accumulates(expr: Expr) -> bool:
