@@ -1,7 +1,10 @@
-"""What the benchmark scripts share: the commit a report names, the host-time timer."""
+"""What the benchmark scripts share: the commit a report names, the host-time timer, and the
+warm tiny fusion the host-overhead scripts take apart."""
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -49,3 +52,39 @@ def host_seconds_per_call(fn: Callable[[], Any], count: int = 2000, trials: int 
         means.append((time.perf_counter() - start) / count)
     torch.cuda.synchronize()
     return statistics.median(means)
+
+
+def per_call_us(fn: Callable[[], Any], count: int) -> float:
+    """:func:`host_seconds_per_call` in microseconds."""
+    return host_seconds_per_call(fn, count) * 1e6
+
+
+def host_options(description: str) -> argparse.Namespace:
+    """``--count`` (calls per trial) and ``--json`` (a file for the figures)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--count", type=int, default=2000)
+    parser.add_argument("--json")
+    return parser.parse_args()
+
+
+def warm_tiny_add() -> tuple[Any, Any, Any]:
+    """Two 16-element float32 CUDA tensors and ``x + y`` fused, called once and synchronized
+    (so every later call is warm): ``(x, y, fused)``."""
+    import torch
+
+    import pyfuse as pf
+
+    x, y = torch.randn(16, device="cuda"), torch.randn(16, device="cuda")
+    fused = pf.fuse(lambda x, y: x + y, name="tiny_add")
+    fused(x, y)
+    torch.cuda.synchronize()
+    return x, y, fused
+
+
+def report(figures: dict[str, float], json_path: str | None, width: int = 32) -> None:
+    """Print ``figures`` (microseconds) one per line, and write them to ``json_path``."""
+    for name, value in figures.items():
+        print(f"{name:{width}s} {value:7.2f} us")
+    if json_path:
+        with open(json_path, "w") as file:
+            json.dump(figures, file, indent=1)

@@ -14,32 +14,16 @@ exactly, the whole call.
 
 from __future__ import annotations
 
-import argparse
-import json
-from collections.abc import Callable
-from typing import Any
-
 import torch
-from common import host_seconds_per_call
+from common import host_options, per_call_us, report, warm_tiny_add
 
-import pyfuse as pf
 from pyfuse.runtime import calls
 from pyfuse.runtime.arrays import call_key
 
 
-def per_call_us(fn: Callable[[], Any], count: int) -> float:
-    return host_seconds_per_call(fn, count) * 1e6
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--count", type=int, default=2000)
-    parser.add_argument("--json")
-    options = parser.parse_args()
-    x, y = torch.randn(16, device="cuda"), torch.randn(16, device="cuda")
-    fused = pf.fuse(lambda x, y: x + y, name="tiny_add")
-    fused(x, y)
-    torch.cuda.synchronize()
+    options = host_options(__doc__.splitlines()[0])
+    x, y, fused = warm_tiny_add()
     state = fused.__dict__[calls._STATE]
     arrays = (x, y)
     key, _, _ = call_key(arrays)
@@ -62,11 +46,7 @@ def main() -> None:
         "  launch (driver)": per_call_us(lambda: loaded.launch(buffers, raw_stream(0)), count),
         "  empty call (Python floor)": per_call_us(lambda: None, count),
     }
-    for name, value in figures.items():
-        print(f"{name:32s} {value:7.2f} us")
-    if options.json:
-        with open(options.json, "w") as file:
-            json.dump(figures, file, indent=1)
+    report(figures, options.json)
 
 
 if __name__ == "__main__":

@@ -12,34 +12,20 @@ Each figure is the median over 9 trials of the mean wall time per call of ``coun
 
 from __future__ import annotations
 
-import argparse
 import ctypes
-import json
-from collections.abc import Callable
 from typing import Any
 
 import torch
-from common import host_seconds_per_call
+from common import host_options, per_call_us, report, warm_tiny_add
 
-import pyfuse as pf
 from pyfuse.backend_ptx.driver.core import driver_module
 from pyfuse.runtime import calls
 from pyfuse.runtime.arrays import call_key
 
 
-def per_call_us(fn: Callable[[], Any], count: int) -> float:
-    return host_seconds_per_call(fn, count) * 1e6
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--count", type=int, default=2000)
-    parser.add_argument("--json")
-    options = parser.parse_args()
-    x, y = torch.randn(16, device="cuda"), torch.randn(16, device="cuda")
-    fused = pf.fuse(lambda x, y: x + y, name="tiny_add")
-    fused(x, y)
-    torch.cuda.synchronize()
+    options = host_options(__doc__.splitlines()[0])
+    x, y, fused = warm_tiny_add()
     state = fused.__dict__[calls._STATE]
     key, _, _ = call_key((x, y))
     loaded = state.bound[key]._loaded
@@ -117,11 +103,7 @@ def main() -> None:
         figures["_empty_strided_cuda"] = per_call_us(
             lambda: empty_strided_cuda(shape, stride, dtype), options.count
         )
-    for name, value in figures.items():
-        print(f"{name:36s} {value:7.2f} us")
-    if options.json:
-        with open(options.json, "w") as file:
-            json.dump(figures, file, indent=1)
+    report(figures, options.json, width=36)
 
 
 if __name__ == "__main__":

@@ -215,13 +215,13 @@ def assemble_least_spilling(
     JIT path does; the result that spills least (the first on a tie)."""
     best = assemble(ptx, arch=arch, options=options)
     least = spilled_bytes(best.kernels)
-    for text, level in rebuilds(ptx):
-        if not least:
-            break
+    for text, level in rebuilds(ptx) if least else ():
         extra = () if level is None else (f"-O{level}",)
         other = assemble(text, arch=arch, options=(*options, *extra))
         if spilled_bytes(other.kernels) < least:
             best, least = other, spilled_bytes(other.kernels)
+        if not least:
+            break
     return best
 
 

@@ -137,12 +137,14 @@ _LOOPING = (ParallelType.SERIAL, ParallelType.UNROLL, ParallelType.UNSWITCH)
 
 
 def _check_reference_trips(tv: TensorView, reference: TensorView) -> None:
+    if not tv.replay_short:
+        return
     own = [
         axis
         for axis in tv.loop[tv.inline_position :]
         if axis.parallel_type in _LOOPING and not axis.is_broadcast
     ]
-    if tv.replay_short and (tv.inline_position == 0 or own):
+    if tv.inline_position == 0 or own:
         _fail(
             f"T{tv.name} lacks an axis the reference T{reference.name} merges into its loops, "
             f"and runs {f'its loop {own[0]}' if own else 'a loop nest'} on its own: the "

@@ -228,7 +228,7 @@ class TorchBound:
         if fast is not None:
             self._allocate = fast
             self._layouts = tuple(
-                (shape, _row_major_strides(shape), dtype) for shape, dtype in self._outputs
+                (shape, contiguous_strides(shape), dtype) for shape, dtype in self._outputs
             )
         self._workspace_bytes = plan.workspace_bytes
         self._workspace_offsets = plan.workspace_offsets
@@ -275,14 +275,6 @@ def _fast_allocator(torch: Any) -> Callable[..., Any] | None:
     if allocate is None or torch.cuda.device_count() != 1:
         return None
     return allocate  # type: ignore[no-any-return]
-
-
-def _row_major_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for extent in reversed(shape):
-        strides.append(step)
-        step *= max(extent, 1)
-    return tuple(reversed(strides))
 
 
 def _first_array(arrays: Sequence[object]) -> Any:

@@ -183,13 +183,13 @@ def cubin_from_ptx(
 
     least = spilled_bytes(parse_log(log)[0])
     text = ptx.decode() if isinstance(ptx, bytes) else ptx
-    for variant, level in rebuilds(text):
-        if not least:
-            break
+    for variant, level in rebuilds(text) if least else ():
         other, other_log = _link(variant, name, device, None, optimization=level)
         spilled = spilled_bytes(parse_log(other_log)[0])
         if spilled < least:
             cubin, least = other, spilled
+        if not least:
+            break
     return cubin
 
 
