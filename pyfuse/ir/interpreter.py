@@ -111,14 +111,19 @@ def evaluate_all(
         env.values[tv] = array
     with np.errstate(all="ignore"):
         for expr in fusion.exprs():
-            value = _evaluate_expr(expr, env)
             dtype = expr.output.dtype
-            if jitter is not None and dtype.is_floating and value.size:
+            jittered = jitter is not None and dtype.is_floating
+            # A jittered result is moved before its rounding: a 16-bit result's rounding is
+            # where a kernel's float32 math (a matmul's accumulator) may land on the other side.
+            value = _evaluate_expr(expr, env, rounded=not jittered)
+            if jittered and jitter is not None and value.size:
                 if isinstance(expr, ReductionOp) and expr.op == ReductionOpType.PROD:
                     value = _float32_product(expr, env, _product_order(jitter))
                 magnitude = _magnitude(expr, env) if _accumulates(expr) else None
                 scale = _error_scale(expr, env)
                 value = _jittered(np.asarray(value), dtype, jitter, magnitude, scale)
+            elif jittered:
+                value = _narrow(value, dtype)
             env.values[expr.output] = value
     return env.values
 
@@ -177,7 +182,7 @@ def _magnitude(expr: Expr, env: _Env) -> Array:
         growth = float(
             max(1, expr.tensor_inputs[0].shape[-1] if expr.tensor_inputs[0].shape else 1)
         )
-    return _widen(_evaluate_expr(expr, magnitudes), expr.output.dtype) * growth
+    return _evaluate_expr(expr, magnitudes, rounded=False).astype(np.float64) * growth
 
 
 # The relative error of the kernels' pow per unit of |y log2 |x||, in JITTERs (emit_math: about
@@ -590,12 +595,15 @@ def _rule_for(expr: Expr) -> Callable[[Any, _Env], Array]:
     raise FusionError(f"the interpreter has no rule for {type(expr).__name__}", op=expr.op_name)
 
 
-def _evaluate_expr(expr: Expr, env: _Env) -> Array:
-    """``expr``'s result, cast to its output dtype and checked against its output shape."""
+def _evaluate_expr(expr: Expr, env: _Env, rounded: bool = True) -> Array:
+    """``expr``'s result, cast to its output dtype (unless not ``rounded``: then in its math
+    type) and checked against its output shape."""
     rule = _rule_for(expr)
     out = expr.output
     try:
-        result = _narrow(rule(expr, env), out.dtype)
+        result = np.asarray(rule(expr, env))
+        if rounded:
+            result = _narrow(result, out.dtype)
     except FusionError as error:
         raise FusionError(
             f"{error.bare_message}\n  in {expr_to_str(expr)}", op=expr.op_name, where=expr.source

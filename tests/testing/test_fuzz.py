@@ -172,6 +172,24 @@ def test_compare_tolerances_nan_and_poison() -> None:
     assert result is not None and result[0] == "shape"
 
 
+def test_jitter_moves_a_16_bit_result_before_its_rounding() -> None:
+    """An f16 linear whose exact value lies 9e-8 under an f16 rounding midpoint (4.19336 of
+    4.19141 and 4.19531): a float32 accumulator may land on either side, so one of the
+    jittered references must round it up and another down (GPU fuzzer, seed 269)."""
+    from pyfuse.ir.interpreter import evaluate
+
+    fusion = pf.fuse(lambda x, w, b: pf.linear(x, w, b)).trace(
+        pf.spec((1, 3), pf.float16), pf.spec((1, 3), pf.float16), pf.spec((1,), pf.float16)
+    )
+    x = np.array([[1.0, 1.0, 2.0**-14]], np.float16)
+    w = np.array([[4.19140625, 2.0**-9, -0.00140380859375]], np.float16)
+    b = np.zeros(1, np.float16)
+    exact = 4.19140625 + 2.0**-9 - 2.0**-14 * 0.00140380859375
+    assert 4.193359375 - 1e-7 < exact < 4.193359375
+    seen = {float(evaluate(fusion, [x, w, b], jitter)[0][0, 0]) for jitter in (1.0, -1.0)}
+    assert seen == {4.19140625, 4.1953125}
+
+
 def test_signatures_ignore_sizes_and_names() -> None:
     a = Outcome("compile_error", "pipeline", "ScheduleError", "kernel fusion_k3: T12 has 37 axes")
     b = Outcome("compile_error", "pipeline", "ScheduleError", "kernel fusion_k0: T4 has 5 axes")
