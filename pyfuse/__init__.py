@@ -51,7 +51,7 @@ from pyfuse.frontend.composites import (
     zeros_like,
 )
 from pyfuse.frontend.fuse import FusedFunction, fuse
-from pyfuse.frontend.indices import arange, iota, tril, triu
+from pyfuse.frontend.indices import arange, argmax, argmin, iota, tril, triu
 from pyfuse.frontend.ops import (
     Tensor,
     abs,
@@ -232,4 +232,6 @@ __all__ = [
     "tril",
     "triu",
     "prod",
+    "argmax",
+    "argmin",
 ]

@@ -296,6 +296,16 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
         lambda x: (pf.triu(x, 1), x.tril(-2), x * pf.arange(0.5, 13.5, 2.0) + pf.arange(3, 16, 2)),
         [S((5, 7), f16)],
     ),
+    # argmax/argmin: a max, a compare and a min of indices (ties: the first index)
+    "argmax_argmin_over_rows_columns_and_all": (
+        lambda x: (pf.argmax(x, -1), x.argmin(0, keepdim=True), pf.argmax(x)),
+        [S((33, 65), bf16)],
+    ),
+    "max_with_dim_gives_values_and_indices": (
+        lambda i: tuple(i.max(1, keepdim=True)),
+        [S((17, 300), i32)],
+    ),
+    "argmax_of_long_rows": (lambda x: pf.argmax(x * 2.0, -1), [S((4, 20000), f32)]),
     # products (identity 1; ints and bools in int64, 16-bit floats in f32)
     "products_of_rows_columns_and_everything": (
         lambda x, i: (pf.prod(x * 0.25 + 1.0, -1), x.prod(0), pf.prod(i % 3 + 1, -1), pf.prod(x)),

@@ -70,7 +70,7 @@ def _outputs_of(result: object, fn: Callable[..., Any]) -> list[Tensor]:
         if isinstance(item, ValuesAndIndices):
             raise FusionError(
                 f"the fused function {name} returned x.{item.op}(dim), a (values, indices) pair "
-                f"as in torch: return its .values (or pf.a{item.op}(x, dim))",
+                "as in torch: return its .values and .indices",
                 op="fuse",
                 where=_definition(fn),
             )

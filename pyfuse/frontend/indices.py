@@ -1,8 +1,11 @@
-"""Values computed from indices: ``iota``, ``arange``, ``tril`` and ``triu``.
+"""Values computed from indices: ``iota``, ``arange``, ``tril``, ``triu``, and the indices of
+extrema: ``argmax``, ``argmin`` (and so ``x.max(dim).indices``).
 
 They trace :class:`~pyfuse.ir.exprs.IotaOp`, which reads no tensor: a kernel computes the
 index from its loop indices, so a causal mask (``pf.tril``, or ``arange(S)[:, None] >=
-arange(S)``) costs a compare in the kernel and is never loaded from memory.
+arange(S)``) costs a compare in the kernel and is never loaded from memory. An argmax is the
+smallest index where the value equals the row's max (or is NaN): a max, a compare and a min
+of indices, which the normalization scheduler runs as one kernel.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from collections.abc import Sequence
 
 from pyfuse.errors import FusionError
 from pyfuse.frontend import ops
+from pyfuse.frontend.arguments import reduction_dims
 from pyfuse.frontend.location import user_op
 from pyfuse.frontend.ops import Tensor
 from pyfuse.frontend.tensor_methods import tensor_method
@@ -85,3 +89,52 @@ def triu(x: Tensor, diagonal: int = 0) -> Tensor:
     """``x`` with the elements below the ``diagonal``-th diagonal of its last two dims zeroed
     (torch.triu): ``pf.triu(x, 1)``."""
     return _triangle(x, diagonal, lower=False)
+
+
+def _arg_extremum(x: Tensor, dim: int | None, keepdim: bool, largest: bool) -> Tensor:
+    """The first index along ``dim`` (of the flattened ``x`` for None) of the largest or
+    smallest value, a NaN counting as both (torch.argmax and torch.argmin)."""
+    if x.dtype.is_bool:
+        raise FusionError("needs a numeric tensor, got bool (as torch, which has no bool argmax)")
+    if isinstance(dim, bool) or not (dim is None or isinstance(dim, int)):
+        raise FusionError(f"dim must be an int or None, got {dim!r}")
+    values = x if dim is not None or x.ndim <= 1 else ops.reshape(x, (-1,))
+    (axis,) = reduction_dims(values, 0 if dim is None else dim) or [0]
+    if values.ndim == 0:
+        # The index of a 0-d tensor is 0 (torch); times 0 keeps it a function of the input
+        # (a NaN times 0 casts to 0).
+        index = ops.cast(ops.mul(values, 0), dtypes.int64)
+        return ops.reshape(index, (1,) * x.ndim) if keepdim else index
+    extent = values.shape[axis]
+    if extent == 0:
+        raise FusionError(
+            f"expected reduction dim {axis} to have non-zero size (an arg-extremum of no "
+            "elements has no value, as torch says)"
+        )
+    extremum = (ops.max if largest else ops.min)(values, axis, True)
+    hit = ops.eq(values, extremum)
+    if values.dtype.is_floating:
+        hit = ops.logical_or(hit, ops.ne(values, values))  # NaN is the extremum, as in torch
+    position = iota(values.shape, axis, dtypes.int64)
+    first = ops.min(ops.where(hit, position, extent), axis, keepdim and dim is not None)
+    if keepdim and dim is None:
+        return ops.reshape(first, (1,) * x.ndim)
+    return first
+
+
+@tensor_method
+@user_op("argmax")
+def argmax(x: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
+    """The int64 index of the largest value along ``dim`` (of the flattened tensor for
+    None): the first one on ties, a NaN's if there is one (torch.argmax):
+    ``pf.argmax(logits, -1)``."""
+    return _arg_extremum(x, dim, keepdim, largest=True)
+
+
+@tensor_method
+@user_op("argmin")
+def argmin(x: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
+    """The int64 index of the smallest value along ``dim`` (of the flattened tensor for
+    None): the first one on ties, a NaN's if there is one (torch.argmin):
+    ``pf.argmin(distances, 1)``."""
+    return _arg_extremum(x, dim, keepdim, largest=False)

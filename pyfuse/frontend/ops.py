@@ -152,14 +152,14 @@ class Tensor(TensorMethods):
     ) -> Tensor | ValuesAndIndices[Tensor]:
         if dim is None or isinstance(dim, Tensor):
             return max(self, dim, keepdim)
-        return ValuesAndIndices(max(self, dim, keepdim), "max")
+        return ValuesAndIndices(max(self, dim, keepdim), "max", self, dim, keepdim)
 
     def min(
         self, dim: Dims | Tensor = None, keepdim: bool = False
     ) -> Tensor | ValuesAndIndices[Tensor]:
         if dim is None or isinstance(dim, Tensor):
             return min(self, dim, keepdim)
-        return ValuesAndIndices(min(self, dim, keepdim), "min")
+        return ValuesAndIndices(min(self, dim, keepdim), "min", self, dim, keepdim)
 
     def mean(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
         return mean(self, dim, keepdim)
@@ -222,8 +222,8 @@ def _operand(value: object) -> TensorView | Number:
         return number
     if isinstance(value, ValuesAndIndices):
         raise FusionError(
-            f"x.{value.op}(dim) is a (values, indices) pair, as in torch: use its .values, or "
-            f"pf.a{value.op}(x, dim)"
+            f"x.{value.op}(dim) is a (values, indices) pair, as in torch: use its .values or "
+            ".indices"
         )
     if type(value).__module__ == "numpy":
         raise FusionError(
@@ -494,7 +494,8 @@ def prod(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
 def max(x: Tensor, dim: Dims | Tensor = None, keepdim: bool = False) -> Tensor:  # noqa: A001
     """The largest value over ``dim`` (NaN propagates), or with a tensor second argument the
     elementwise maximum like torch.max(x, other): ``pf.max(x, 1)``. Unlike torch.max(x, dim),
-    gives the values only (no indices); ``pf.amax`` is the same reduction."""
+    gives the values only (``x.max(dim)`` gives torch's pair; ``pf.argmax`` the indices);
+    ``pf.amax`` is the same reduction."""
     if isinstance(dim, Tensor):
         return maximum(x, dim)
     return Tensor(ir_ops.reduce(ReductionOpType.MAX, _tensor(x), reduction_dims(x, dim), keepdim))

@@ -310,6 +310,12 @@ class TensorMethods:
     def prod(self: S, dim: Dims = None, keepdim: builtins.bool = False) -> S:
         return _implementation(self, "prod")(self, dim, keepdim)
 
+    def argmax(self: S, dim: builtins.int | None = None, keepdim: builtins.bool = False) -> S:
+        return _implementation(self, "argmax")(self, dim, keepdim)
+
+    def argmin(self: S, dim: builtins.int | None = None, keepdim: builtins.bool = False) -> S:
+        return _implementation(self, "argmin")(self, dim, keepdim)
+
     def any(self: S, dim: Dims = None, keepdim: builtins.bool = False) -> S:
         return _implementation(self, "any")(self, dim, keepdim)
 
@@ -360,27 +366,34 @@ def _is_full(item: slice, extent: int) -> bool:
 
 class ValuesAndIndices(Generic[S]):
     """torch's ``(values, indices)`` of ``x.max(dim)`` and ``x.min(dim)``: ``values`` is the
-    reduction; the indices need an argmax, which pyfuse does not have yet, so reading them
-    (``.indices``, ``[1]``, unpacking both) raises a FusionError at the user's line."""
+    reduction, ``indices`` the ``argmax`` (``argmin``) over the same dim, traced when read;
+    ``[0]``, ``[1]`` and unpacking work as on torch's named tuple."""
 
-    __slots__ = ("op", "values")
+    __slots__ = ("dim", "keepdim", "op", "source", "values")
 
-    def __init__(self, values: S, op: str) -> None:
+    def __init__(self, values: S, op: str, source: S, dim: object, keepdim: builtins.bool) -> None:
         self.values = values
         self.op = op
+        self.source = source
+        self.dim = dim
+        self.keepdim = keepdim
 
     @property
-    def indices(self) -> NoReturn:
-        refuse(
-            self.op,
-            f"the indices of x.{self.op}(dim) are not supported yet (they need an arg{self.op}); "
-            f"use x.{self.op}(dim).values or pf.a{self.op}(x, dim)",
-        )
+    def indices(self) -> S:
+        if not isinstance(self.dim, int) or isinstance(self.dim, builtins.bool):
+            refuse(
+                self.op,
+                f"x.{self.op}(dim) takes one int dim for its indices, as in torch, got "
+                f"{self.dim!r}; use pf.a{self.op}(x, dims) for the values over several dims",
+            )
+        return _implementation(self.source, f"arg{self.op}")(self.source, self.dim, self.keepdim)
 
     def __getitem__(self, index: int) -> S:
         if index in (0, -2):
             return self.values
-        return self.indices
+        if index in (1, -1):
+            return self.indices
+        refuse(self.op, f"x.{self.op}(dim) is a pair: index {index} is out of range")
 
     def __iter__(self) -> Iterator[S]:
         yield self.values
@@ -390,4 +403,4 @@ class ValuesAndIndices(Generic[S]):
         return 2
 
     def __repr__(self) -> str:
-        return f"{self.op}(values={self.values!r}, indices=<not supported>)"
+        return f"{self.op}(values={self.values!r}, dim={self.dim!r})"

@@ -218,6 +218,25 @@ def _reduction(b: Builder) -> int | None:
     return b.op(name, f"pf.{name}({source}, {dims}{keepdim})", [x])
 
 
+def _arg_reduction(b: Builder) -> int | None:
+    """argmax/argmin (over one dim or all), or the indices of ``x.max(dim)``: int64 indices
+    that later ops may use as numbers."""
+    x = b.choose()
+    if x is None or b.dtype_of(x).is_bool:
+        return None
+    shape = b.shape_of(x)
+    name = b.pick(("argmax", "argmin"))
+    dim = None if not shape or b.chance(0.25) else int(b.rng.integers(len(shape)))
+    if dim is not None and b.chance(0.3):
+        dim -= len(shape)
+    if (shape[dim] == 0) if dim is not None else (not shape or 0 in shape):
+        return None if shape else b.op(name, f"pf.{name}({{0}})", [x])
+    keepdim = ", keepdim=True" if b.chance(0.4) else ""
+    if dim is not None and b.chance(0.3):
+        return b.op(name, f"{{0}}.{name[3:]}({dim}{keepdim}).indices", [x])
+    return b.op(name, f"pf.{name}({{0}}, {dim}{keepdim})", [x])
+
+
 def _tuple(values: list[int]) -> str:
     """A tuple literal: ``(3,)`` or ``(3, -1)``."""
     return f"({values[0]},)" if len(values) == 1 else "(" + ", ".join(map(str, values)) + ")"
@@ -550,6 +569,7 @@ _FAMILIES: tuple[tuple[Callable[[Builder], int | None], float], ...] = (
     (_where, 0.8),
     (_cast, 1.0),
     (_reduction, 2.0),
+    (_arg_reduction, 0.5),
     (_reshape, 1.0),
     (_layout_op, 1.6),
     (_two_axes, 0.6),

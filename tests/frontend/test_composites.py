@@ -426,3 +426,62 @@ def test_arange_follows_torchs_dtypes_and_lengths() -> None:
         lambda x: (pf.arange(5), pf.arange(1, 2.5, 0.5), pf.arange(10, 0, -3))
     ).reference(np.zeros(1, np.float32))
     assert [v.tolist() for v in values] == [[0, 1, 2, 3, 4], [1.0, 1.5, 2.0], [10, 7, 4, 1]]
+
+
+def _ties_and_nans() -> np.ndarray:
+    """Rows with ties (the first index wins), a NaN (its index wins), all equal, -inf."""
+    x = RNG.integers(-3, 4, (6, 33)).astype(np.float32)  # many ties
+    x[1, 5] = np.nan
+    x[1, 20] = np.nan
+    x[2] = 1.5
+    x[3, :4] = -np.inf
+    x[4] = -np.inf
+    return x
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1, None])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_argmax_and_argmin_pick_the_first_index_and_nan_like_torch(
+    dim: int | None, keepdim: bool
+) -> None:
+    x = _ties_and_nans()
+    got_max, got_min = compiled(
+        lambda z: (pf.argmax(z, dim, keepdim), z.argmin(dim, keepdim=keepdim)), x
+    )
+    # NumPy's argmax agrees with torch: the first index on ties, the first NaN if any.
+    want_max, want_min = np.argmax(x, dim, keepdims=keepdim), np.argmin(x, dim, keepdims=keepdim)
+    assert got_max.dtype == np.int64 and got_max.shape == want_max.shape
+    np.testing.assert_array_equal(got_max, want_max)
+    np.testing.assert_array_equal(got_min, want_min)
+
+
+@pytest.mark.parametrize(
+    "array",
+    [
+        INTS,
+        RNG.standard_normal((3, 1)).astype(np.float32),
+        RNG.standard_normal((5, 70)).astype(BF16),
+        np.array(2.5, np.float32),
+    ],
+    ids=["int32", "size-1", "bf16", "0-d"],
+)
+def test_max_with_dim_gives_torchs_values_and_indices(array: np.ndarray) -> None:
+    dim = 0 if array.ndim == 0 else -1
+    values, indices = compiled(lambda z: tuple(z.max(dim)), array)
+    pair = pf.fuse(lambda z: z.min(dim, keepdim=True)[1]).reference(array)
+    wide = array.astype(np.float64)
+    np.testing.assert_array_equal(values.astype(np.float64), np.max(wide, dim))
+    np.testing.assert_array_equal(indices, np.argmax(wide, dim))
+    np.testing.assert_array_equal(pair, np.argmin(wide, dim, keepdims=True))
+
+
+def test_argmax_refuses_what_torch_refuses() -> None:
+    f32 = pf.spec((4, 0), pf.float32)
+    with pytest.raises(pf.FusionError, match="argmax: expected reduction dim 1 to have non-zero"):
+        pf.fuse(lambda x: pf.argmax(x, 1)).trace(f32)
+    with pytest.raises(pf.FusionError, match="argmin: needs a numeric tensor, got bool"):
+        pf.fuse(lambda x: pf.argmin(x > 0)).trace(pf.spec((4,), pf.float32))
+    with pytest.raises(pf.FusionError, match="takes one int dim for its indices"):
+        pf.fuse(lambda x: x.max((0, 1)).indices).trace(pf.spec((2, 3), pf.float32))
+    # Over an empty dim other than the reduced one, the result is empty, as in torch.
+    assert pf.fuse(lambda x: pf.argmax(x, 0)).reference(np.ones((4, 0), np.float32)).shape == (0,)

@@ -410,7 +410,7 @@ def _f_round(x: pf.Tensor) -> Any:
 
 
 def _f_indices(x: pf.Tensor) -> Any:
-    values, _indices = x.max(1)  # line: indices
+    values, _indices = x.max((0, 1))  # line: indices
     return values
 
 
@@ -453,7 +453,7 @@ USER_ERRORS: list[tuple[Callable[..., Any], pf.Spec, str, str, str]] = [
     (_f_arctan, X4, "np.arctan", "np.arctan", "np.arctan has no pyfuse op yet"),
     (_f_floordiv, X4, "floordiv", "floor_divide", "floor_divide of bool tensors"),
     (_f_round, X4, "round", "round", "round(decimals=2) is not supported"),
-    (_f_indices, X4, "indices", "max", "use x.max(dim).values or pf.amax"),
+    (_f_indices, X4, "indices", "max", "takes one int dim for its indices"),
     (_f_bitwise_int, I32, "bitwise", "bitwise_and", "bool tensors only"),
     (_f_np_where, X4, "np.where", "numpy", "NumPy functions other than the ufuncs"),
     (_f_np_reduce, X4, "np.add.reduce", "np.add", "np.add.reduce is not supported"),
