@@ -15,6 +15,7 @@ from pyfuse.errors import (
     ScheduleError,
 )
 from pyfuse.frontend import numpy_ufuncs as _numpy_ufuncs  # noqa: F401 - registers np ufuncs
+from pyfuse.frontend.bitwise import bitwise_and, bitwise_not, bitwise_or, bitwise_xor
 from pyfuse.frontend.composites import (
     all,
     amax,
@@ -234,4 +235,8 @@ __all__ = [
     "prod",
     "argmax",
     "argmin",
+    "bitwise_and",
+    "bitwise_or",
+    "bitwise_xor",
+    "bitwise_not",
 ]

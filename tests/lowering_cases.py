@@ -306,6 +306,11 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
         [S((17, 300), i32)],
     ),
     "argmax_of_long_rows": (lambda x: pf.argmax(x * 2.0, -1), [S((4, 20000), f32)]),
+    # integer bit logic (and, or, xor, not instructions), beside bool logic and a sum
+    "bitwise_ops_of_ints_and_bools": (
+        lambda i, j, x: ((i & j) ^ ~i, (i | 6) & (x > 0), ((i ^ j) & 0xFF).sum(-1)),
+        [S((9, 130), i32), S((130,), i32), S((9, 130), f32)],
+    ),
     # products (identity 1; ints and bools in int64, 16-bit floats in f32)
     "products_of_rows_columns_and_everything": (
         lambda x, i: (pf.prod(x * 0.25 + 1.0, -1), x.prod(0), pf.prod(i % 3 + 1, -1), pf.prod(x)),

@@ -154,6 +154,7 @@ _EXACT_BINARY: dict[str, Callable[[np.float64, np.float64], np.float64]] = {
 }  # fmt: skip
 _INT_BINARY: dict[str, Callable[[int, int], int]] = {
     "add": operator.add, "sub": operator.sub, "mul": operator.mul, "maximum": max, "minimum": min,
+    "bitwise_and": operator.and_, "bitwise_or": operator.or_, "bitwise_xor": operator.xor,
 }  # fmt: skip
 
 
@@ -172,7 +173,10 @@ def fold_unary(op: str, value: Imm, dtype: DType) -> Imm | None:
     if op == "logical_not":
         return not value
     if dtype.is_integer:
-        integral = {"neg": -int(value), "abs": abs(int(value)), "relu": max(int(value), 0)}
+        integral = {
+            "neg": -int(value), "abs": abs(int(value)), "relu": max(int(value), 0),
+            "bitwise_not": ~int(value),
+        }  # fmt: skip
         return round_to(integral[op], dtype) if op in integral else None
     if dtype.is_floating:
         result = _exact_unary(op, float(value))

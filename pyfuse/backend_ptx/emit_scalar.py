@@ -69,6 +69,8 @@ _F32_EXPANSIONS: dict[str, Callable[[FloatOps[Value, Reg], Value], Value]] = {
 }  # fmt: skip
 # The cvt rounding of each rounding op (to an integral value in the same float type).
 _ROUNDING = {"floor": "rmi", "ceil": "rpi", "round": "rni", "trunc": "rzi"}
+# The bit-logic instruction of each integer bitwise op (on the .b form of the register type).
+_BITWISE = {"bitwise_and": logic.and_, "bitwise_or": logic.or_, "bitwise_xor": logic.xor}
 # torch's division-like ops (fmod, remainder, floor_divide): their PTX lives in emit_divide.
 _DIVISION_OPS = frozenset({"fmod", "remainder", "floor_divide"})
 
@@ -250,6 +252,8 @@ class ScalarMath:
         if op == "relu" and ctype != "pred":
             return self.combine("maximum", x, 0.0 if floating else 0, ctype)
         if not floating:
+            if op == "bitwise_not":
+                return self._out(ctype, lambda d: logic.not_("b" + ctype[1:], d, x))
             return None
         if op in _ROUNDING:
             source = self.reg_of(x, ctype)
@@ -332,6 +336,9 @@ class ScalarMath:
             return self._out(ctype, lambda d: arith.div(ctype, d, x, y))
         if op == "pow":
             return self._int_pow(x, y, ctype)
+        if op in _BITWISE:
+            logic_op = _BITWISE[op]
+            return self._out(ctype, lambda d: logic_op("b" + ctype[1:], d, x, y))
         raise ScheduleError(f"the PTX emitter has no {op} for {ctype}")
 
     def _float_pow(self, x: Value, y: Value, ctype: str, dtype: DType) -> Value:

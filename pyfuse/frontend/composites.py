@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pyfuse.errors import FusionError
 from pyfuse.frontend import ops
 from pyfuse.frontend.arguments import Dims, check_scalar_fits, reduction_dims, scalar_value
-from pyfuse.frontend.location import refuse, user_op
+from pyfuse.frontend.location import user_op
 from pyfuse.frontend.ops import Tensor, TensorLike, cast
 from pyfuse.frontend.tensor_methods import tensor_method
 from pyfuse.ir import dtypes
@@ -260,36 +260,6 @@ def logical_xor(lhs: TensorLike, rhs: TensorLike) -> Tensor:
 
 def _not(value: Tensor | bool) -> Tensor | bool:
     return ops.logical_not(value) if isinstance(value, Tensor) else not value
-
-
-_BITWISE = {"and": ops.logical_and, "or": ops.logical_or, "xor": logical_xor}
-
-
-@tensor_method
-def bitwise(kind: str, lhs: TensorLike, rhs: TensorLike) -> Tensor:
-    """``&``, ``|`` and ``^``: logic on bool tensors (and Python bools), as in torch; the IR
-    has no bitwise op for integers yet."""
-    for value in (lhs, rhs):
-        if not (isinstance(value, bool) or (isinstance(value, Tensor) and value.dtype.is_bool)):
-            what = value.dtype.name if isinstance(value, Tensor) else type(value).__name__
-            refuse(
-                f"bitwise_{kind}",
-                f"bitwise ops are supported on bool tensors only, got {what} (integer bitwise "
-                "ops have no IR op yet)",
-            )
-    return _BITWISE[kind](lhs, rhs)  # type: ignore[no-any-return]
-
-
-@tensor_method
-def bitwise_not(x: Tensor) -> Tensor:
-    """``~x``: logical not of a bool tensor (torch's bitwise_not on bool)."""
-    if not x.dtype.is_bool:
-        refuse(
-            "bitwise_not",
-            f"~ is supported on bool tensors only, got {x.dtype.name} (integer bitwise ops have "
-            "no IR op yet)",
-        )
-    return ops.logical_not(x)
 
 
 # ---- tensor creation -------------------------------------------------------------------------

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from pyfuse.frontend import bitwise, ops, rounding
 from pyfuse.frontend import composites as pc
-from pyfuse.frontend import ops, rounding
 from pyfuse.frontend.arguments import scalar_value
 from pyfuse.frontend.location import refuse
 from pyfuse.frontend.tensor_methods import tensor_method
@@ -52,10 +52,10 @@ _UFUNCS: dict[str, Callable[..., ops.Tensor]] = {
     "logical_or": ops.logical_or,
     "logical_xor": pc.logical_xor,
     "logical_not": ops.logical_not,
-    "bitwise_and": lambda a, b: pc.bitwise("and", a, b),
-    "bitwise_or": lambda a, b: pc.bitwise("or", a, b),
-    "bitwise_xor": lambda a, b: pc.bitwise("xor", a, b),
-    "invert": pc.bitwise_not,
+    "bitwise_and": bitwise.bitwise_and,
+    "bitwise_or": bitwise.bitwise_or,
+    "bitwise_xor": bitwise.bitwise_xor,
+    "invert": bitwise.bitwise_not,
     "negative": ops.neg,
     "positive": _positive,
     "absolute": ops.abs,

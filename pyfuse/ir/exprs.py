@@ -133,6 +133,7 @@ class UnaryOpType(enum.Enum):
     ROUND = "round"  # half to even, as torch.round
     TRUNC = "trunc"
     LOGICAL_NOT = "logical_not"
+    BITWISE_NOT = "bitwise_not"  # integers only (bools take logical_not)
 
 
 class UnaryOp(Expr):
@@ -161,6 +162,10 @@ class BinaryOpType(enum.Enum):
     FMOD = "fmod"  # C's fmod: the sign of the dividend (torch.fmod)
     REMAINDER = "remainder"  # the sign of the divisor (torch.remainder, Python's %)
     FLOOR_DIVIDE = "floor_divide"  # floor(a / b) (torch.floor_divide, Python's //)
+    # Two's-complement bit logic of integers (bools take the logical ops).
+    BITWISE_AND = "bitwise_and"
+    BITWISE_OR = "bitwise_or"
+    BITWISE_XOR = "bitwise_xor"
 
     @property
     def is_comparison(self) -> bool:

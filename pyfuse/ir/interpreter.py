@@ -370,11 +370,18 @@ _UNARY: dict[UnaryOpType, Callable[[Array], Array]] = {
     UnaryOpType.ROUND: np.rint,  # half to even, as torch.round
     UnaryOpType.TRUNC: np.trunc,
     UnaryOpType.LOGICAL_NOT: np.logical_not,
+    UnaryOpType.BITWISE_NOT: np.invert,
 }
 
 # Ops that keep an integer input integral (torch.neg(int) is int); the rest compute in float.
 _INTEGRAL_UNARY = frozenset(
-    {UnaryOpType.NEG, UnaryOpType.ABS, UnaryOpType.RELU, UnaryOpType.LOGICAL_NOT}
+    {
+        UnaryOpType.NEG,
+        UnaryOpType.ABS,
+        UnaryOpType.RELU,
+        UnaryOpType.LOGICAL_NOT,
+        UnaryOpType.BITWISE_NOT,
+    }
 )
 
 
@@ -409,6 +416,9 @@ _BINARY: dict[BinaryOpType, Callable[[Array, Array], Array]] = {
     BinaryOpType.FMOD: np.fmod,
     BinaryOpType.REMAINDER: remainder,
     BinaryOpType.FLOOR_DIVIDE: np.floor_divide,
+    BinaryOpType.BITWISE_AND: np.bitwise_and,
+    BinaryOpType.BITWISE_OR: np.bitwise_or,
+    BinaryOpType.BITWISE_XOR: np.bitwise_xor,
 }
 
 _LOGICAL = frozenset({BinaryOpType.LOGICAL_AND, BinaryOpType.LOGICAL_OR})

@@ -175,9 +175,10 @@ _UNARY: dict[str, Callable[[Array], Array]] = {
     "sigmoid": sigmoid, "relu": relu, "gelu": gelu, "gelu_tanh": gelu_tanh, "silu": silu,
     "sqrt": np.sqrt, "rsqrt": rsqrt, "reciprocal": np.reciprocal, "sin": np.sin, "cos": np.cos,
     "erf": erf, "floor": np.floor, "ceil": np.ceil, "round": np.rint, "trunc": np.trunc,
+    "bitwise_not": np.invert,
 }  # fmt: skip
 # Unary ops that stay integral on an integer node; every other op computes in float64.
-_INTEGRAL_UNARY = frozenset({"neg", "abs", "relu"})
+_INTEGRAL_UNARY = frozenset({"neg", "abs", "relu", "bitwise_not"})
 
 
 def _quietly(ufunc: Callable[[Array, Array], Array]) -> Callable[[Array, Array], Array]:
@@ -195,7 +196,8 @@ _ARITHMETIC: dict[str, Callable[[Array, Array], Array]] = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "pow": np.power,
     "maximum": np.maximum, "minimum": np.minimum, "max": np.maximum, "min": np.minimum,
     "fmod": _quietly(np.fmod), "remainder": _quietly(remainder),
-    "floor_divide": _quietly(np.floor_divide),
+    "floor_divide": _quietly(np.floor_divide), "bitwise_and": np.bitwise_and,
+    "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor,
 }  # fmt: skip
 _COMPARE: dict[str, Callable[[Array, Array], Array]] = {
     "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,

@@ -70,6 +70,9 @@ _NO_BOOL_BINARY = frozenset(
 )
 
 LOGICAL_BINARY = frozenset({BinaryOpType.LOGICAL_AND, BinaryOpType.LOGICAL_OR})
+BITWISE_BINARY = frozenset(
+    {BinaryOpType.BITWISE_AND, BinaryOpType.BITWISE_OR, BinaryOpType.BITWISE_XOR}
+)
 
 
 def _normalize_dim(dim: int, ndim: int) -> int:
@@ -245,6 +248,8 @@ def unary(op: UnaryOpType, x: TensorView) -> TensorView:
         raise FusionError(f"{op.value} of a bool tensor is not supported (as in torch)")
     if op in ROUNDING_UNARY and x.dtype.is_integer:
         return x
+    if op == UnaryOpType.BITWISE_NOT and not x.dtype.is_integer:
+        raise FusionError(f"bitwise_not needs an integer tensor, got {x.dtype.name}")
     out_dtype = dtypes.bool_ if op == UnaryOpType.LOGICAL_NOT else x.dtype
     out = TensorView(new_axes_like(x.no_reductions), out_dtype)
     UnaryOp(op, out, x)
@@ -285,6 +290,11 @@ def binary(op: BinaryOpType, lhs: Operand, rhs: Operand) -> TensorView:
         )
     if op in _NO_BOOL_BINARY and math_dtype.is_bool:
         raise FusionError(f"{op.value} of bool tensors is not supported (as in torch)")
+    if op in BITWISE_BINARY and not math_dtype.is_integer:
+        raise FusionError(
+            f"{op.value} needs integer operands (as in torch), got {math_dtype.name}"
+            + ("; bools take logical_and/or/xor" if math_dtype.is_bool else "")
+        )
     ndim = max(t.ndim for t in tensors)
     ranked = iter([_to_rank(t, ndim) for t in tensors])
     operands = [

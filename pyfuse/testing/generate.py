@@ -155,6 +155,25 @@ def _logical(b: Builder) -> int | None:
     return b.op(name, f"pf.{name}({{0}}, {{1}})", [x, y])
 
 
+def _bitwise(b: Builder) -> int | None:
+    """``& | ^ ~`` (and their functions) on integer values, with a tensor or an int."""
+    x = b.choose(lambda i: b.dtype_of(i).is_integer)
+    if x is None:
+        return None
+    if b.chance(0.25):
+        return b.op("bitwise_not", b.pick(("(~{0})", "pf.bitwise_not({0})")), [x])
+    symbol = b.pick(("&", "|", "^"))
+    name = {"&": "bitwise_and", "|": "bitwise_or", "^": "bitwise_xor"}[symbol]
+    y = b.choose(lambda i: i != x and not b.dtype_of(i).is_floating and broadcasts(
+        b.shape_of(i), b.shape_of(x)))  # fmt: skip
+    if y is None:
+        constant = b.pick(("0xFF", "-2", "1", "0x5555"))
+        return b.op(name, f"({{0}} {symbol} {constant})", [x])
+    if b.chance(0.5):
+        return b.op(name, f"pf.{name}({{0}}, {{1}})", [x, y])
+    return b.op(name, f"({{0}} {symbol} {{1}})", [x, y])
+
+
 def _where(b: Builder) -> int | None:
     x = b.choose()
     if x is None:
@@ -566,6 +585,7 @@ _FAMILIES: tuple[tuple[Callable[[Builder], int | None], float], ...] = (
     (_unary, 3.0),
     (_binary, 4.0),
     (_logical, 0.6),
+    (_bitwise, 0.4),
     (_where, 0.8),
     (_cast, 1.0),
     (_reduction, 2.0),

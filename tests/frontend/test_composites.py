@@ -485,3 +485,39 @@ def test_argmax_refuses_what_torch_refuses() -> None:
         pf.fuse(lambda x: x.max((0, 1)).indices).trace(pf.spec((2, 3), pf.float32))
     # Over an empty dim other than the reduced one, the result is empty, as in torch.
     assert pf.fuse(lambda x: pf.argmax(x, 0)).reference(np.ones((4, 0), np.float32)).shape == (0,)
+
+
+def test_bitwise_ops_of_integers_are_twos_complement_bit_logic() -> None:
+    a = RNG.integers(-(2**31), 2**31, (6, 33)).astype(np.int32)
+    b = RNG.integers(-(2**31), 2**31, 33).astype(np.int32)
+    wide = RNG.integers(-(2**62), 2**62, 33).astype(np.int64)
+    mask = RNG.random((6, 33)) > 0.5
+    got = compiled(
+        lambda x, y, w, m: (
+            x & y,
+            0x0F0F | x,
+            x ^ y,
+            ~x,
+            w.long() & ~w,
+            pf.bitwise_xor(w, x),
+            m & (x > 0),
+            x | m,
+            np.bitwise_and(x, 255),
+            np.invert(y),
+        ),
+        a,
+        b,
+        wide,
+        mask,
+    )
+    want = [
+        a & b, 0x0F0F | a, a ^ b, ~a, wide & ~wide, np.bitwise_xor(wide, a.astype(np.int64)),
+        mask & (a > 0), a | mask.astype(np.int32), a & 255, ~b,
+    ]  # fmt: skip
+    for got_one, want_one in zip(got, want, strict=True):
+        assert got_one.dtype == want_one.dtype
+        np.testing.assert_array_equal(got_one, want_one)
+    with pytest.raises(pf.FusionError, match="bitwise_or: needs integer or bool operands"):
+        pf.fuse(lambda x: x | 1.0).trace(pf.spec((4,), pf.int32))
+    with pytest.raises(pf.FusionError, match="cannot be converted to type int32"):
+        pf.fuse(lambda x: x & 2**40).trace(pf.spec((4,), pf.int32))

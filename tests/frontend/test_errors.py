@@ -414,7 +414,7 @@ def _f_indices(x: pf.Tensor) -> Any:
     return values
 
 
-def _f_bitwise_int(x: pf.Tensor) -> Any:
+def _f_bitwise_float(x: pf.Tensor) -> Any:
     return x & 1  # line: bitwise
 
 
@@ -454,7 +454,7 @@ USER_ERRORS: list[tuple[Callable[..., Any], pf.Spec, str, str, str]] = [
     (_f_floordiv, X4, "floordiv", "floor_divide", "floor_divide of bool tensors"),
     (_f_round, X4, "round", "round", "round(decimals=2) is not supported"),
     (_f_indices, X4, "indices", "max", "takes one int dim for its indices"),
-    (_f_bitwise_int, I32, "bitwise", "bitwise_and", "bool tensors only"),
+    (_f_bitwise_float, X4, "bitwise", "bitwise_and", "needs integer or bool operands"),
     (_f_np_where, X4, "np.where", "numpy", "NumPy functions other than the ufuncs"),
     (_f_np_reduce, X4, "np.add.reduce", "np.add", "np.add.reduce is not supported"),
     (_f_array_operand, X4, "array operand", "add", "pass it to the fused function"),

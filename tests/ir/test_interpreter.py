@@ -126,6 +126,7 @@ UNARY_REFERENCE: dict[UnaryOpType, Callable[[Array], Any]] = {
     UnaryOpType.ROUND: np.round,  # half to even
     UnaryOpType.TRUNC: np.trunc,
     UnaryOpType.LOGICAL_NOT: lambda x: x == 0,
+    UnaryOpType.BITWISE_NOT: np.invert,
 }
 # Ops whose domain is positive: the test feeds them |x|.
 POSITIVE_ONLY = {UnaryOpType.LOG, UnaryOpType.SQRT, UnaryOpType.RSQRT}
@@ -144,7 +145,11 @@ def unary_fusion(op: UnaryOpType, shape: Sequence[int], dtype: DType, out_dtype:
     return fusion
 
 
-@pytest.mark.parametrize("op", list(UnaryOpType), ids=lambda op: op.value)
+# The ops defined on floats (bitwise_not takes integers only).
+FLOAT_UNARY = [op for op in UnaryOpType if op != UnaryOpType.BITWISE_NOT]
+
+
+@pytest.mark.parametrize("op", FLOAT_UNARY, ids=lambda op: op.value)
 def test_unary_float64_exact_math(op: UnaryOpType) -> None:
     x = random_float((5, 7), 0.05, 4.0)
     if op in POSITIVE_ONLY:
@@ -156,7 +161,7 @@ def test_unary_float64_exact_math(op: UnaryOpType) -> None:
     np.testing.assert_allclose(result, expected, rtol=1e-14, atol=1e-300)
 
 
-@pytest.mark.parametrize("op", list(UnaryOpType), ids=lambda op: op.value)
+@pytest.mark.parametrize("op", FLOAT_UNARY, ids=lambda op: op.value)
 def test_unary_float32(op: UnaryOpType) -> None:
     x = f32(random_float((4, 6), 0.05, 4.0))
     if op in POSITIVE_ONLY:
@@ -176,7 +181,9 @@ def test_logical_not_of_ints_with_zeros() -> None:
     np.testing.assert_array_equal(result, x == 0)
 
 
-@pytest.mark.parametrize("op", [UnaryOpType.NEG, UnaryOpType.ABS, UnaryOpType.RELU])
+@pytest.mark.parametrize(
+    "op", [UnaryOpType.NEG, UnaryOpType.ABS, UnaryOpType.RELU, UnaryOpType.BITWISE_NOT]
+)
 def test_integral_unary_stays_integral(op: UnaryOpType) -> None:
     x = rng().integers(-100, 100, size=(3, 5)).astype(np.int32)
     (result,) = evaluate(unary_fusion(op, x.shape, dtypes.int32, dtypes.int32), [x])
@@ -255,8 +262,14 @@ BINARY_REFERENCE: dict[BinaryOpType, Callable[[Any, Any], Any]] = {
     BinaryOpType.FMOD: np.vectorize(math.fmod),
     BinaryOpType.REMAINDER: np.vectorize(lambda a, b: a % b),
     BinaryOpType.FLOOR_DIVIDE: np.vectorize(lambda a, b: a // b),
+    BinaryOpType.BITWISE_AND: np.bitwise_and,
+    BinaryOpType.BITWISE_OR: np.bitwise_or,
+    BinaryOpType.BITWISE_XOR: np.bitwise_xor,
 }
 LOGICAL_OPS = {BinaryOpType.LOGICAL_AND, BinaryOpType.LOGICAL_OR}
+BITWISE_OPS = {BinaryOpType.BITWISE_AND, BinaryOpType.BITWISE_OR, BinaryOpType.BITWISE_XOR}
+# The ops defined on floats (or, for the logical ones, on bools).
+FLOAT_BINARY = [op for op in BinaryOpType if op not in BITWISE_OPS]
 
 
 def test_binary_reference_covers_every_op() -> None:
@@ -295,7 +308,7 @@ def binary_inputs(op: BinaryOpType, shape: Sequence[int]) -> tuple[Array, Array]
     return a, b
 
 
-@pytest.mark.parametrize("op", list(BinaryOpType), ids=lambda op: op.value)
+@pytest.mark.parametrize("op", FLOAT_BINARY, ids=lambda op: op.value)
 def test_binary_float32_tensors(op: BinaryOpType) -> None:
     a, b = binary_inputs(op, (4, 9))
     in_dtype = dtypes.bool_ if op in LOGICAL_OPS else dtypes.float32
@@ -316,7 +329,7 @@ def test_binary_float32_tensors(op: BinaryOpType) -> None:
     np.testing.assert_allclose(result, expected.astype(out_dtype.numpy()), rtol=2e-7)
 
 
-@pytest.mark.parametrize("op", list(BinaryOpType), ids=lambda op: op.value)
+@pytest.mark.parametrize("op", FLOAT_BINARY, ids=lambda op: op.value)
 @pytest.mark.parametrize("scalar_side", ["lhs", "rhs"])
 def test_binary_with_scalar(op: BinaryOpType, scalar_side: str) -> None:
     a, _ = binary_inputs(op, (3, 5))
@@ -332,6 +345,24 @@ def test_binary_with_scalar(op: BinaryOpType, scalar_side: str) -> None:
     (result,) = evaluate(fusion, [a])
     operands = (value, a) if scalar_side == "lhs" else (a, value)
     np.testing.assert_allclose(result, BINARY_REFERENCE[op](*operands), rtol=1e-15)
+
+
+@pytest.mark.parametrize("op", sorted(BITWISE_OPS, key=lambda op: op.value), ids=str)
+def test_bitwise_ops_of_int_tensors_and_scalars(op: BinaryOpType) -> None:
+    a = rng().integers(-(2**31), 2**31, (4, 9)).astype(np.int32)
+    b = rng().integers(-(2**31), 2**31, (4, 9)).astype(np.int32)
+    with Fusion() as fusion:
+        binary_fusion(
+            op, make_tensor(a.shape, dtypes.int32), make_tensor(b.shape, dtypes.int32),
+            dtypes.int32, a.shape, fusion,
+        )  # fmt: skip
+    (result,) = evaluate(fusion, [a, b])
+    np.testing.assert_array_equal(result, BINARY_REFERENCE[op](a, b))
+    with Fusion() as fusion:
+        scalar = Scalar(-0x5556, dtypes.int32)
+        binary_fusion(op, scalar, make_tensor(a.shape, dtypes.int32), dtypes.int32, a.shape, fusion)
+    (result,) = evaluate(fusion, [a])
+    np.testing.assert_array_equal(result, BINARY_REFERENCE[op](np.int32(-0x5556), a))
 
 
 def test_float_scalar_is_float32_like_torch() -> None:
