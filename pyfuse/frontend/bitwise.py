@@ -39,34 +39,40 @@ def _check_integral(lhs: TensorLike, rhs: TensorLike) -> None:
             raise FusionError(f"needs integer or bool operands (as in torch), got {what}")
 
 
+_LOGICAL_OF = {"and": logical_and, "or": logical_or, "xor": logical_xor}
+_BITWISE_OF = {
+    "and": BinaryOpType.BITWISE_AND,
+    "or": BinaryOpType.BITWISE_OR,
+    "xor": BinaryOpType.BITWISE_XOR,
+}
+
+
+def _bit_logic(kind: str, lhs: TensorLike, rhs: TensorLike) -> Tensor:
+    _check_integral(lhs, rhs)
+    if _is_boolean(lhs) and _is_boolean(rhs):
+        return _LOGICAL_OF[kind](lhs, rhs)
+    return _binary(_BITWISE_OF[kind], lhs, rhs)
+
+
 @user_op("bitwise_and")
 def bitwise_and(lhs: TensorLike, rhs: TensorLike) -> Tensor:
     """The bits set in both (torch.bitwise_and, ``&``); logical and of bools:
     ``pf.bitwise_and(x, 0xFF)``."""
-    _check_integral(lhs, rhs)
-    if _is_boolean(lhs) and _is_boolean(rhs):
-        return logical_and(lhs, rhs)
-    return _binary(BinaryOpType.BITWISE_AND, lhs, rhs)
+    return _bit_logic("and", lhs, rhs)
 
 
 @user_op("bitwise_or")
 def bitwise_or(lhs: TensorLike, rhs: TensorLike) -> Tensor:
     """The bits set in either (torch.bitwise_or, ``|``); logical or of bools:
     ``pf.bitwise_or(x, 1 << 4)``."""
-    _check_integral(lhs, rhs)
-    if _is_boolean(lhs) and _is_boolean(rhs):
-        return logical_or(lhs, rhs)
-    return _binary(BinaryOpType.BITWISE_OR, lhs, rhs)
+    return _bit_logic("or", lhs, rhs)
 
 
 @user_op("bitwise_xor")
 def bitwise_xor(lhs: TensorLike, rhs: TensorLike) -> Tensor:
     """The bits set in exactly one (torch.bitwise_xor, ``^``); logical xor of bools:
     ``pf.bitwise_xor(x, y)``."""
-    _check_integral(lhs, rhs)
-    if _is_boolean(lhs) and _is_boolean(rhs):
-        return logical_xor(lhs, rhs)
-    return _binary(BinaryOpType.BITWISE_XOR, lhs, rhs)
+    return _bit_logic("xor", lhs, rhs)
 
 
 @tensor_method
