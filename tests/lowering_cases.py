@@ -311,6 +311,20 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
         lambda i, j, x: ((i & j) ^ ~i, (i | 6) & (x > 0), ((i ^ j) & 0xFF).sum(-1)),
         [S((9, 130), i32), S((130,), i32), S((9, 130), f32)],
     ),
+    # basic indexing: slices of inputs read in place at an offset (vectors only where the
+    # offset and the strides keep them aligned), slices of computed values after a boundary
+    "slices_of_inputs_at_aligned_and_odd_offsets": (
+        lambda x, y: (x[:, :128] * 2.0, y[..., :64] * y[..., 64:], y[:, 1:] + 1.0, x[1::2, 3]),
+        [S((4, 131), f32), S((6, 128), bf16)],
+    ),
+    "slices_of_computed_values_and_matmul_operands": (
+        lambda a, b: ((a @ b)[:, 8:40] * 2.0, a[:, :32] @ b[:32], pf.exp(a[2:, ::3]).sum(-1)),
+        [S((64, 64), bf16), S((64, 64), bf16)],
+    ),
+    "slices_through_views_and_ints": (
+        lambda x: (x.T[1:4, ::2] + 1.0, x[2:5].reshape(-1)[::3], x[-1, None] * x[0], x[1, 2] * x),
+        [S((9, 12), f32)],
+    ),
     # products (identity 1; ints and bools in int64, 16-bit floats in f32)
     "products_of_rows_columns_and_everything": (
         lambda x, i: (pf.prod(x * 0.25 + 1.0, -1), x.prod(0), pf.prod(i % 3 + 1, -1), pf.prod(x)),

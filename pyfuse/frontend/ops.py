@@ -529,6 +529,16 @@ def broadcast_to(x: Tensor, shape: Sequence[int]) -> Tensor:
 
 
 @tensor_method
+@user_op("getitem")
+def slice_axes(
+    x: Tensor, starts: Sequence[int], steps: Sequence[int], counts: Sequence[int]
+) -> Tensor:
+    """Elements ``starts[d] + steps[d] * i`` (``i < counts[d]``) of every axis ``d``: what
+    ``x[...]`` traces (a view of an input is read in place)."""
+    return Tensor(ir_ops.slice_axes(_tensor(x), starts, steps, counts))
+
+
+@tensor_method
 @user_op("unsqueeze")
 def unsqueeze(x: Tensor, dim: int) -> Tensor:
     """A new size-1 axis at ``dim`` (torch.unsqueeze): ``pf.unsqueeze(v, 0)``."""

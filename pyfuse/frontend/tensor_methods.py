@@ -16,7 +16,7 @@ from __future__ import annotations
 import builtins
 import typing
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeGuard, TypeVar
 
 from pyfuse.errors import InternalError
 from pyfuse.frontend.arguments import Dims, Number
@@ -324,9 +324,18 @@ class TensorMethods:
 
 
 def _index(x: S, index: object) -> S:
-    """``x[...]`` for what needs no data movement: full slices ``:``, ``None`` (a new axis),
-    ``...`` and 0 or -1 on a size-1 axis; anything else is refused at the user's line."""
+    """``x[...]`` with torch's basic indexing: ints (negative from the end), slices with
+    positive steps, ``None`` (a new axis) and ``...``. A slice of an input is read in place
+    at an offset (a view); of a computed tensor, from the memory an earlier kernel wrote.
+    Tensor indices are refused at the user's line."""
     items = list(index) if isinstance(index, tuple) else [index]
+    for item in items:
+        if not (item is None or item is Ellipsis or isinstance(item, slice) or _is_int(item)):
+            refuse(
+                "getitem",
+                f"indexing a traced tensor with {type(item).__name__} {item!r} is not supported: "
+                "only ints, slices, None and '...' (tensor indices need a gather)",
+            )
     if sum(item is Ellipsis for item in items) > 1:
         refuse("getitem", "an index can only have a single ellipsis ('...')")
     consuming = [item for item in items if item is not None and item is not Ellipsis]
@@ -336,32 +345,50 @@ def _index(x: S, index: object) -> S:
         at = items.index(Ellipsis)
         items[at : at + 1] = [slice(None)] * (x.ndim - len(consuming))
     items += [slice(None)] * (x.ndim - sum(item is not None for item in items))
-    result, axis, dropped = x, 0, []
+    starts: list[builtins.int] = []
+    steps: list[builtins.int] = []
+    counts: list[builtins.int] = []
+    dropped: list[builtins.int] = []  # input axes an int index removes
+    new_axes: list[builtins.int] = []  # positions of None in the result
+    kept = 0  # result axes so far
     for item in items:
         if item is None:
-            result = _implementation(x, "unsqueeze")(result, axis)
-            axis += 1
-        elif isinstance(item, slice) and _is_full(item, result.shape[axis]):
-            axis += 1
-        elif _is_int(item) and result.shape[axis] == 1 and item in (0, -1):
-            dropped.append(axis)
-            axis += 1
+            new_axes.append(kept)
+            kept += 1
+            continue
+        axis = len(starts)
+        extent = x.shape[axis]
+        if isinstance(item, slice):
+            if item.step is not None and _is_int(item.step) and item.step <= 0:
+                refuse("getitem", f"step must be greater than zero, got {item.step}")
+            start, stop, step = item.indices(extent)
+            count = len(range(start, stop, step))
+            starts.append(start if count else 0)
+            steps.append(step)
+            counts.append(count)
+            kept += 1
         else:
-            refuse(
-                "getitem",
-                f"indexing a traced tensor with {item!r} is not supported yet: only ':', None, "
-                "'...' and 0 on a size-1 axis, which need no data movement",
-            )
-    return _implementation(x, "squeeze")(result, dropped) if dropped else result
+            assert isinstance(item, int)  # checked above: ints, slices, None; '...' expanded
+            position = item + extent if item < 0 else item
+            if not 0 <= position < extent:
+                refuse(
+                    "getitem",
+                    f"index {item} is out of bounds for dimension {axis} with size {extent}",
+                )
+            starts.append(position)
+            steps.append(1)
+            counts.append(1)
+            dropped.append(axis)
+    result = _implementation(x, "slice_axes")(x, starts, steps, counts)
+    if dropped:
+        result = _implementation(x, "squeeze")(result, dropped)
+    for position in new_axes:
+        result = _implementation(x, "unsqueeze")(result, position)
+    return result
 
 
-def _is_int(item: object) -> bool:
+def _is_int(item: object) -> TypeGuard[int]:
     return isinstance(item, int) and not isinstance(item, bool)
-
-
-def _is_full(item: slice, extent: int) -> bool:
-    start, stop, step = item.indices(extent)
-    return step == 1 and start == 0 and stop == extent
 
 
 class ValuesAndIndices(Generic[S]):

@@ -321,6 +321,39 @@ class ReshapeOp(Expr):
         return f"shape={list(self.output.shape)}"
 
 
+class SliceOp(Expr):
+    """``out[i, ...] = inp[starts[0] + steps[0] * i, ...]``: a static window of every axis
+    (torch's basic slicing; steps are positive). Only axes it keeps whole are paired: a
+    windowed axis has other extents and indices than its producer's, which
+    :meth:`windows` gives. A slice of an input is read in place at an offset
+    (skip_intermediates); a slice of a computed tensor starts a new kernel (segment)."""
+
+    op_name = "slice"
+
+    def __init__(
+        self, out: TensorView, inp: TensorView, starts: Sequence[int], steps: Sequence[int]
+    ) -> None:
+        super().__init__([out], [inp])
+        self.starts = tuple(starts)
+        self.steps = tuple(steps)
+
+    def windows(self, producer: TensorView) -> list[tuple[IterDomain, IterDomain, int, int]]:
+        """(producer axis, consumer axis, start, step) of every axis, in logical order."""
+        return list(
+            zip(producer.no_reductions, self.output.logical, self.starts, self.steps, strict=True)
+        )
+
+    def logical_pairs(self, producer: TensorView) -> AxisPairs:
+        return [
+            (p, c)
+            for p, c, start, step in self.windows(producer)
+            if start == 0 and step == 1 and p.logical_extent == c.logical_extent
+        ]
+
+    def attributes(self) -> str:
+        return f"starts={list(self.starts)}, steps={list(self.steps)}"
+
+
 class ReductionOpType(enum.Enum):
     SUM = "sum"
     PROD = "prod"

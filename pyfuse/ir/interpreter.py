@@ -51,6 +51,7 @@ from pyfuse.ir.exprs import (
     ReductionOp,
     ReductionOpType,
     ReshapeOp,
+    SliceOp,
     SqueezeOp,
     TernaryOp,
     UnaryOp,
@@ -495,6 +496,15 @@ def _eval_squeeze(expr: SqueezeOp, env: _Env) -> Array:
     return value[index]
 
 
+def _eval_slice(expr: SliceOp, env: _Env) -> Array:
+    value = env.tensor(expr.tensor_inputs[0])
+    window = tuple(
+        slice(start, start + step * axis.logical_extent, step)
+        for axis, start, step in zip(expr.output.logical, expr.starts, expr.steps, strict=True)
+    )
+    return np.asarray(value[window])
+
+
 def _eval_permute(expr: PermuteOp, env: _Env) -> Array:
     (inp,) = expr.tensor_inputs
     return np.transpose(env.tensor(inp), expr.perm)
@@ -589,6 +599,7 @@ _RULES: dict[type[Expr], Callable[[Any, _Env], Array]] = {
     ExpandOp: _eval_expand,
     SqueezeOp: _eval_squeeze,
     PermuteOp: _eval_permute,
+    SliceOp: _eval_slice,
     ReshapeOp: _eval_reshape,
     ReductionOp: _eval_reduction,
     MatmulOp: _eval_matmul,

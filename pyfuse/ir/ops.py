@@ -31,6 +31,7 @@ from pyfuse.ir.exprs import (
     ReductionOp,
     ReductionOpType,
     ReshapeOp,
+    SliceOp,
     SqueezeOp,
     TernaryOp,
     UnaryOp,
@@ -449,6 +450,39 @@ def squeeze(x: TensorView, dims: int | Sequence[int] | None = None) -> TensorVie
     kept = [axis for i, axis in enumerate(x.no_reductions) if i not in chosen]
     out = TensorView(new_axes_like(kept), x.dtype)
     SqueezeOp(out, x, chosen)
+    return out
+
+
+def _window_axis(axis: IterDomain, count: int) -> IterDomain:
+    """The axis of ``count`` elements a slice makes of ``axis``: an expanded broadcast (no
+    memory along it) stays one."""
+    if axis.expanded_extent is not None and count > 1:
+        return IterDomain(1, IterType.BROADCAST, expanded_extent=count)
+    return _axis(count)
+
+
+def slice_axes(
+    x: TensorView, starts: Sequence[int], steps: Sequence[int], counts: Sequence[int]
+) -> TensorView:
+    """Elements ``starts[d] + steps[d] * i`` for ``i < counts[d]`` of every axis ``d``
+    (``x`` itself when that is every element)."""
+    windows = list(zip(x.shape, starts, steps, counts, strict=True))
+    for extent, start, step, count in windows:
+        if step < 1 or count < 0 or start < 0 or (count and start + step * (count - 1) >= extent):
+            raise FusionError(
+                f"slice of an axis of {extent} elements from {start} by {step}, {count} times, "
+                "is out of range"
+            )
+    if all(start == 0 and step == 1 and count == e for e, start, step, count in windows):
+        return x
+    axes = [
+        IterDomain(axis.extent, axis.iter_type, expanded_extent=axis.expanded_extent)
+        if (start, step, count) == (0, 1, extent)
+        else _window_axis(axis, count)
+        for axis, (extent, start, step, count) in zip(x.no_reductions, windows, strict=True)
+    ]
+    out = TensorView(axes, x.dtype)
+    SliceOp(out, x, [w[1] for w in windows], [w[2] for w in windows])
     return out
 
 

@@ -48,6 +48,7 @@ from pyfuse.ir.exprs import (
     PermuteOp,
     ReductionOp,
     ReshapeOp,
+    SliceOp,
     SqueezeOp,
     TernaryOp,
     UnaryOp,
@@ -144,6 +145,12 @@ def expr_call(expr: Expr, operand: dict[int, str] | None = None) -> str:
         return f"pf.permute({args[0]}, {literal(expr.perm)})"
     if isinstance(expr, ReshapeOp):
         return f"pf.reshape({args[0]}, {literal(out.shape)})"
+    if isinstance(expr, SliceOp):
+        windows = [
+            f"{start}:{start + step * axis.logical_extent}:{step}"
+            for axis, start, step in zip(out.logical, expr.starts, expr.steps, strict=True)
+        ]
+        return f"{args[0]}[{', '.join(windows)}]"
     if isinstance(expr, ReductionOp):
         return f"pf.{expr.op.value}({args[0]}, {_dims(expr.axes)})"
     if isinstance(expr, MatmulOp):

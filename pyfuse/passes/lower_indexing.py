@@ -14,10 +14,11 @@ from __future__ import annotations
 from pyfuse.errors import ScheduleError
 from pyfuse.ir import kernel_ir as k
 from pyfuse.ir.dtypes import DType
-from pyfuse.ir.exprs import Expr, ReshapeOp
+from pyfuse.ir.exprs import Expr
 from pyfuse.ir.id_model import IdMappingMode, IdModel
 from pyfuse.ir.iterdomain import IterDomain, Merge, ParallelType, Reorder, Split, Swizzle
-from pyfuse.ir.tensor import MemoryType, TensorView, memory_strides, tensor_transforms
+from pyfuse.ir.tensor import MemoryType, TensorView, tensor_transforms
+from pyfuse.passes.skip_intermediates import alias_strides, view_offset
 
 
 class IndexDerivation:
@@ -147,27 +148,18 @@ class IndexDerivation:
         return result
 
     def _global_offset(self, tv: TensorView, logical: dict[int, k.KExpr]) -> k.KExpr:
-        offset: k.KExpr = k.const(0, self.index_dtype)
+        offset: k.KExpr = k.const(view_offset(tv), self.index_dtype)
         for axis, stride in self._strides(tv):
             offset = k.add(offset, k.mul(logical[id(axis)], k.const(stride, self.index_dtype)))
         return offset
 
     def _strides(self, tv: TensorView) -> list[tuple[IterDomain, int]]:
-        """(axis, element stride) of each memory axis of ``tv``, outermost first."""
-        if tv.alias_of is not None and not isinstance(tv.definition, ReshapeOp):
-            # The allocation follows the producer's memory order, so the strides are the
-            # producer's (itself an alias in a chain: a reshaped view has its own axes).
-            definition = tv.definition
-            producer = definition.tensor_inputs[0] if definition is not None else tv.alias_of
-            root_strides = [s for _, s in self._strides(producer)]
-            axes = [a for a in tv.maybe_allocation if not a.is_broadcast]
-            if len(axes) != len(root_strides):
-                raise ScheduleError(
-                    f"kernel {self.name}: alias T{tv.name} has {len(axes)} memory axes but "
-                    f"T{producer.name} has {len(root_strides)}"
-                )
-            return list(zip(axes, root_strides, strict=True))
-        return memory_strides(tv)
+        """(axis, element stride) of each memory axis of ``tv``, outermost first (an alias's
+        through its chain: :func:`~pyfuse.passes.skip_intermediates.alias_strides`)."""
+        try:
+            return alias_strides(tv)
+        except ScheduleError as error:
+            raise ScheduleError(f"kernel {self.name}: {error.bare_message}") from None
 
     def _buffer_index(self, tv: TensorView, by_position: dict[int, k.KExpr]) -> k.KExpr:
         """Element index into a local or shared buffer from the loop indices."""

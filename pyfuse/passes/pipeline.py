@@ -123,9 +123,9 @@ def schedule_kernel(
     says what the scheduler may use (a fallback plan's limits, passes/fallback.py)."""
     fusion = plan.fusion
     with fusion:
-        if attempt.alias_inputs:
-            skip_intermediates(fusion)
-            _check(fusion, "skip_intermediates", boundary=False)
+        # Slices are aliased even without aliases: reading in place is how a slice is read.
+        skip_intermediates(fusion, slices_only=not attempt.alias_inputs)
+        _check(fusion, "skip_intermediates", boundary=False)
         scheduler = scheduler_named(plan.scheduler)
         plan.reference, params = scheduler.schedule(fusion, target, matmul, attempt.vectorize)
         plan.params.update(params)

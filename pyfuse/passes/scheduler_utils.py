@@ -8,6 +8,7 @@ from pyfuse.ir.id_model import IdMappingMode, IdModel
 from pyfuse.ir.iterdomain import IterDomain
 from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.tensor import TensorView
+from pyfuse.passes.skip_intermediates import alias_strides, is_view_op, view_offset, view_source
 
 
 def holds_innermost(tv: TensorView, innermost: IterDomain, id_model: IdModel) -> bool:
@@ -43,7 +44,11 @@ def vector_width(
     # outer stride keep each row's vectors aligned.
     for tv in globals_:
         source = tv.alias_of if tv.alias_of is not None else tv
-        for stride in source.strides or ():
+        strides = list(source.strides or ())
+        if tv.alias_of is not None:
+            # A slice moves where rows start: its offset and its own strides must divide too.
+            strides += [view_offset(tv), *(stride for _, stride in alias_strides(tv)[:-1])]
+        for stride in strides:
             while width > 1 and stride % width:
                 width //= 2
     id_model = IdModel(fusion)
@@ -89,12 +94,24 @@ def replay_everywhere(fusion: Fusion, reference: TensorView) -> None:
         replay_like(tv, reference, id_model)
 
 
+def _only_viewed(fusion: Fusion, tv: TensorView) -> bool:
+    """``tv`` views an input and is only viewed further (a link of a chain of views, such as
+    ``x[1:][::2]``): it is aliased and never indexed itself."""
+    uses = fusion.uses_in_fusion(tv)
+    return (
+        bool(uses)
+        and all(is_view_op(use) for use in uses)
+        and fusion.is_input(view_source(tv))
+        and not fusion.is_output(tv)
+    )
+
+
 def uncovered_axis(fusion: Fusion, reference: TensorView) -> str | None:
     """A tensor axis whose index cannot be derived from the reference's (lowering derives
     every index from the reference), described for a decline reason; None when all map."""
     id_model = IdModel(fusion)
     for tv in fusion.tensors():
-        if fusion.is_input(tv):
+        if fusion.is_input(tv) or _only_viewed(fusion, tv):
             continue
         for axis in tv.logical:
             if axis.is_broadcast and axis.expanded_extent is None:

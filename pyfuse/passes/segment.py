@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 
 from pyfuse.errors import ScheduleError
 from pyfuse.ir import ops as ir_ops
-from pyfuse.ir.exprs import Expr, MmaOp
+from pyfuse.ir.exprs import Expr, MmaOp, SliceOp
 from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.id_model import IdMappingMode, IdModel
 from pyfuse.ir.iterdomain import IterType
@@ -29,7 +29,7 @@ from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.tensor import MemoryType, TensorView, new_axes_like
 from pyfuse.passes.plan import KernelPlan, SegmentedFusion, has_mma
 from pyfuse.passes.schedulers import SCHEDULERS
-from pyfuse.passes.skip_intermediates import is_metadata_op, metadata_source
+from pyfuse.passes.skip_intermediates import is_metadata_op, metadata_source, view_source
 
 
 def pick_scheduler(fusion: Fusion, target: TargetInfo) -> tuple[str | None, dict[str, str]]:
@@ -47,12 +47,30 @@ def pick_scheduler(fusion: Fusion, target: TargetInfo) -> tuple[str | None, dict
         # read so needs a kernel boundary: the next kernel reads it as an input.
         tie = f"two axes of T{tied.name} map to each other (a tensor read along two paths)"
         return None, {scheduler.name: tie for scheduler in SCHEDULERS}
+    sliced = _slice_of_computed(fusion)
+    if sliced is not None:
+        cut = (
+            f"T{sliced.name} is sliced: a kernel boundary makes it an input, read in place at "
+            "the slice's offset"
+        )
+        return None, {scheduler.name: cut for scheduler in SCHEDULERS}
     for scheduler in SCHEDULERS:
         reason = scheduler.decline(fusion, target)
         if reason is None:
             return scheduler.name, declined
         declined[scheduler.name] = reason
     return None, declined
+
+
+def _slice_of_computed(fusion: Fusion) -> TensorView | None:
+    """A computed tensor that a SliceOp reads (not a view of an input): slices are read in
+    place from memory, which a computed tensor has only once an earlier kernel wrote it."""
+    for expr in fusion.exprs():
+        if isinstance(expr, SliceOp):
+            source = view_source(expr.tensor_inputs[0])
+            if not fusion.is_input(source):
+                return expr.tensor_inputs[0]
+    return None
 
 
 def sub_fusion(

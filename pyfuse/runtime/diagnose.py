@@ -44,6 +44,7 @@ from pyfuse.ir.exprs import (
     PermuteOp,
     ReductionOp,
     ReshapeOp,
+    SliceOp,
     SqueezeOp,
 )
 from pyfuse.ir.fusion import Fusion
@@ -240,7 +241,7 @@ def describe(op: Expr | TensorView, fusion: Fusion | None = None) -> str:
         return f"{op.op_name} over {dims} of {inputs[0]}"
     if isinstance(op, CastOp):
         return f"cast of {inputs[0]} to {out.dtype.short}"
-    if isinstance(op, BroadcastOp | ExpandOp | SqueezeOp | PermuteOp | ReshapeOp):
+    if isinstance(op, BroadcastOp | ExpandOp | SqueezeOp | PermuteOp | ReshapeOp | SliceOp):
         return f"{op.op_name} of {inputs[0]} to {_type(out)}"
     if isinstance(op, LoadStoreOp):
         return f"copy of {inputs[0]}"

@@ -304,6 +304,39 @@ def _reshape(b: Builder) -> int | None:
     return b.op("reshape", f"{{0}}.view({text})", [x])
 
 
+def _index_item(b: Builder, extent: int) -> str:
+    """One item of a basic index for an axis of ``extent``: a slice (bounds past the ends,
+    negative bounds, steps) or an int (negative from the end)."""
+    roll = b.rng.random()
+    if roll < 0.2 and extent:
+        return str(int(b.rng.integers(-extent, extent)))
+    if roll < 0.3:
+        return ":"
+    start = int(b.rng.integers(-extent - 1, extent + 2)) if b.chance(0.7) else None
+    stop = int(b.rng.integers(-extent - 1, extent + 2)) if b.chance(0.6) else None
+    step = int(b.rng.choice([2, 3, 5])) if b.chance(0.3) else None
+    text = f"{'' if start is None else start}:{'' if stop is None else stop}"
+    return text + (f":{step}" if step is not None else "")
+
+
+def _slicing(b: Builder) -> int | None:
+    """``x[...]``: slices, ints, None and ``...`` of inputs (views read in place) and of
+    computed values (a kernel boundary)."""
+    x = b.choose()
+    if x is None:
+        return None
+    shape = b.shape_of(x)
+    if not shape:
+        return b.op("getitem", "{0}[None]" if b.chance(0.5) else "{0}[...]", [x])
+    count = int(b.rng.integers(1, len(shape) + 1))
+    items = [_index_item(b, extent) for extent in shape[:count]]
+    if b.chance(0.3):
+        items.insert(int(b.rng.integers(len(items) + 1)), "None")
+    if count < len(shape) and b.chance(0.3):
+        items = ["...", *[_index_item(b, extent) for extent in shape[len(shape) - count :]]]
+    return b.op("getitem", f"{{0}}[{', '.join(items)}]", [x])
+
+
 def _layout_op(b: Builder) -> int | None:
     """permute, transpose, .T, unsqueeze, squeeze, broadcast_to / expand."""
     x = b.choose()
@@ -592,6 +625,7 @@ _FAMILIES: tuple[tuple[Callable[[Builder], int | None], float], ...] = (
     (_arg_reduction, 0.5),
     (_reshape, 1.0),
     (_layout_op, 1.6),
+    (_slicing, 1.0),
     (_two_axes, 0.6),
     (_normalization, 0.8),
     (_matmul, 0.7),

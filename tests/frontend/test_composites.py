@@ -353,6 +353,67 @@ def test_indexing_that_moves_no_data() -> None:
     assert len(pf.fuse(lambda t: t + len(t)).trace(x).outputs) == 1
 
 
+BASIC_INDICES: list[Any] = [
+    (slice(1, 4),),
+    (slice(None), slice(None, 16)),
+    (Ellipsis, slice(17, None)),
+    (slice(None, None, 2), slice(1, None, 3)),
+    (2,),
+    (-1, slice(-5, None)),
+    (slice(-100, 100), 30),
+    (None, slice(2, 3), None, slice(None, None, 4)),
+    (slice(4, 2),),
+    (1, 2),
+]
+
+
+@pytest.mark.parametrize("index", BASIC_INDICES, ids=repr)
+def test_basic_indexing_of_an_input_is_a_view_read_in_place(index: Any) -> None:
+    (got,) = compiled(lambda t: t[index] * 2.0, NORMAL)
+    want = NORMAL[index] * 2.0
+    assert got.shape == want.shape
+    _close(got, want.astype(np.float64), np.float32)
+    fusion = pf.fuse(lambda t: t[index] * 2.0).trace(NORMAL)
+    kernels = pipeline.run(fusion, HOPPER).kernels
+    assert len(kernels) <= 1  # no copy of the input: the slice is read in place
+
+
+def test_slices_of_computed_values_views_and_matmul_operands() -> None:
+    got = compiled(
+        lambda t, r: (
+            pf.exp(t)[:, 3:7].sum(-1),
+            t.T[1:3, ::2] + r[:2, None],
+            t[..., :16] * t[..., 16:32],
+            t[1:].reshape(-1)[::7],
+            pf.softmax(t[:, 1:], -1),
+        ),
+        NORMAL,
+        ROW,
+    )
+    x = NORMAL.astype(np.float64)
+    wants = [
+        np.exp(x)[:, 3:7].sum(-1), x.T[1:3, ::2] + ROW[:2, None], x[..., :16] * x[..., 16:32],
+        x[1:].reshape(-1)[::7],
+        np.exp(x[:, 1:] - x[:, 1:].max(-1, keepdims=True))
+        / np.exp(x[:, 1:] - x[:, 1:].max(-1, keepdims=True)).sum(-1, keepdims=True),
+    ]  # fmt: skip
+    for g, w in zip(got, wants, strict=True):
+        assert g.shape == w.shape
+        _close(g, w, np.float32, rtol=1e-5)
+
+
+def test_indexing_refuses_what_torch_refuses() -> None:
+    f32 = pf.spec((4, 6), pf.float32)
+    with pytest.raises(pf.FusionError, match="getitem: step must be greater than zero"):
+        pf.fuse(lambda x: x[::-1]).trace(f32)
+    with pytest.raises(pf.FusionError, match="index -5 is out of bounds for dimension 0"):
+        pf.fuse(lambda x: x[-5]).trace(f32)
+    with pytest.raises(pf.FusionError, match="too many indices"):
+        pf.fuse(lambda x: x[1, 2, 3]).trace(f32)
+    with pytest.raises(pf.FusionError, match="tensor indices need a gather"):
+        pf.fuse(lambda x: x[x > 0]).trace(f32)
+
+
 def test_python_ints_that_fit_the_dtype_are_kept() -> None:
     (got,) = compiled(lambda i: (i + (2**31 - 10)) - (2**31 - 1), INTS)
     _close(got, INTS - 9, np.int32)

@@ -380,7 +380,7 @@ def _f_int(x: pf.Tensor) -> Any:
 
 
 def _f_getitem(x: pf.Tensor) -> Any:
-    return x[0]  # line: getitem
+    return x[:, 7]  # line: getitem
 
 
 def _f_squeeze(x: pf.Tensor) -> Any:
@@ -446,7 +446,7 @@ X4 = pf.spec((4, 6), pf.float32)
 USER_ERRORS: list[tuple[Callable[..., Any], pf.Spec, str, str, str]] = [
     (_f_float, X4, "float", "float", "has no value"),
     (_f_int, X4, "int", "int", "has no value"),
-    (_f_getitem, X4, "getitem", "getitem", "not supported yet"),
+    (_f_getitem, X4, "getitem", "getitem", "index 7 is out of bounds for dimension 1"),
     (_f_squeeze, X4, "squeeze", "squeeze", "Dimension out of range"),
     (_f_overflow, I32, "overflow", "add", "cannot be converted to type int32 without overflow"),
     (_f_if, X4, "if", "bool", "no truth value"),

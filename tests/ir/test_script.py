@@ -140,6 +140,7 @@ CASES: list[tuple[str, Callable[..., Any], tuple[Any, ...]]] = [
     ("returned_twice", lambda x: (lambda t: (t, t))(x * 2), (spec((4,), f32),)),
     ("unused_input", lambda x, y: y * 3, (spec((4,), f32), spec((2,), f32))),
     ("strided", lambda x: x * 2, (spec((8, 4), f32, strides=(1, 8)),)),
+    ("slices", lambda x: (x[1:, ::2] * 2, x[2] + 1), (spec((5, 8), f32),)),
     ("padded", lambda x: x + 1, (spec((4, 8), f32, strides=(16, 1)),)),
     ("size_one_dims", lambda x, y: x + y, (spec((1, 8), f32), spec((4, 1), f32))),
     ("python_number_argument", lambda x, s: x * s, (spec((4,), f32), 3)),

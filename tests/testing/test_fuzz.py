@@ -88,7 +88,7 @@ def test_generator_covers_the_op_set_and_input_kinds() -> None:
         "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or",
         "where", "cast", "sum", "max", "min", "mean", "reshape", "permute", "transpose",
         "unsqueeze", "squeeze", "broadcast_to", "two_axes", "softmax", "layer_norm",
-        "rms_norm", "matmul", "linear", "argmax", "argmin", "bitwise_and", "bitwise_not",
+        "rms_norm", "matmul", "linear", "argmax", "argmin", "bitwise_and", "bitwise_not", "getitem",
     }  # fmt: skip
     assert wanted <= set(names), wanted - set(names)
     assert {"f32", "bf16", "f16", "i32", "bool"} <= dtypes
