@@ -301,6 +301,8 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
         lambda x: (pf.argmax(x, -1), x.argmin(0, keepdim=True), pf.argmax(x)),
         [S((33, 65), bf16)],
     ),
+    # the index of a 0-d tensor is 0, NaN or not (GPU fuzzer, 383: a NaN cast to int64)
+    "argmax_of_a_0d_log": (lambda v: (pf.argmax(pf.log(v)), v.argmin()), [S((), f32)]),
     "max_with_dim_gives_values_and_indices": (
         lambda i: tuple(i.max(1, keepdim=True)),
         [S((17, 300), i32)],
@@ -324,6 +326,11 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
     "slices_through_views_and_ints": (
         lambda x: (x.T[1:4, ::2] + 1.0, x[2:5].reshape(-1)[::3], x[-1, None] * x[0], x[1, 2] * x),
         [S((9, 12), f32)],
+    ),
+    # an empty output beside a kernel: its buffer is no kernel's parameter (GPU fuzzer, 383)
+    "an_empty_slice_returned_beside_the_input": (
+        lambda x: (x, x[..., 0:0], x[1:, 3]),
+        [S((1, 4, 1), f32)],
     ),
     # products (identity 1; ints and bools in int64, 16-bit floats in f32)
     "products_of_rows_columns_and_everything": (

@@ -101,9 +101,10 @@ def _arg_extremum(x: Tensor, dim: int | None, keepdim: bool, largest: bool) -> T
     values = x if dim is not None or x.ndim <= 1 else ops.reshape(x, (-1,))
     (axis,) = reduction_dims(values, 0 if dim is None else dim) or [0]
     if values.ndim == 0:
-        # The index of a 0-d tensor is 0 (torch); times 0 keeps it a function of the input
-        # (a NaN times 0 casts to 0).
-        index = ops.cast(ops.mul(values, 0), dtypes.int64)
+        # The index of a 0-d tensor is 0 (torch), computed from the input so that the
+        # output is a kernel's (an integer times 0: a NaN cast to an integer is no 0 on
+        # every path).
+        index = ops.mul(ops.cast(ops.ne(values, values), dtypes.int64), 0)
         return ops.reshape(index, (1,) * x.ndim) if keepdim else index
     extent = values.shape[axis]
     if extent == 0:

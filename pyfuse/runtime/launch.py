@@ -214,11 +214,13 @@ class Loaded:
             launches.append(_launch_entry(kernel, slots, module))
         self._launches = tuple(launches)
         # The common case, one kernel whose parameters are the buffers in order, launches
-        # with the caller's buffer list as is.
+        # with the caller's buffer list as is: only when they are all of them (an empty
+        # output, written by no kernel, still has a buffer).
         self._direct = None
+        buffers = plan.inputs + len(plan.outputs) + len(plan.workspace_offsets)
         if (
             len(launches) == 1
-            and launches[0][4] == tuple(range(len(launches[0][4])))
+            and launches[0][4] == tuple(range(buffers))
             and launches[0][5] is None
         ):
             launcher, grid, block, smem, _, _ = launches[0]

@@ -116,7 +116,12 @@ class Worker:
             code = self.process.exitcode if self.process is not None else None
             self._stop(kill=True)
             return Outcome("crash", "worker", "", f"the worker process died (exit code {code})")
-        return Outcome(**result)
+        outcome = Outcome(**result)
+        if self.gpu and outcome.cls == "gpu_error":
+            # The worker exits after a GPU error (its CUDA context may be dead): wait for it,
+            # so that the next job starts a fresh process instead of meeting a dying one.
+            self._stop(kill=False)
+        return outcome
 
     def close(self) -> None:
         if self.connection is not None and self.process is not None and self.process.is_alive():

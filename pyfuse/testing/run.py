@@ -67,6 +67,9 @@ _LENIENT_SHARE = 0.01
 # At most one element in this many may miss the tolerance, by up to this much (relative).
 _NEAR_MISS_SHARE = 1000
 _NEAR_MISS_TOLERANCE = 5e-3
+# The share of the tolerance by which a jittered reference may move an element that is
+# still compared (see compare()).
+_JITTER_SENSITIVITY = 0.1
 
 
 @record(frozen=True)
@@ -118,13 +121,13 @@ def _error(cls: str, stage: str, error: BaseException, kernels: int = 0) -> Outc
 # ---- comparison ------------------------------------------------------------------------------
 
 
-def _mismatches(got: Array, want: Array, at_least: float = 0.0) -> Array:
+def _mismatches(got: Array, want: Array, at_least: float = 0.0, fraction: float = 1.0) -> Array:
     """Where ``got`` is not ``want`` within the tolerance of the module doc (same shapes),
-    both tolerances at least ``at_least``."""
+    both tolerances at least ``at_least``, then scaled by ``fraction``."""
     name = np.dtype(want.dtype).name
     if name not in _TOLERANCE:
         return np.asarray(got != want)
-    rtol, atol = (max(at_least, t) for t in _TOLERANCE[name])
+    rtol, atol = (fraction * max(at_least, t) for t in _TOLERANCE[name])
     g, w = got.astype(np.float64), want.astype(np.float64)
     finite = np.isfinite(w)
     scale = max(1.0, float(np.sqrt(np.mean(w[finite] ** 2)))) if finite.any() else 1.0
@@ -151,7 +154,10 @@ def compare(
     bad = _mismatches(got, want)
     for other in jittered:
         if other.shape == want.shape:
-            bad &= ~_mismatches(other, want)
+            # Float32-sized noise that moves an element by a tenth of the tolerance shows it
+            # ill-conditioned (a remainder of a huge value, a near tie): three samples of that
+            # noise do not bound how far a kernel's own rounding moves it.
+            bad &= ~_mismatches(other, want, fraction=_JITTER_SENSITIVITY)
     count = int(bad.sum())
     if (
         0 < count <= max(1, got.size // _NEAR_MISS_SHARE)

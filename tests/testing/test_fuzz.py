@@ -190,6 +190,31 @@ def test_jitter_moves_a_16_bit_result_before_its_rounding() -> None:
     assert seen == {4.19140625, 4.1953125}
 
 
+def test_elements_the_jitter_moves_are_not_held_to_the_reference() -> None:
+    """GPU fuzzer, seed 383: a softmax over remainders of ~5e14 by small ints, which a few
+    ulps of expm1 decide; the jittered references moved an element by a tenth of the
+    tolerance or more, the kernel by more than the tolerance."""
+    want = np.array([1.5e-8, 0.5], np.float32)
+    got = np.array([0.05, 0.5], np.float32)
+    assert compare(got, want) is not None
+    assert compare(got, want, jittered=[np.array([1.2e-5, 0.5], np.float32)]) is None
+    assert compare(got, want, jittered=[np.array([2e-6, 0.5], np.float32)]) is not None
+
+
+def test_a_product_whose_partial_products_overflow_is_undetermined() -> None:
+    """GPU fuzzer, seed 383: exp2 of ints multiplied; the factors above 1 overflow float32
+    together, those below 1 underflow, so a kernel's order may give inf * 0 = NaN."""
+    from pyfuse.ir.interpreter import evaluate
+
+    fusion = pf.fuse(lambda x: pf.prod(x, -1)).trace(pf.spec((2, 4), pf.float32))
+    x = np.array([[1e30, 1e30, 1e-30, 1e-30], [2.0, 3.0, 0.5, 0.25]], np.float32)
+    (exact,) = evaluate(fusion, [x])
+    assert np.allclose(exact, [1.0, 0.75])
+    for jitter in (1.0, -1.0, np.random.default_rng(0)):
+        (moved,) = evaluate(fusion, [x], jitter)
+        assert np.isnan(moved[0]) and np.isclose(moved[1], 0.75)
+
+
 def test_signatures_ignore_sizes_and_names() -> None:
     a = Outcome("compile_error", "pipeline", "ScheduleError", "kernel fusion_k3: T12 has 37 axes")
     b = Outcome("compile_error", "pipeline", "ScheduleError", "kernel fusion_k0: T4 has 5 axes")
