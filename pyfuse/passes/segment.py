@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 
 from pyfuse.errors import ScheduleError
 from pyfuse.ir import ops as ir_ops
-from pyfuse.ir.exprs import Expr, MmaOp, SliceOp
+from pyfuse.ir.exprs import Expr, MmaOp, ReductionOp, SliceOp
 from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.id_model import IdMappingMode, IdModel
 from pyfuse.ir.iterdomain import IterType
@@ -369,11 +369,22 @@ def replan(
 def cut(
     fusion: Fusion, segmented: SegmentedFusion, index: int, target: TargetInfo
 ) -> SegmentedFusion | None:
-    """``segmented`` with kernel ``index`` cut into one kernel per expr (an MMA keeps its
-    operand views), the last resort when no plan for the whole kernel works; None when the
-    kernel is one such piece already."""
+    """``segmented`` with kernel ``index`` cut, when no plan for the whole kernel works: a
+    kernel of several reductions (a normalization whose rows do not fit the registers)
+    first after its first reduction, each side grouped again; else into one kernel per expr
+    (an MMA keeps its operand views). None when the kernel is one such piece already."""
     groups = segmented.groups
-    pieces = _units(groups[index])
+    group = groups[index]
+    reductions = [i for i, expr in enumerate(group) if isinstance(expr, ReductionOp)]
+    pieces: list[list[Expr]] | None = None
+    if len(reductions) >= 2:
+        split = reductions[0] + 1
+        try:
+            pieces = _greedy(fusion, group[:split], target) + _greedy(fusion, group[split:], target)
+        except ScheduleError:
+            pieces = None  # some expr fits no kernel with its neighbours: one per expr
+    if pieces is None:
+        pieces = _units(group)
     if len(pieces) < 2:
         return None
     return _plans(fusion, [*groups[:index], *pieces, *groups[index + 1 :]], target)

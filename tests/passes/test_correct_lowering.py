@@ -18,3 +18,15 @@ def test_case_runs_right_on_the_interpreter(name: str) -> None:
     for data_seed in (0, 1):
         outcome = run_function(fn, specs, data_seed=data_seed)
         assert outcome.cls in ("ok", "compiled"), f"{name} (data {data_seed}): {outcome}"
+
+
+def test_a_normalization_too_tall_for_registers_is_cut_after_its_first_reduction() -> None:
+    """argmax over dim 0 of a (37, 45) tensor: the reduction scheduler takes it as one outer
+    normalization, whose 37-element rows do not fit the register arrays; the cut keeps the
+    max in one kernel and everything after it in another (it used to be one per expr: 8)."""
+    import pyfuse as pf
+
+    compiled = pf.fuse(lambda x: pf.argmax(x, 0)).compile(pf.spec((37, 45), pf.float32))
+    assert len(compiled.kernels) == 2
+    outcome = run_function(lambda x: pf.argmax(x, 0), [pf.spec((37, 45), pf.float32)])
+    assert outcome.cls == "ok", outcome
