@@ -332,6 +332,12 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
         lambda x: (x, x[..., 0:0], x[1:, 3]),
         [S((1, 4, 1), f32)],
     ),
+    # x ** 0.5 is sqrt, as in torch: NaN for -inf (CPU fuzzer, 379: a logsumexp over no rows)
+    "power_one_half_is_sqrt": (
+        lambda x: (pf.logsumexp(x, 0) ** 0.5, (x - 0.5) ** 0.5),
+        [S((0, 61), f32)],
+    ),
+    "square_root_by_pow_of_signed_values": (lambda x: (x - 0.5) ** 0.5, [S((7, 33), f32)]),
     # products (identity 1; ints and bools in int64, 16-bit floats in f32)
     "products_of_rows_columns_and_everything": (
         lambda x, i: (pf.prod(x * 0.25 + 1.0, -1), x.prod(0), pf.prod(i % 3 + 1, -1), pf.prod(x)),

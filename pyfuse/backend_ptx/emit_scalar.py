@@ -342,8 +342,12 @@ class ScalarMath:
         raise ScheduleError(f"the PTX emitter has no {op} for {ctype}")
 
     def _float_pow(self, x: Value, y: Value, ctype: str, dtype: DType) -> Value:
-        if not isinstance(y, Reg) and float(y) in (0.0, 1.0, 2.0, -1.0):
+        if not isinstance(y, Reg) and float(y) in (0.0, 1.0, 2.0, -1.0, 0.5):
             exponent = float(y)
+            if exponent == 0.5:
+                # torch (and NumPy) take x ** 0.5 as sqrt: NaN for -inf and -0 for -0, where
+                # C's pow gives +inf and +0 (CPU fuzzer, seed 379); correctly rounded too.
+                return self._out(ctype, lambda d: arith.sqrt(ctype, d, x, mode="rn"))
             if exponent == 0.0:
                 return 1.0
             if exponent == 1.0:

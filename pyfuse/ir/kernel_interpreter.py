@@ -42,7 +42,17 @@ from pyfuse.errors import InputError, PyfuseError
 from pyfuse.ir import kernel_ir as kir
 from pyfuse.ir.dtypes import DType
 from pyfuse.ir.kernel_printer import stmt_to_lines
-from pyfuse.ir.reference_math import erf, gelu, gelu_tanh, relu, remainder, rsqrt, sigmoid, silu
+from pyfuse.ir.reference_math import (
+    erf,
+    gelu,
+    gelu_tanh,
+    power,
+    relu,
+    remainder,
+    rsqrt,
+    sigmoid,
+    silu,
+)
 from pyfuse.ir.tensor import MemoryType
 
 Array = npt.NDArray[Any]
@@ -193,7 +203,7 @@ def _quietly(ufunc: Callable[[Array, Array], Array]) -> Callable[[Array, Array],
 
 
 _ARITHMETIC: dict[str, Callable[[Array, Array], Array]] = {
-    "add": np.add, "sub": np.subtract, "mul": np.multiply, "pow": np.power,
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "pow": _quietly(power),
     "maximum": np.maximum, "minimum": np.minimum, "max": np.maximum, "min": np.minimum,
     "fmod": _quietly(np.fmod), "remainder": _quietly(remainder),
     "floor_divide": _quietly(np.floor_divide), "bitwise_and": np.bitwise_and,

@@ -183,3 +183,14 @@ def remainder(a: Array, b: Array) -> Array:
     mod = np.fmod(a, b)
     moved = (mod != 0) & ((b < 0) != (mod < 0))
     return np.asarray(np.where(moved, mod + b, mod))
+
+
+def power(a: Array, b: Array) -> Array:
+    """torch.pow: C's ``pow``, except that a float exponent of 0.5 is ``sqrt`` (NaN for
+    -inf, -0 for -0), as torch and NumPy's scalar power take it."""
+    a, b = np.asarray(a), np.asarray(b)
+    result = np.asarray(np.power(a, b))
+    if result.dtype.kind == "f":
+        with np.errstate(invalid="ignore"):
+            result = np.asarray(np.where(b == 0.5, np.sqrt(a), result))
+    return result
