@@ -109,6 +109,12 @@ def _min_beside_difference(a: pf.Tensor, b: pf.Tensor, c: pf.Tensor) -> tuple[pf
 
 
 # name -> (function, input specs)
+def _int64_rows_kept_across_nests(b: pf.Tensor) -> tuple[pf.Tensor, pf.Tensor]:
+    shifted = b - -3  # int64
+    clipped = pf.maximum(shifted, 0)
+    return pf.unsqueeze(pf.maximum(shifted, clipped).any((0, 3, 2)), 0) + clipped, clipped
+
+
 CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
     # one input read along two paths
     "x_plus_xT": (lambda x: x + x.T, [S((3, 3), f32)]),
@@ -338,6 +344,16 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
         [S((0, 61), f32)],
     ),
     "square_root_by_pow_of_signed_values": (lambda x: (x - 0.5) ** 0.5, [S((7, 33), f32)]),
+    # int64 arrays kept across loop nests in vectors spilled at 1024 threads (CPU fuzzer, 379)
+    "int64_rows_kept_across_nests_in_vectors": (
+        _int64_rows_kept_across_nests,
+        [S((32, 1, 21, 24), pf.bool)],
+    ),
+    # (-inf) ** 3.25 is +inf, as C's pow (GPU fuzzer, 389: a bf16 logsumexp over no elements)
+    "power_of_an_empty_logsumexp": (
+        lambda x: (pf.logsumexp(x, (1,)) ** 3.25, pf.logsumexp(x, (1,)) ** -3.0),
+        [S((1, 0), bf16)],
+    ),
     # products (identity 1; ints and bools in int64, 16-bit floats in f32)
     "products_of_rows_columns_and_everything": (
         lambda x, i: (pf.prod(x * 0.25 + 1.0, -1), x.prod(0), pf.prod(i % 3 + 1, -1), pf.prod(x)),

@@ -29,8 +29,8 @@ Accuracy (float32 results against float64 math; "ulp" of f32):
   erfc: ~1e-6 relative down to x ~ -6, where ``1 + erf`` would have cancelled.
 - pow: ``ex2(y * lg2|x|)`` with the sign of ``x`` for odd integer ``y`` and NaN for ``x < 0``
   with non-integer ``y``: relative error about ``1.7e-7 * |y*log2|x|| + 2 ulp``. Constant
-  exponents 0, 1, 2 and -1 are correctly rounded (``x*x``, ``rcp.rn``). Limits: ``(-0)**odd`` is +0,
-  ``(-inf)**non-integer`` and ``(-1)**inf`` are NaN.
+  exponents 0, 1, 2 and -1 are correctly rounded (``x*x``, ``rcp.rn``). Zero and infinite bases
+  and ``(-1)**inf`` follow C's pow (signed zeros and infinities included).
 - sin/cos: ``x = k pi/2 + r`` with ``k = rint(x 2/pi)`` and ``r`` from three fmas by the
   parts of pi/2 (exact enough while ``k`` is small), then ``r + r**3 P(r**2)`` or
   ``1 - r**2/2 + r**4 Q(r**2)`` by the quadrant: about 1e-7 absolute for
@@ -473,18 +473,28 @@ def gelu(ops: FloatOps[V, P], x: V) -> V:
 
 
 def pow_(ops: FloatOps[V, P], x: V, y: V) -> V:
-    """x**y = 2**(y log2|x|), signed for odd integer y, NaN for x < 0 and non-integer y."""
+    """x**y = 2**(y log2|x|) with C's special cases: signed for odd integer y (the sign of
+    zero too: (-0)**-3 is -inf), NaN for finite x < 0 and non-integer y, +inf or +0 for
+    x = -inf and non-integer y, 1 for y = 0, x = 1, and x = -1 with y = +-inf."""
+    zero, infinity = ops.const(0.0), ops.const(math.inf)
     magnitude = ops.ex2(ops.mul(y, ops.lg2(ops.abs(x))))
     integral = ops.equal(ops.rint(y), y)
     half = ops.mul(y, ops.const(0.5))
     odd = ops.both(integral, ops.negate(ops.equal(ops.rint(half), half)))
-    negative = ops.less(x, ops.const(0.0))
+    negative = ops.less(x, zero)
     result = ops.select(ops.both(negative, odd), ops.neg(magnitude), magnitude)
-    result = ops.select(ops.both(negative, ops.negate(integral)), ops.const(math.nan), result)
+    finite_negative = ops.both(negative, ops.negate(ops.equal(x, ops.neg(infinity))))
+    nan = ops.const(math.nan)
+    result = ops.select(ops.both(finite_negative, ops.negate(integral)), nan, result)
+    # A zero base keeps its sign under an odd exponent: x itself for y > 0, 1/x for y < 0.
+    odd_zero = ops.both(ops.equal(x, zero), odd)
+    result = ops.select(odd_zero, ops.select(ops.less(y, zero), ops.rcp(x), x), result)
+    minus_one_infinite = ops.both(ops.equal(x, ops.const(-1.0)), ops.equal(ops.abs(y), infinity))
     trivial = ops.negate(
-        ops.both(ops.negate(ops.equal(y, ops.const(0.0))),
+        ops.both(ops.negate(ops.equal(y, zero)),
                  ops.negate(ops.equal(x, ops.const(1.0))))
     )  # fmt: skip
+    trivial = ops.negate(ops.both(ops.negate(trivial), ops.negate(minus_one_infinite)))
     return ops.select(trivial, ops.const(1.0), result)
 
 

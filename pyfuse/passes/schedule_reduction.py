@@ -131,7 +131,20 @@ def _is_persistent(fusion: Fusion, held: list[tuple[int, int]]) -> bool:
 def _held(fusion: Fusion) -> list[tuple[int, int]]:
     """Per reduction: how many tensors a row keeps across it (computed or read before it and
     read after it) and how many inputs it reads to compute the reduction's input."""
-    held = []
+    return [(len(kept), read) for kept, read in _kept_and_read(fusion)]
+
+
+def _register_words(fusion: Fusion) -> int:
+    """Registers one element of a kept tensor takes: 2 when any tensor a row keeps across a
+    reduction is 64-bit (int64 after a bool or integer op), else 1 (16-bit values are kept
+    in f32 registers). An int64 row kept at 32 per thread in vectors of 2 spilled 20 bytes
+    at 128 registers (CPU fuzzer, seed 379)."""
+    kept = [tv for tensors, _ in _kept_and_read(fusion) for tv in tensors]
+    return 2 if any(tv.dtype.itemsize == 8 for tv in kept) else 1
+
+
+def _kept_and_read(fusion: Fusion) -> list[tuple[list[TensorView], int]]:
+    held: list[tuple[list[TensorView], int]] = []
     for reduction in _reductions(fusion):
         before: set[int] = set()
         frontier = [reduction.input]
@@ -142,14 +155,14 @@ def _held(fusion: Fusion) -> list[tuple[int, int]]:
                 if tv.definition is not None:
                     frontier.extend(tv.definition.tensor_inputs)
         after: set[int] = {id(reduction.output)}
-        kept: set[int] = set()
+        kept: dict[int, TensorView] = {}
         for expr in fusion.exprs():
             inputs = expr.tensor_inputs
             if any(id(tv) in after for tv in inputs):
                 after.update(id(out) for out in expr.outputs)
-                kept.update(id(tv) for tv in inputs if id(tv) in before)
+                kept.update((id(tv), tv) for tv in inputs if id(tv) in before)
         read = sum(1 for tv in fusion.inputs if id(tv) in before)
-        held.append((len(kept), read))
+        held.append((list(kept.values()), read))
     return held
 
 
@@ -190,7 +203,7 @@ def decline_reason(fusion: Fusion, target: TargetInfo) -> str | None:
         return broadcast_only
     params = choose_params(fusion, reference, flags, target)
     pressure = row_pressure(fusion)
-    budget = persistent_budget(pressure, params.vector_width)
+    budget = persistent_budget(pressure, params.vector_width, _register_words(fusion))
     if params.persistent and params.serial * params.vector_width > budget:
         return (
             f"a row of {_extent(reference, flags, True)} elements needs "
@@ -200,17 +213,18 @@ def decline_reason(fusion: Fusion, target: TargetInfo) -> str | None:
     return None
 
 
-def persistent_budget(pressure: int, vector: int) -> int:
+def persistent_budget(pressure: int, vector: int, words: int = 1) -> int:
     """Elements per thread of each persistent tensor of a row holding ``pressure`` tensors
     (:func:`row_pressure`) read in vectors of ``vector``: MAX_PERSISTENT_PER_THREAD for one
     tensor; for more, 32 elements when vectorized and 40 words shared among the tensors when
     not (measured with ptxas -v on the CPU fuzzer's finds, seed 223: an unvectorized
     layer_norm of a max of two inputs took about 5 registers per element and spilled past
     128 at 22, a min over 22528 elements beside a subtraction spilled at 44 in vectors of 4;
-    a 16384-wide layer_norm of a residual holds 32 in vectors of 8 without spills)."""
+    a 16384-wide layer_norm of a residual holds 32 in vectors of 8 without spills). Elements
+    of ``words`` registers each (:func:`_register_words`) get that share of the budget."""
     if pressure <= 1:
-        return MAX_PERSISTENT_PER_THREAD
-    return 32 if vector > 1 else 40 // pressure
+        return MAX_PERSISTENT_PER_THREAD // words
+    return (32 if vector > 1 else 40 // pressure) // words
 
 
 def _output_axis_on_a_broadcast(
@@ -265,6 +279,7 @@ def choose_params(
     held = _held(fusion)
     persistent = _is_persistent(fusion, held)
     pressure = _pressure(held)
+    words = _register_words(fusion)
     cols = _extent(reference, flags, True)
     if _is_inner(reference, flags):
         innermost = reference.no_reductions[-1]
@@ -278,14 +293,15 @@ def choose_params(
         most = MAX_THREADS
         if persistent and (
             pressure > 1
-            or -(-vectors // MAX_PERSISTENT_THREADS) * vector <= MAX_PERSISTENT_PER_THREAD
+            or words > 1  # 64 registers at 1024 threads spilled 16 int64 (seed 379)
+            or -(-vectors // MAX_PERSISTENT_THREADS) * vector <= MAX_PERSISTENT_PER_THREAD // words
         ):
             most = MAX_PERSISTENT_THREADS
         most = min(most, target.max_threads_per_block)
         threads = max(MIN_THREADS, min(most, threads))
         if persistent:
             # More threads where the row's tensors would not fit the budget per thread.
-            budget = persistent_budget(pressure, vector)
+            budget = persistent_budget(pressure, vector, words)
             while threads < most and -(-vectors // threads) * vector > budget:
                 threads *= 2
         serial = -(-vectors // threads)

@@ -6,7 +6,7 @@ block). Expects the math IR; guarantees, in place: every sum/max/min whose reduc
 the leading or the trailing axes of its input, that has fewer kept elements than
 ``2 * sm_count``, at least ``MIN_SPLIT_EXTENT`` reduced elements, and whose result is not
 broadcast back over its input (a normalization keeps its single persistent kernel), is
-rewritten as
+rewritten as (kept axes of extent 1 count as neither: they may lie between reduced ones)
 
     partial = reduce(reshape(input, [..., P, C / P]), the C / P axis)   # P parts per row
     result  = reduce(partial, the P axis)
@@ -49,16 +49,19 @@ def split_long_reductions(fusion: Fusion, target: TargetInfo) -> int:
         if not isinstance(expr, ReductionOp) or broadcast_back(fusion, expr):
             continue
         source = expr.input
-        flags = [axis.is_reduction for axis in expr.output.logical]
+        shape = source.shape
+        all_flags = [axis.is_reduction for axis in expr.output.logical]
+        # A kept axis of extent 1 orders nothing: x.sum((0, 2, 3)) of an (N, 1, H, W) tensor
+        # reduces all of it, as one run of memory order.
+        flags = [f for f, e in zip(all_flags, shape, strict=True) if f or e != 1]
         n = len(flags)
         reduced_count = sum(flags)
         leading = flags == [True] * reduced_count + [False] * (n - reduced_count)
         trailing = flags == [False] * (n - reduced_count) + [True] * reduced_count
         if not (leading or trailing) or reduced_count == 0:
             continue
-        shape = source.shape
         reduced = 1
-        for extent, flag in zip(shape, flags, strict=True):
+        for extent, flag in zip(shape, all_flags, strict=True):
             if flag:
                 reduced *= extent
         kept = source.numel // max(reduced, 1)
@@ -67,7 +70,7 @@ def split_long_reductions(fusion: Fusion, target: TargetInfo) -> int:
         parts = _parts(reduced, kept, trailing, target)
         if parts == 1:
             continue
-        kept_shape = [e for e, f in zip(shape, flags, strict=True) if not f]
+        kept_shape = [e for e, f in zip(shape, all_flags, strict=True) if not f]
         with fusion, source_location(expr.source):
             if trailing:
                 view = ir_ops.reshape(source, [*kept_shape, parts, reduced // parts])

@@ -680,6 +680,24 @@ def test_pow_accuracy_and_signs() -> None:
     assert np.allclose(got, want, rtol=1e-6, equal_nan=True), got
 
 
+def test_pow_special_values_follow_c() -> None:
+    """Every pairing of special bases and exponents gives C's pow (np.power), signs of zero
+    and infinity included; (-inf)**3.25 was NaN (GPU fuzzer, seed 389)."""
+    bases = [-np.inf, -2.0, -1.0, -0.5, -0.0, 0.0, 0.5, 1.0, 2.0, np.inf, np.nan]
+    exponents = [-np.inf, -3.0, -2.0, -3.25, -0.5, 0.0, 0.5, 1.0, 2.0, 3.0, 3.25, np.inf, np.nan]
+    x = np.array([b for b in bases for _ in exponents], F)
+    y = np.array([e for _ in bases for e in exponents], F)
+    with np.errstate(all="ignore"):
+        got = emit_math.pow_(NumpyF32(), x, y)
+        want = np.power(x, y)
+    same = (got == want) & (np.signbit(got) == np.signbit(want))
+    close = np.isclose(got, want, rtol=1e-6) | (np.isnan(got) & np.isnan(want)) | same
+    wrong = ~close
+    assert close.all(), list(zip(x[wrong], y[wrong], got[wrong], want[wrong], strict=True))
+    zeros = want == 0
+    assert (np.signbit(got[zeros]) == np.signbit(want[zeros])).all()
+
+
 # ---- on a GPU: emitted kernels against the kernel-IR interpreter ----------------------------
 
 

@@ -149,6 +149,8 @@ def test_column_major_softmax() -> None:
         (lambda x: x.amax(0), (50000, 3), 2),
         (lambda x: x.sum(-1), (300, 40000), 1),  # enough rows: one kernel
         (lambda x: pf.softmax(x, -1), (2, 16384), 1),  # a normalization stays persistent
+        (lambda x: x.sum((0, 2, 3)), (16, 1, 32, 32), 2),  # a kept axis of 1 orders nothing
+        (lambda x: x.amax(1), (3, 9000, 1), 2),  # ... nor does a trailing one
     ],
 )
 def test_long_reductions_over_few_rows_split_across_blocks(fn, shape, kernels) -> None:  # type: ignore[no-untyped-def]
