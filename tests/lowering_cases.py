@@ -344,6 +344,23 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
         [S((0, 61), f32)],
     ),
     "square_root_by_pow_of_signed_values": (lambda x: (x - 0.5) ** 0.5, [S((7, 33), f32)]),
+    # cat and stack: a kernel of their own that reads views of inputs in place
+    "cat_of_inputs_computed_values_and_views": (
+        lambda a, b: (
+            pf.cat([a, b * 2.0], -1),
+            pf.cat([a.T, b.T[1:]], 0) + 1.0,
+            pf.cat([-a[..., 2:], a[..., :2]], -1) * a,
+        ),
+        [S((3, 4), f32), S((3, 5), bf16)],
+    ),
+    "stack_promotes_and_feeds_a_reduction": (
+        lambda x, i: (pf.stack([x, i, x], 1).sum(1), pf.stack([i, i], -1)),
+        [S((5, 33), f32), S((5, 33), i32)],
+    ),
+    "cat_of_empty_strided_and_bool_pieces": (
+        lambda a, m, e: (pf.cat([e, a, e], 1), pf.cat([m, m.T], 0), pf.cat([a], 0)),
+        [S((6, 6), f32, strides=(1, 6)), S((6, 6), pf.bool), S((6, 0), f32)],
+    ),
     # int64 arrays kept across loop nests in vectors spilled at 1024 threads (CPU fuzzer, 379)
     "int64_rows_kept_across_nests_in_vectors": (
         _int64_rows_kept_across_nests,

@@ -528,6 +528,29 @@ def broadcast_to(x: Tensor, shape: Sequence[int]) -> Tensor:
     return Tensor(ir_ops.broadcast_to(_tensor(x), tuple(shape)))
 
 
+@user_op("cat")
+def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
+    """The tensors joined along ``dim`` in their promoted dtype (torch.cat): ``pf.cat([a, b],
+    -1)``. It runs as a kernel of its own that reads each tensor from memory."""
+    if isinstance(tensors, Tensor) or not isinstance(tensors, Sequence):
+        raise FusionError("cat takes a list or tuple of tensors")
+    return Tensor(ir_ops.cat([_tensor(t, "each tensor of cat") for t in tensors], dim))
+
+
+@user_op("stack")
+def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
+    """The tensors, of one shape, joined along a new axis ``dim`` (torch.stack):
+    ``pf.stack([a, b], 0)``."""
+    if isinstance(tensors, Tensor) or not isinstance(tensors, Sequence) or not tensors:
+        raise FusionError("stack takes a non-empty list or tuple of tensors")
+    views = [_tensor(t, "each tensor of stack") for t in tensors]
+    shapes = {tuple(tv.shape) for tv in views}
+    if len(shapes) > 1:
+        raise FusionError(f"stack needs tensors of one shape, got {sorted(shapes)}")
+    axis = dim + views[0].ndim + 1 if dim < 0 else dim
+    return Tensor(ir_ops.cat([ir_ops.unsqueeze(tv, axis) for tv in views], axis))
+
+
 @tensor_method
 @user_op("getitem")
 def slice_axes(

@@ -354,6 +354,31 @@ class SliceOp(Expr):
         return f"starts={list(self.starts)}, steps={list(self.steps)}"
 
 
+class CatOp(Expr):
+    """``torch.cat`` along ``dim``: input ``i`` fills ``out[..., offsets[i] : offsets[i] + n_i,
+    ...]``. Only the other axes are paired: along ``dim`` each input has its own extent and
+    indices. It runs as a kernel of its own (the cat scheduler), reading every input from
+    memory, an input's view in place."""
+
+    op_name = "cat"
+
+    def __init__(self, out: TensorView, inputs: Sequence[TensorView], dim: int) -> None:
+        super().__init__([out], list(inputs))
+        self.dim = dim
+        offsets, start = [], 0
+        for tv in inputs:
+            offsets.append(start)
+            start += tv.shape[dim]
+        self.offsets = tuple(offsets)
+
+    def logical_pairs(self, producer: TensorView) -> AxisPairs:
+        pairs = zip(producer.no_reductions, self.output.logical, strict=True)
+        return [pair for d, pair in enumerate(pairs) if d != self.dim]
+
+    def attributes(self) -> str:
+        return f"dim={self.dim}"
+
+
 class ReductionOpType(enum.Enum):
     SUM = "sum"
     PROD = "prod"

@@ -39,6 +39,7 @@ from pyfuse.ir.exprs import (
     BinaryOpType,
     BroadcastOp,
     CastOp,
+    CatOp,
     ExpandOp,
     Expr,
     FullOp,
@@ -517,6 +518,11 @@ def _eval_slice(expr: SliceOp, env: _Env) -> Array:
     return np.asarray(value[window])
 
 
+def _eval_cat(expr: CatOp, env: _Env) -> Array:
+    pieces = [_narrow(np.asarray(env.tensor(tv)), expr.output.dtype) for tv in expr.tensor_inputs]
+    return np.concatenate(pieces, axis=expr.dim)
+
+
 def _eval_permute(expr: PermuteOp, env: _Env) -> Array:
     (inp,) = expr.tensor_inputs
     return np.transpose(env.tensor(inp), expr.perm)
@@ -612,6 +618,7 @@ _RULES: dict[type[Expr], Callable[[Any, _Env], Array]] = {
     SqueezeOp: _eval_squeeze,
     PermuteOp: _eval_permute,
     SliceOp: _eval_slice,
+    CatOp: _eval_cat,
     ReshapeOp: _eval_reshape,
     ReductionOp: _eval_reduction,
     MatmulOp: _eval_matmul,

@@ -21,6 +21,7 @@ from pyfuse.ir.exprs import (
     BinaryOpType,
     BroadcastOp,
     CastOp,
+    CatOp,
     ExpandOp,
     FullOp,
     IotaOp,
@@ -483,6 +484,38 @@ def slice_axes(
     ]
     out = TensorView(axes, x.dtype)
     SliceOp(out, x, [w[1] for w in windows], [w[2] for w in windows])
+    return out
+
+
+def cat(tensors: Sequence[TensorView], dim: int) -> TensorView:
+    """``torch.cat``: the tensors joined along ``dim``, in the promoted dtype. Every tensor has
+    the same rank and the same extents off ``dim``; 1-D empty tensors are skipped, as torch
+    does (its legacy rule)."""
+    if not tensors:
+        raise FusionError("cat needs at least one tensor")
+    dtype = dtypes.result_type([tv.dtype for tv in tensors], [])
+    kept = [tv for tv in tensors if not (tv.ndim == 1 and tv.shape[0] == 0)] or [tensors[0]]
+    first = kept[0]
+    if first.ndim == 0:
+        raise FusionError("cat of 0-d tensors: unsqueeze them first, or use stack")
+    axis = _normalize_dim(dim, first.ndim)
+    for tv in kept[1:]:
+        if tv.ndim != first.ndim:
+            raise FusionError(
+                f"cat of tensors of rank {first.ndim} and {tv.ndim}: ranks must be equal"
+            )
+        for d, (a, b) in enumerate(zip(first.shape, tv.shape, strict=True)):
+            if d != axis and a != b:
+                raise FusionError(
+                    f"cat along dim {axis}: shapes {list(first.shape)} and {list(tv.shape)} "
+                    f"differ in dim {d}"
+                )
+    if len(kept) == 1:
+        return cast(first, dtype)
+    extents = list(first.shape)
+    extents[axis] = sum(tv.shape[axis] for tv in kept)
+    out = TensorView([_axis(extent) for extent in extents], dtype)
+    CatOp(out, kept, axis)
     return out
 
 

@@ -38,6 +38,7 @@ from pyfuse.ir.exprs import (
     BinaryOp,
     BroadcastOp,
     CastOp,
+    CatOp,
     ExpandOp,
     Expr,
     IotaOp,
@@ -145,6 +146,8 @@ def expr_call(expr: Expr, operand: dict[int, str] | None = None) -> str:
         return f"pf.permute({args[0]}, {literal(expr.perm)})"
     if isinstance(expr, ReshapeOp):
         return f"pf.reshape({args[0]}, {literal(out.shape)})"
+    if isinstance(expr, CatOp):
+        return f"pf.cat([{', '.join(args)}], {expr.dim})"
     if isinstance(expr, SliceOp):
         windows = [
             f"{start}:{start + step * axis.logical_extent}:{step}"

@@ -27,7 +27,7 @@ from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.records import record
 from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.tensor import TensorView
-from pyfuse.passes import schedule_pointwise, schedule_reduction
+from pyfuse.passes import schedule_cat, schedule_pointwise, schedule_reduction
 from pyfuse.passes.lower import lower
 from pyfuse.passes.plan import MATMUL_SCHEDULER, KernelPlan, has_mma
 
@@ -55,6 +55,39 @@ class Scheduler:
     lower: LowerStep
     indexes_from_reference: bool
     interpreted: bool
+
+
+def _no_cat(decline: DeclineCheck) -> DeclineCheck:
+    """``decline``, after refusing a fusion that holds a CatOp: a cat is a kernel of its own
+    (the cat scheduler's)."""
+
+    def check(fusion: Fusion, target: TargetInfo) -> str | None:
+        cat = schedule_cat.cat_op(fusion)
+        if cat is not None:
+            return f"T{cat.output.name} is a cat: it runs as a kernel of its own"
+        return decline(fusion, target)
+
+    return check
+
+
+# ---- cat ------------------------------------------------------------------------------------
+
+
+def _cat_decline(fusion: Fusion, target: TargetInfo) -> str | None:
+    del target
+    return schedule_cat.decline_reason(fusion)
+
+
+def _cat_schedule(
+    fusion: Fusion, target: TargetInfo, matmul: MatmulParams | None, vectorize: bool
+) -> tuple[TensorView, dict[str, object]]:
+    del target, matmul, vectorize  # one element per thread
+    return schedule_cat.schedule(fusion)
+
+
+def _cat_lower(plan: KernelPlan, name: str, target: TargetInfo, id_model: IdModel) -> Kernel:
+    del target, id_model
+    return schedule_cat.lower(plan, name)
 
 
 # ---- pointwise ------------------------------------------------------------------------------
@@ -123,9 +156,17 @@ def _matmul_lower(plan: KernelPlan, name: str, target: TargetInfo, id_model: IdM
     return lower_matmul(plan, name, target)
 
 
+CAT = Scheduler(
+    schedule_cat.NAME,
+    _cat_decline,
+    _cat_schedule,
+    _cat_lower,
+    indexes_from_reference=False,
+    interpreted=True,
+)
 MATMUL = Scheduler(
     MATMUL_SCHEDULER,
-    _matmul_decline,
+    _no_cat(_matmul_decline),
     _matmul_schedule,
     _matmul_lower,
     indexes_from_reference=False,
@@ -133,7 +174,7 @@ MATMUL = Scheduler(
 )
 REDUCTION = Scheduler(
     schedule_reduction.NAME,
-    schedule_reduction.decline_reason,
+    _no_cat(schedule_reduction.decline_reason),
     _reduction_schedule,
     _simt_lower,
     indexes_from_reference=True,
@@ -141,7 +182,7 @@ REDUCTION = Scheduler(
 )
 POINTWISE = Scheduler(
     schedule_pointwise.NAME,
-    _pointwise_decline,
+    _no_cat(_pointwise_decline),
     _pointwise_schedule,
     _simt_lower,
     indexes_from_reference=True,
@@ -149,7 +190,7 @@ POINTWISE = Scheduler(
 )
 
 # In order of preference.
-SCHEDULERS: tuple[Scheduler, ...] = (MATMUL, REDUCTION, POINTWISE)
+SCHEDULERS: tuple[Scheduler, ...] = (MATMUL, REDUCTION, POINTWISE, CAT)
 _BY_NAME = {scheduler.name: scheduler for scheduler in SCHEDULERS}
 
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 
 from pyfuse.errors import ScheduleError
 from pyfuse.ir import ops as ir_ops
-from pyfuse.ir.exprs import Expr, MmaOp, ReductionOp, SliceOp
+from pyfuse.ir.exprs import CatOp, Expr, MmaOp, ReductionOp, SliceOp
 from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.id_model import IdMappingMode, IdModel
 from pyfuse.ir.iterdomain import IterType
@@ -29,7 +29,13 @@ from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.tensor import MemoryType, TensorView, new_axes_like
 from pyfuse.passes.plan import KernelPlan, SegmentedFusion, has_mma
 from pyfuse.passes.schedulers import SCHEDULERS
-from pyfuse.passes.skip_intermediates import is_metadata_op, metadata_source, view_source
+from pyfuse.passes.skip_intermediates import (
+    is_metadata_op,
+    is_view_op,
+    metadata_source,
+    view_allocation,
+    view_source,
+)
 
 
 def pick_scheduler(fusion: Fusion, target: TargetInfo) -> tuple[str | None, dict[str, str]]:
@@ -302,14 +308,17 @@ def _greedy(
 def _units(exprs: list[Expr]) -> list[list[Expr]]:
     """``exprs`` in steps for the greedy walk: each MMA together with the metadata ops that
     only feed it (its operand views: TMA reads them in place, so they belong to its kernel,
-    and two operands' views apart would look like a pointwise kernel of two sizes), every
-    other expr alone; in topological order."""
+    and two operands' views apart would look like a pointwise kernel of two sizes), each cat
+    with the views of inputs that only feed it (its kernel reads them in place), every other
+    expr alone; in topological order."""
     members = {id(e) for e in exprs}
     chain_of: dict[int, list[Expr]] = {}
     attached: set[int] = set()
     for mma in exprs:
-        if not isinstance(mma, MmaOp):
+        if not isinstance(mma, MmaOp | CatOp):
             continue
+        # A cat reads slices in place too (its kernel takes views of inputs only).
+        viewing = is_view_op if isinstance(mma, CatOp) else is_metadata_op
         chain: list[Expr] = []
         frontier = list(mma.tensor_inputs)
         while frontier:
@@ -319,7 +328,8 @@ def _units(exprs: list[Expr]) -> list[list[Expr]]:
                 definition is None
                 or id(definition) not in members
                 or id(definition) in attached
-                or not is_metadata_op(definition)
+                or not viewing(definition)
+                or (isinstance(mma, CatOp) and not _read_in_place(definition))
                 or not all(_feeds_only(use, mma, chain) for use in tv.uses)
             ):
                 continue
@@ -337,7 +347,13 @@ def _units(exprs: list[Expr]) -> list[list[Expr]]:
     return units
 
 
-def _feeds_only(use: Expr, mma: MmaOp, chain: list[Expr]) -> bool:
+def _read_in_place(view: Expr) -> bool:
+    """A view of an input that an alias can read in place (a cat's kernel reads only those)."""
+    producer = view.tensor_inputs[0]
+    return view_source(producer).definition is None and view_allocation(view, producer) is not None
+
+
+def _feeds_only(use: Expr, mma: Expr, chain: list[Expr]) -> bool:
     return use is mma or any(use is e for e in chain)
 
 
@@ -385,6 +401,8 @@ def cut(
             pieces = None  # some expr fits no kernel with its neighbours: one per expr
     if pieces is None:
         pieces = _units(group)
+        if len(pieces) < 2 and any(isinstance(expr, CatOp) for expr in group):
+            pieces = [[expr] for expr in group]  # a view the cat could not read in place
     if len(pieces) < 2:
         return None
     return _plans(fusion, [*groups[:index], *pieces, *groups[index + 1 :]], target)

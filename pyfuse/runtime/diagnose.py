@@ -35,6 +35,7 @@ from pyfuse.errors import InternalError, PyfuseError, ScheduleError
 from pyfuse.ir.exprs import (
     BroadcastOp,
     CastOp,
+    CatOp,
     ExpandOp,
     Expr,
     LinearOp,
@@ -245,6 +246,8 @@ def describe(op: Expr | TensorView, fusion: Fusion | None = None) -> str:
         return f"{op.op_name} of {inputs[0]} to {_type(out)}"
     if isinstance(op, LoadStoreOp):
         return f"copy of {inputs[0]}"
+    if isinstance(op, CatOp):
+        return f"cat along dim {op.dim} of {', '.join(inputs)}"
     return f"{op.op_name} of {' and '.join(inputs)}"
 
 

@@ -337,6 +337,42 @@ def _slicing(b: Builder) -> int | None:
     return b.op("getitem", f"{{0}}[{', '.join(items)}]", [x])
 
 
+def _joining(b: Builder) -> int | None:
+    """``pf.cat`` and ``pf.stack`` of two or three values (inputs, their views, computed ones;
+    one value twice; mixed dtypes), or a piece made to fit: a slice of a partner, a fresh input
+    of the right shape."""
+    x = b.choose(lambda i: len(b.shape_of(i)) >= 1)
+    if x is None:
+        return None
+    shape = b.shape_of(x)
+    rank = len(shape)
+    stacking = b.chance(0.3)
+    dim = int(b.rng.integers(-rank, rank + (1 if stacking else 0)))
+    axis = dim % (rank + (1 if stacking else 0))
+    pieces = [x]
+    for _ in range(int(b.rng.choice([1, 1, 2]))):
+        fits = [
+            i
+            for i in range(len(b.values))
+            if len(b.shape_of(i)) == rank
+            and all(
+                e == f or (d == axis and not stacking)
+                for d, (e, f) in enumerate(zip(b.shape_of(i), shape, strict=True))
+            )
+        ]
+        if fits and b.chance(0.7):
+            pieces.append(int(b.rng.choice(fits)))
+        else:
+            piece_shape = list(shape)
+            if not stacking:
+                piece_shape[axis] = int(b.rng.choice([0, 1, 3, shape[axis] or 1]))
+            pieces.append(b.new_input(tuple(piece_shape)))
+    names = ", ".join(f"{{{i}}}" for i in range(len(pieces)))
+    op = "stack" if stacking else "cat"
+    brackets = ("(", ")") if b.chance(0.3) else ("[", "]")
+    return b.op(op, f"pf.{op}({brackets[0]}{names}{brackets[1]}, {dim})", pieces)
+
+
 def _layout_op(b: Builder) -> int | None:
     """permute, transpose, .T, unsqueeze, squeeze, broadcast_to / expand."""
     x = b.choose()
@@ -626,6 +662,7 @@ _FAMILIES: tuple[tuple[Callable[[Builder], int | None], float], ...] = (
     (_reshape, 1.0),
     (_layout_op, 1.6),
     (_slicing, 1.0),
+    (_joining, 0.6),
     (_two_axes, 0.6),
     (_normalization, 0.8),
     (_matmul, 0.7),

@@ -55,7 +55,7 @@ def test_generator_covers_the_op_set_and_input_kinds() -> None:
     dtypes: set[str] = set()
     kinds: set[str] = set()
     multi_output = 0
-    for index in range(400):
+    for index in range(600):
         program = generate(1, index)
         names.update(op.name for op in program.ops())
         multi_output += len(program.outputs) > 1
@@ -89,6 +89,7 @@ def test_generator_covers_the_op_set_and_input_kinds() -> None:
         "where", "cast", "sum", "max", "min", "mean", "reshape", "permute", "transpose",
         "unsqueeze", "squeeze", "broadcast_to", "two_axes", "softmax", "layer_norm",
         "rms_norm", "matmul", "linear", "argmax", "argmin", "bitwise_and", "bitwise_not", "getitem",
+        "cat", "stack",
     }  # fmt: skip
     assert wanted <= set(names), wanted - set(names)
     assert {"f32", "bf16", "f16", "i32", "bool"} <= dtypes
