@@ -113,7 +113,17 @@ from pyfuse.frontend.rounding import (
     round,
     trunc,
 )
-from pyfuse.ir.dtypes import DType, bfloat16, float16, float32, int32, int64
+from pyfuse.ir.dtypes import (
+    DType,
+    bfloat16,
+    float16,
+    float32,
+    int8,
+    int16,
+    int32,
+    int64,
+    uint8,
+)
 from pyfuse.ir.dtypes import bool_ as bool
 from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.params import MatmulParams
@@ -167,8 +177,11 @@ __all__ = [
     "gt",
     "hardsigmoid",
     "hardswish",
+    "int8",
+    "int16",
     "int32",
     "int64",
+    "uint8",
     "isfinite",
     "isinf",
     "isnan",

@@ -361,6 +361,27 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
         lambda a, m, e: (pf.cat([e, a, e], 1), pf.cat([m, m.T], 0), pf.cat([a], 0)),
         [S((6, 6), f32, strides=(1, 6)), S((6, 6), pf.bool), S((6, 0), f32)],
     ),
+    # int8, uint8, int16: 32-bit registers, wrapped after every op, 16-byte vectors
+    "narrow_integers_wrap_promote_and_reduce": (
+        lambda a, b, h: (
+            a + b,
+            (a - a) * b > 3,
+            b.amin(-1),
+            (a * 7).amax(0),
+            h * h + a,
+            b.to(pf.int8).sum(-1),
+            pf.cast(h, pf.float32) * 0.5,
+        ),
+        [S((9, 64), pf.uint8), S((9, 64), pf.int8), S((9, 64), pf.int16)],
+    ),
+    "floats_to_narrow_integers_saturate": (
+        lambda x: ((x * 200).to(pf.uint8), (x * 200).to(pf.int8), (x * 5e4).to(pf.int16)),
+        [S((5, 33), f32)],
+    ),
+    "narrow_integer_views_and_softmax": (
+        lambda a: (pf.softmax(a.T.float(), -1), a[:, 1:] * 2, pf.cat([a, a], 0)),
+        [S((16, 31), pf.uint8, strides=(1, 16))],
+    ),
     # int64 arrays kept across loop nests in vectors spilled at 1024 threads (CPU fuzzer, 379)
     "int64_rows_kept_across_nests_in_vectors": (
         _int64_rows_kept_across_nests,

@@ -70,8 +70,11 @@ def emit_ptx(kernel: kir.Kernel, target: TargetInfo) -> str:
 
 
 def memory_type(dtype: DType) -> str:
-    """The ld/st type of one element in memory (bool is one byte, 0 or 1)."""
-    return "u8" if dtype.is_bool else storage_type(dtype)
+    """The ld/st type of one element in memory (bool is one byte, 0 or 1; an 8- or 16-bit
+    integer loads sign- or zero-extended into its 32-bit register and stores its low bits)."""
+    if dtype.is_bool:
+        return "u8"
+    return dtype.ptx if dtype.is_narrow_integer else storage_type(dtype)
 
 
 # Internal records, never compared (told apart by identity).
@@ -481,6 +484,14 @@ class _KernelEmitter:
             return
         words, kind = self.words(len(registers) * dtype.itemsize)
         kb.emit(memory.ld(space, kind, words, address, nc=nc))
+        if dtype.is_narrow_integer:
+            # Each element's bits out of its word, sign- or zero-extended.
+            extract = "u32" if dtype.is_unsigned else "s32"
+            per_word = 4 // dtype.itemsize
+            for i, element in enumerate(registers):
+                word, position = words[i // per_word], dtype.bits * (i % per_word)
+                kb.emit(logic.bfe(extract, element, word, position, dtype.bits))
+            return
         if dtype.itemsize == 2:
             for i, word in enumerate(words):
                 kb.emit(arith.unpack(registers[2 * i : 2 * i + 2], word))
@@ -500,6 +511,12 @@ class _KernelEmitter:
         nbytes = len(registers) * dtype.itemsize
         words, kind = self.words(nbytes)
         for w, word in enumerate(words):
+            if dtype.is_narrow_integer:
+                per_word = 4 // dtype.itemsize
+                kb.emit(arith.mov("b32", word, 0))
+                for k, element in enumerate(registers[per_word * w : per_word * (w + 1)]):
+                    kb.emit(logic.bfi("b32", word, element, word, dtype.bits * k, dtype.bits))
+                continue
             if dtype.itemsize == 2:
                 kb.emit(arith.pack(word, registers[2 * w : 2 * w + 2]))
                 continue

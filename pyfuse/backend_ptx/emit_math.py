@@ -68,13 +68,18 @@ _STORAGE: dict[DType, tuple[RegClass, str]] = {
     dtypes.float64: (RegClass.F64, "f64"),
     dtypes.bfloat16: (RegClass.B16, "b16"),
     dtypes.float16: (RegClass.B16, "b16"),
+    # 8- and 16-bit integers live in 32-bit registers, sign- or zero-extended.
+    dtypes.int8: (RegClass.B32, "s32"),
+    dtypes.uint8: (RegClass.B32, "s32"),
+    dtypes.int16: (RegClass.B32, "s32"),
     dtypes.int32: (RegClass.B32, "s32"),
     dtypes.int64: (RegClass.B64, "s64"),
     dtypes.bool_: (RegClass.PRED, "pred"),
 }
 _COMPUTE: dict[DType, str] = {
     dtypes.float32: "f32", dtypes.bfloat16: "f32", dtypes.float16: "f32",
-    dtypes.float64: "f64", dtypes.int32: "s32", dtypes.int64: "s64", dtypes.bool_: "pred",
+    dtypes.float64: "f64", dtypes.int8: "s32", dtypes.uint8: "s32", dtypes.int16: "s32",
+    dtypes.int32: "s32", dtypes.int64: "s64", dtypes.bool_: "pred",
 }  # fmt: skip
 _CLASS: dict[str, RegClass] = {
     "f32": RegClass.F32, "f64": RegClass.F64, "s32": RegClass.B32, "s64": RegClass.B64,
@@ -117,6 +122,8 @@ def round_to(value: float | int | bool, dtype: DType) -> Imm:
     if dtype.is_integer:
         bits = dtype.bits
         wrapped = int(value) & ((1 << bits) - 1)
+        if dtype.is_unsigned:
+            return wrapped
         return wrapped - (1 << bits) if wrapped >> (bits - 1) else wrapped
     with np.errstate(all="ignore"):
         if dtype == dtypes.float64:
@@ -232,7 +239,10 @@ def fold_cast(value: Imm, dtype: DType) -> Imm:
     if dtype.is_integer and isinstance(value, float):
         if math.isnan(value):
             return 0
-        low, high = -(1 << (dtype.bits - 1)), (1 << (dtype.bits - 1)) - 1
+        if dtype.is_unsigned:
+            low, high = 0, (1 << dtype.bits) - 1
+        else:
+            low, high = -(1 << (dtype.bits - 1)), (1 << (dtype.bits - 1)) - 1
         return low if value < low else high if value > high else int(value)
     if dtype.is_floating:
         return round_to(float(value), dtype)

@@ -214,6 +214,12 @@ class ScalarMath:
         return value
 
     def from_compute(self, value: Value, dtype: DType) -> Value:
+        if dtype.is_narrow_integer:
+            if not isinstance(value, Reg):
+                return round_to(int(value), dtype)
+            # Wrapped to the type's width, sign- or zero-extended again (cvt without .sat).
+            wide = value
+            return self._out("s32", lambda d: convert.cvt(dtype.ptx, "s32", d, wide))
         if not is_half(dtype):
             return value
         if not isinstance(value, Reg):
@@ -460,5 +466,9 @@ class ScalarMath:
                 )
             return self.from_compute(x, target)
         rounding = "rzi" if source.is_floating else "rn" if target.is_floating else None
+        if source.is_floating and target.is_narrow_integer:
+            # Saturating to the narrow type's own range, as the interpreter's cast does.
+            narrow = target.ptx
+            return self._out(dst, lambda d: convert.cvt(narrow, src, d, x, rounding="rzi"))
         result = self._out(dst, lambda d: convert.cvt(dst, src, d, x, rounding=rounding))
         return self.from_compute(result, target)

@@ -74,6 +74,9 @@ def scalar_value(value: object) -> Number | None:
 # The range of each integer dtype: a Python int operand must fit the dtype the op computes
 # in, or torch raises ("value cannot be converted to type int32_t without overflow").
 _INTEGER_RANGE = {
+    dtypes.int8.name: (-(2**7), 2**7 - 1),
+    dtypes.uint8.name: (0, 2**8 - 1),
+    dtypes.int16.name: (-(2**15), 2**15 - 1),
     dtypes.int32.name: (-(2**31), 2**31 - 1),
     dtypes.int64.name: (-(2**63), 2**63 - 1),
 }

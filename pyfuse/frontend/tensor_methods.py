@@ -154,6 +154,15 @@ class TensorMethods:
     def long(self: S) -> S:
         return _implementation(self, "cast")(self, dtypes.int64)
 
+    def short(self: S) -> S:
+        return _implementation(self, "cast")(self, dtypes.int16)
+
+    def char(self: S) -> S:
+        return _implementation(self, "cast")(self, dtypes.int8)
+
+    def byte(self: S) -> S:
+        return _implementation(self, "cast")(self, dtypes.uint8)
+
     def bool(self: S) -> S:
         return _implementation(self, "cast")(self, dtypes.bool_)
 

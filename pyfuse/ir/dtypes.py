@@ -2,7 +2,8 @@
 
 Promotion follows torch: categories rank bool < integer < floating. Between two
 tensors the higher category wins; within a category the wider type wins, and the
-two 16-bit floats (bf16, f16) meet at f32. A Python scalar only changes the result
+two 16-bit floats (bf16, f16) meet at f32; uint8 with a signed type no wider meets at
+int16 (``uint8 + int8`` is int16, as in torch). A Python scalar only changes the result
 when its category is higher than every tensor's (``int32_tensor * 2.5`` is f32,
 ``bf16_tensor * 2.5`` stays bf16).
 """
@@ -52,6 +53,16 @@ class DType:
     def bits(self) -> int:
         return self.itemsize * 8
 
+    @property
+    def is_unsigned(self) -> bool:
+        return self.ptx.startswith("u")
+
+    @property
+    def is_narrow_integer(self) -> bool:
+        """An integer of 1 or 2 bytes: kept and computed in 32-bit registers, wrapped to its
+        width after every op (as 16-bit floats are computed in f32 and rounded)."""
+        return self.category == Category.INTEGER and self.itemsize < 4
+
     def numpy(self) -> np.dtype[Any]:
         """The NumPy dtype of host arrays of this type (bf16 through ml_dtypes)."""
         import numpy as np  # loads with the first host array, not with pyfuse
@@ -78,16 +89,24 @@ float32 = DType("float32", "f32", 4, Category.FLOATING, "f32")
 float16 = DType("float16", "f16", 2, Category.FLOATING, "f16")
 bfloat16 = DType("bfloat16", "bf16", 2, Category.FLOATING, "bf16")
 float64 = DType("float64", "f64", 8, Category.FLOATING, "f64")
+int8 = DType("int8", "i8", 1, Category.INTEGER, "s8")
+uint8 = DType("uint8", "u8", 1, Category.INTEGER, "u8")
+int16 = DType("int16", "i16", 2, Category.INTEGER, "s16")
 int32 = DType("int32", "i32", 4, Category.INTEGER, "s32")
 int64 = DType("int64", "i64", 8, Category.INTEGER, "s64")
 bool_ = DType("bool", "b", 1, Category.BOOL, "pred")
 
-ALL_DTYPES: tuple[DType, ...] = (float32, float16, bfloat16, float64, int32, int64, bool_)
+ALL_DTYPES: tuple[DType, ...] = (
+    float32, float16, bfloat16, float64, int8, uint8, int16, int32, int64, bool_
+)  # fmt: skip
 
 _NUMPY_NAMES = {
     "float32": "float32",
     "float16": "float16",
     "float64": "float64",
+    "int8": "int8",
+    "uint8": "uint8",
+    "int16": "int16",
     "int32": "int32",
     "int64": "int64",
     "bool": "bool",
@@ -131,6 +150,10 @@ def promote_pair(a: DType, b: DType) -> DType:
         if a.itemsize != b.itemsize:
             return a if a.itemsize > b.itemsize else b
         return float32  # bf16 with f16: neither holds the other
+    if a.is_unsigned != b.is_unsigned:
+        unsigned, signed = (a, b) if a.is_unsigned else (b, a)
+        # A signed type wider than the unsigned one holds it; else the next wider signed.
+        return signed if signed.itemsize > unsigned.itemsize else int16
     return a if a.itemsize > b.itemsize else b
 
 

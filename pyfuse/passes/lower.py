@@ -102,6 +102,8 @@ def reduction_init(op: ReductionOpType, dtype: DType) -> bool | int | float:
         return -math.inf if op == ReductionOpType.MAX else math.inf
     if dtype.is_bool:
         return op == ReductionOpType.MIN
+    if dtype.is_unsigned:
+        return 0 if op == ReductionOpType.MAX else 2**dtype.bits - 1
     bits = dtype.bits - 1
     limit: int = 2**bits
     return -limit if op == ReductionOpType.MAX else limit - 1

@@ -27,7 +27,7 @@ from pyfuse.ir import dtypes
 from pyfuse.ir.dtypes import DType
 from pyfuse.ir.records import record
 
-SUPPORTED_DTYPES = "float32, float16, bfloat16, float64, int32, int64, bool"
+SUPPORTED_DTYPES = "float32, float16, bfloat16, float64, int8, uint8, int16, int32, int64, bool"
 
 
 class ArrayFormatError(ValueError):
@@ -115,6 +115,9 @@ _TYPESTR = {
     "f4": dtypes.float32,
     "f2": dtypes.float16,
     "f8": dtypes.float64,
+    "i1": dtypes.int8,
+    "u1": dtypes.uint8,
+    "i2": dtypes.int16,
     "i4": dtypes.int32,
     "i8": dtypes.int64,
     "b1": dtypes.bool_,
@@ -173,6 +176,9 @@ DL_CUDA_MANAGED = 13
 # (type code, bits) -> dtype, for lanes == 1: kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4,
 # kDLBool 6.
 _DL_DTYPES = {
+    (0, 8): dtypes.int8,
+    (1, 8): dtypes.uint8,
+    (0, 16): dtypes.int16,
     (0, 32): dtypes.int32,
     (0, 64): dtypes.int64,
     (2, 16): dtypes.float16,
@@ -308,6 +314,9 @@ TORCH_DTYPE_NAMES = {
     "torch.float16": dtypes.float16,
     "torch.bfloat16": dtypes.bfloat16,
     "torch.float64": dtypes.float64,
+    "torch.int8": dtypes.int8,
+    "torch.uint8": dtypes.uint8,
+    "torch.int16": dtypes.int16,
     "torch.int32": dtypes.int32,
     "torch.int64": dtypes.int64,
     "torch.bool": dtypes.bool_,

@@ -1,15 +1,16 @@
 """Random valid fusions, deterministic from ``(seed, index)``.
 
 :func:`generate` draws a :class:`~pyfuse.testing.program.Program` from the whole public op set:
-pointwise unary and binary ops (comparisons, ``where``, casts between f32/bf16/f16/int32/bool,
-``pow``, ``maximum``...) with tensors or Python scalars on either side, reductions over an
-int, a tuple of dims or None (keepdim both ways), ``broadcast_to``/``expand``, ``unsqueeze``,
+pointwise unary and binary ops (comparisons, ``where``, casts between the float types,
+the integer ones (int8 to int32, uint8) and bool, ``pow``, ``maximum``...) with tensors or
+Python scalars on either side, reductions over an int, a tuple of dims or None (keepdim
+both ways), ``broadcast_to``/``expand``, ``unsqueeze``,
 ``squeeze``, ``permute``/``transpose``/``.T``, ``reshape``/``view`` (with -1 and flattening),
 softmax, layer_norm, rms_norm, matmul/linear (f32, bf16, f16; epilogues reusing an operand),
 the composites (clamp, elu, softplus, var, logsumexp, any...), torch's conversions (``.half()``),
 NumPy ufuncs on tensors (``np.maximum(x, 0)``),
 one input read along two axes (``x + x.T``, ``unsqueeze(v, 1) * v``) and multi-output
-returns. Inputs are f32/bf16/f16/int32/bool with ragged, size-1, empty, 0-d and
+returns. Inputs are f32/bf16/f16/int32/int16/int8/uint8/bool with ragged, size-1, empty, 0-d and
 multiple-of-8/16/64 extents, broadcast against each other, some strided (transposed,
 column-major, row-padded, a broadcast stride 0).
 
@@ -198,8 +199,8 @@ def _cast(b: Builder) -> int | None:
     x = b.choose()
     if x is None:
         return None
-    target = b.pick(("f32", "bf16", "f16", "i32", "bool", "f32"))
-    flips = target in ("i32", "bool") and b.flips_on(x)
+    target = b.pick(("f32", "bf16", "f16", "i32", "bool", "f32", "i8", "u8", "i16"))
+    flips = target in ("i32", "bool", "i8", "u8", "i16") and b.flips_on(x)
     if b.chance(0.3):
         return b.op("cast", f"{{0}}.to({DTYPE_SOURCE[target]})", [x], flips)
     return b.op("cast", f"pf.cast({{0}}, {DTYPE_SOURCE[target]})", [x], flips)

@@ -29,6 +29,9 @@ DTYPES: dict[str, DType] = {
     "i32": pf.int32,
     "bool": pf.bool,
     "i64": pf.int64,
+    "i8": pf.int8,
+    "u8": pf.uint8,
+    "i16": pf.int16,
 }
 DTYPE_SOURCE: dict[str, str] = {
     "f32": "pf.float32",
@@ -37,6 +40,9 @@ DTYPE_SOURCE: dict[str, str] = {
     "i32": "pf.int32",
     "bool": "pf.bool",
     "i64": "pf.int64",
+    "i8": "pf.int8",
+    "u8": "pf.uint8",
+    "i16": "pf.int16",
 }
 
 

@@ -83,7 +83,8 @@ def laid_out(values: Array, strides: Sequence[int]) -> Array:
     if values.dtype == np.bool_:
         backing = np.ones(max(span, 1), dtype=np.bool_)
     elif values.dtype.kind in "iu":
-        backing = np.full(max(span, 1), _INT_PADDING, dtype=values.dtype)
+        # Wrapped into narrow types (-1000000 is 64 in int8, 192 in uint8, 6080 in int16).
+        backing = np.full(max(span, 1), _INT_PADDING, dtype=np.int64).astype(values.dtype)
     else:
         backing = np.full(max(span, 1), np.nan).astype(values.dtype)
     itemsize = values.dtype.itemsize

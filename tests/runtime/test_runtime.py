@@ -149,7 +149,10 @@ def make_fake_torch() -> types.ModuleType:
         ("int32", 4),
         ("int64", 8),
         ("bool", 1),
+        ("int8", 1),
         ("uint8", 1),
+        ("int16", 2),
+        ("uint16", 2),
     ]:
         setattr(torch, name, FakeTorchDtype(name, size))
 
@@ -270,8 +273,8 @@ def test_disabled_cache_compiles_afresh() -> None:
 
 def test_compile_errors_name_the_argument() -> None:
     f = pf.fuse(lambda x: x + 1)
-    with pytest.raises(pf.FusionError, match=r"argument 0: .*uint8 is not supported"):
-        f.compile(np.ones(4, np.uint8))
+    with pytest.raises(pf.FusionError, match=r"argument 0: .*uint16 is not supported"):
+        f.compile(np.ones(4, np.uint16))
     with pytest.raises(pf.FusionError, match="negative strides"):
         f.compile(np.ones(4, np.float32)[::-1])
 
@@ -316,8 +319,8 @@ def test_cuda_array_interface_v3_strides_and_stream() -> None:
     ("interface", "message"),
     [
         (
-            {"shape": (2,), "typestr": "<u1", "data": (0, False)},
-            "typestr '<u1' is not a supported dtype",
+            {"shape": (2,), "typestr": "<u2", "data": (0, False)},
+            "typestr '<u2' is not a supported dtype",
         ),
         ({"shape": (2,), "typestr": ">f4", "data": (0, False)}, "big-endian"),
         ({"shape": (2,), "typestr": "<f4", "data": (0, False), "strides": (6,)}, "multiples"),
@@ -414,9 +417,9 @@ def test_dlpack_dtypes_and_null_strides(code: int, bits: int, dtype: pf.DType) -
 
 def test_dlpack_rejections() -> None:
     # Each producer is kept in a name: the capsule points into it.
-    uint8 = SyntheticDLPack((2,), code=1, bits=8)
-    with pytest.raises(ArrayFormatError, match="code 1, 8 bits"):
-        describe_dlpack_capsule(uint8.__dlpack__())
+    uint16 = SyntheticDLPack((2,), code=1, bits=16)
+    with pytest.raises(ArrayFormatError, match="code 1, 16 bits"):
+        describe_dlpack_capsule(uint16.__dlpack__())
     vector = SyntheticDLPack((2,), lanes=2)
     with pytest.raises(ArrayFormatError, match="2 lanes"):
         describe_dlpack_capsule(vector.__dlpack__())
@@ -473,8 +476,8 @@ def test_torch_cpu_and_bad_dtypes(torch: Any) -> None:
     cuda = tensor(torch, (4,))
     with pytest.raises(pf.InputError, match="argument 1: a torch tensor on the CPU"):
         f(cuda, tensor(torch, (4,), device=-1))
-    with pytest.raises(pf.InputError, match="argument 0: dtype uint8 is not supported"):
-        f(tensor(torch, (4,), "uint8"), cuda)
+    with pytest.raises(pf.InputError, match="argument 0: dtype uint16 is not supported"):
+        f(tensor(torch, (4,), "uint16"), cuda)
 
 
 def test_arrays_on_different_devices(torch: Any) -> None:
