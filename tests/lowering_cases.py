@@ -382,6 +382,15 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
         lambda a: (pf.softmax(a.T.float(), -1), a[:, 1:] * 2, pf.cat([a, a], 0)),
         [S((16, 31), pf.uint8, strides=(1, 16))],
     ),
+    # a keepdim result only returned is no normalization: the long reduction splits (a
+    # 1024-thread row of remainders kept for the output stored 176 bytes on the stack: CPU
+    # fuzzer, seed 401)
+    "keepdim_minimum_of_a_remainder_beside_it": (
+        lambda x: (lambda r: (r, pf.amin(r, None, keepdim=True)))(
+            pf.remainder(x, x.transpose(1, -1))
+        ),
+        [S((33, 1, 32), f32)],
+    ),
     # int64 arrays kept across loop nests in vectors spilled at 1024 threads (CPU fuzzer, 379)
     "int64_rows_kept_across_nests_in_vectors": (
         _int64_rows_kept_across_nests,

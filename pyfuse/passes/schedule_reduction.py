@@ -102,8 +102,8 @@ def _reduced_flags(fusion: Fusion, reference: TensorView, id_model: IdModel) -> 
 
 
 def broadcast_back(fusion: Fusion, reduction: ReductionOp) -> bool:
-    """The reduction's result is broadcast again downstream (a normalization reads the row
-    before and after it)."""
+    """The reduction's result is broadcast again downstream and read there (a normalization
+    reads the row before and after it); a keepdim result that is only returned is not."""
     frontier = list(fusion.uses_in_fusion(reduction.output))
     seen: set[int] = set()
     while frontier:
@@ -111,7 +111,7 @@ def broadcast_back(fusion: Fusion, reduction: ReductionOp) -> bool:
         if id(use) in seen:
             continue
         seen.add(id(use))
-        if isinstance(use, BroadcastOp):
+        if isinstance(use, BroadcastOp) and fusion.uses_in_fusion(use.output):
             return True
         frontier.extend(fusion.uses_in_fusion(use.output))
     return False
