@@ -391,6 +391,17 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
         ),
         [S((33, 1, 32), f32)],
     ),
+    # cat after a reduction (its pieces keep the reduced axis in their domains), of one
+    # tensor twice, beside a view that is also an output (GPU fuzzer, seed 411)
+    "cat_of_reductions_twice_and_of_returned_views": (
+        lambda x, y: (pf.cat((x.amax(-2), x.amax(-2)), -1), y[::3], pf.cat([y, y[::3]], -1)),
+        [S((2, 5), i32), S((7,), bf16)],
+    ),
+    # x ** 1 is x and x ** 2 is x * x exactly (GPU fuzzer, seed 411: a bool exponent)
+    "tensor_exponents_one_and_two_are_exact": (
+        lambda b, x: (x**b < x, (x ** (b + 1)) == x * x, x ** (b * 0 + 1.0)),
+        [S((257,), pf.bool), S((257,), f32)],
+    ),
     # int64 arrays kept across loop nests in vectors spilled at 1024 threads (CPU fuzzer, 379)
     "int64_rows_kept_across_nests_in_vectors": (
         _int64_rows_kept_across_nests,

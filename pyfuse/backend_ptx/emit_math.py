@@ -505,7 +505,11 @@ def pow_(ops: FloatOps[V, P], x: V, y: V) -> V:
                  ops.negate(ops.equal(x, ops.const(1.0))))
     )  # fmt: skip
     trivial = ops.negate(ops.both(ops.negate(trivial), ops.negate(minus_one_infinite)))
-    return ops.select(trivial, ops.const(1.0), result)
+    result = ops.select(trivial, ops.const(1.0), result)
+    # Exponents 1 and 2 exact, as C's pow is (x ** 1 < x was True for ex2's rounding of x:
+    # GPU fuzzer, seed 411, a bool exponent).
+    result = ops.select(ops.equal(y, ops.const(2.0)), ops.mul(x, x), result)
+    return ops.select(ops.equal(y, ops.const(1.0)), x, result)
 
 
 def sigmoid_16(ops: FloatOps[V, P], x: V) -> V:

@@ -155,7 +155,7 @@ def lower(plan: KernelPlan, name: str) -> k.Kernel:
         buffer = buffer_of(source, k.ParamRole.INPUT)
         strides = _strides_of(tv)
         offset: k.KExpr = k.const(view_offset(tv), index_dtype)
-        for d, axis in enumerate(tv.logical):
+        for d, axis in enumerate(tv.no_reductions):
             stride = strides.get(id(axis), 0)
             if stride == 0:
                 continue

@@ -279,7 +279,7 @@ def _greedy(
     all_exprs = fusion.exprs()
     groups: list[list[Expr]] = []
     current: list[Expr] = []
-    for unit in _units(exprs):
+    for unit in _units(fusion, exprs):
         expr = unit[-1]
         candidate = [*current, *unit]
         members = {id(e) for e in candidate}
@@ -305,7 +305,7 @@ def _greedy(
     return groups
 
 
-def _units(exprs: list[Expr]) -> list[list[Expr]]:
+def _units(fusion: Fusion, exprs: list[Expr]) -> list[list[Expr]]:
     """``exprs`` in steps for the greedy walk: each MMA together with the metadata ops that
     only feed it (its operand views: TMA reads them in place, so they belong to its kernel,
     and two operands' views apart would look like a pointwise kernel of two sizes), each cat
@@ -329,7 +329,7 @@ def _units(exprs: list[Expr]) -> list[list[Expr]]:
                 or id(definition) not in members
                 or id(definition) in attached
                 or not viewing(definition)
-                or (isinstance(mma, CatOp) and not _read_in_place(definition))
+                or (isinstance(mma, CatOp) and not _read_in_place(fusion, definition))
                 or not all(_feeds_only(use, mma, chain) for use in tv.uses)
             ):
                 continue
@@ -347,10 +347,24 @@ def _units(exprs: list[Expr]) -> list[list[Expr]]:
     return units
 
 
-def _read_in_place(view: Expr) -> bool:
-    """A view of an input that an alias can read in place (a cat's kernel reads only those)."""
+def _pieces(fusion: Fusion, group: list[Expr]) -> list[list[Expr]]:
+    """``group`` cut as finely as a failed plan needs: its units (an MMA keeps its operand
+    views), or one expr each when a cat's unit is the whole group (a view it cannot read)."""
+    pieces = _units(fusion, group)
+    if len(pieces) < 2 and any(isinstance(expr, CatOp) for expr in group):
+        pieces = [[expr] for expr in group]
+    return pieces
+
+
+def _read_in_place(fusion: Fusion, view: Expr) -> bool:
+    """A view of an input that an alias can read in place and that is no output (a cat's
+    kernel reads only those, and writes only the cat)."""
     producer = view.tensor_inputs[0]
-    return view_source(producer).definition is None and view_allocation(view, producer) is not None
+    return (
+        view_source(producer).definition is None
+        and view_allocation(view, producer) is not None
+        and not fusion.is_output(view.output)
+    )
 
 
 def _feeds_only(use: Expr, mma: Expr, chain: list[Expr]) -> bool:
@@ -400,9 +414,7 @@ def cut(
         except ScheduleError:
             pieces = None  # some expr fits no kernel with its neighbours: one per expr
     if pieces is None:
-        pieces = _units(group)
-        if len(pieces) < 2 and any(isinstance(expr, CatOp) for expr in group):
-            pieces = [[expr] for expr in group]  # a view the cat could not read in place
+        pieces = _pieces(fusion, group)
     if len(pieces) < 2:
         return None
     return _plans(fusion, [*groups[:index], *pieces, *groups[index + 1 :]], target)
@@ -432,7 +444,7 @@ def _plans(fusion: Fusion, groups: list[list[Expr]], target: TargetInfo) -> Segm
         kernel_fusion, boundary, originals = sub_fusion(fusion, group, outputs, name)
         chosen, reasons = pick_scheduler(kernel_fusion, target)
         if chosen is None:
-            pieces = _units(group)
+            pieces = _pieces(fusion, group)
             if len(pieces) > 1:
                 # Declined as planned (a kernel that fed only empty ones lost outputs the
                 # greedy walk counted): one kernel per expr instead.
