@@ -147,6 +147,26 @@ def case_rms_norm() -> Result:
     return _memory_case("rms_norm 16384x4096 bf16", fused, eager, (x, w), 5e-2)
 
 
+def case_rope() -> Result:
+    """Rotary embedding through cat, as transformer code writes it: x * cos + rotate(x) * sin
+    with rotate(x) = cat(-x2, x1) on 32x4096x128 bf16 (a cat is a kernel of its own today)."""
+    import torch
+
+    x = torch.randn(32, 4096, 128, device="cuda", dtype=torch.bfloat16)
+    cos = torch.randn(4096, 128, device="cuda", dtype=torch.bfloat16)
+    sin = torch.randn(4096, 128, device="cuda", dtype=torch.bfloat16)
+
+    def rotary(x: Any, c: Any, s: Any, cat: Callable[..., Any]) -> Any:
+        return x * c + cat([-x[..., 64:], x[..., :64]], -1) * s
+
+    fused = pf.fuse(lambda x, c, s: rotary(x, c, s, pf.cat), name="rope")
+
+    def eager(x: Any, c: Any, s: Any) -> Any:
+        return rotary(x, c, s, torch.cat)
+
+    return _memory_case("rope via cat 32x4096x128 bf16", fused, eager, (x, cos, sin), 5e-2)
+
+
 def case_host_overhead() -> Result:
     """Wall time of a warm call on 16 elements, against one torch op (both asynchronous)."""
     import torch
@@ -357,6 +377,7 @@ CASES: dict[str, Callable[[], Result | list[Result]]] = {
     "softmax": case_softmax,
     "layer_norm": case_layer_norm,
     "rms_norm": case_rms_norm,
+    "rope": case_rope,
     "host_overhead": case_host_overhead,
     "cold_call": case_cold_call,
     "gemm": case_gemm_layouts,

@@ -402,6 +402,18 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
         lambda b, x: (x**b < x, (x ** (b + 1)) == x * x, x ** (b * 0 + 1.0)),
         [S((257,), pf.bool), S((257,), f32)],
     ),
+    # an int64 row stored as an output and summed: staged across the serial loop, it spilled
+    # at 1024 threads (CPU fuzzer, seed 419); the reduction now reads it from the pointwise
+    # kernel that writes it
+    "int64_output_beside_its_sum": (
+        lambda b: (lambda v: v.sum((1, 2, 0)) ^ v)(pf.where(b, b, -1)),
+        [S((31, 28, 34), pf.bool)],
+    ),
+    # rotary embeddings through cat: one kernel
+    "rotary_embedding_through_cat": (
+        lambda x, c, s: x * c + pf.cat([-x[..., 4:], x[..., :4]], -1) * s,
+        [S((2, 33, 8), bf16), S((33, 8), bf16), S((33, 8), f32)],
+    ),
     # int64 arrays kept across loop nests in vectors spilled at 1024 threads (CPU fuzzer, 379)
     "int64_rows_kept_across_nests_in_vectors": (
         _int64_rows_kept_across_nests,

@@ -175,9 +175,14 @@ def _product_order(jitter: Jitter) -> str:
 
 
 def _accumulates(expr: Expr) -> bool:
-    """A sum of terms (a sum reduction or a matmul), which a kernel adds in its own order."""
+    """A sum of terms (a sum reduction or a matmul), which a kernel adds in its own order, or
+    an addition or subtraction, whose operands carry their own float32 errors: its error
+    scales with them, not with a result they cancelled to (``x - logsumexp(x)`` near 0 as
+    a divisor: CPU fuzzer, seed 419)."""
     if isinstance(expr, ReductionOp):
         return expr.op == ReductionOpType.SUM
+    if isinstance(expr, BinaryOp):
+        return expr.op in (BinaryOpType.ADD, BinaryOpType.SUB)
     return isinstance(expr, MatmulOp | LinearOp | MmaOp)
 
 
@@ -187,6 +192,10 @@ def _magnitude(expr: Expr, env: _Env) -> Array:
     terms ``K``: ``sqrt(K)`` for a sum (rounded additions in a tree or in a row), ``K`` for a
     matmul, which may run on tensor cores, whose additions truncate (the error of each has
     one sign; Fasi et al., "Numerical behavior of NVIDIA tensor cores", 2021)."""
+    if isinstance(expr, BinaryOp):
+        common = expr.output.dtype
+        lhs, rhs = (np.abs(env.operand(val, common)) for val in expr.inputs)
+        return np.asarray(lhs + rhs, dtype=np.float64)
     magnitudes = _Env()
     for tv in expr.tensor_inputs:
         magnitudes.values[tv] = np.abs(env.values[tv])

@@ -143,6 +143,47 @@ def _register_words(fusion: Fusion) -> int:
     return 2 if any(tv.dtype.itemsize == 8 for tv in kept) else 1
 
 
+# Registers a thread of a 1024-thread row (64 registers) may spend on 64-bit tensors staged
+# across its serial loop; a block of half the threads, twice that. One int64 tensor of 29
+# per thread, stored as an output and summed, spilled 56 bytes at 1024 threads; two of 16
+# per thread (an output and the tensor it was computed from) filled all 64 (CPU fuzzer,
+# seeds 419 and 379).
+STAGED_WIDE_WORDS_AT_1024 = 40
+
+
+def _staged_wide(fusion: Fusion) -> int:
+    """How many 64-bit tensors a row may stage in registers across its serial loop: those
+    computed on the way into a reduction whose row also leaves by another path (an output
+    stored on the way, a value read off the reduction's input), where loop nests of their
+    own keep the row's elements (counted for every 64-bit tensor of that input cone)."""
+    most = 0
+    for reduction in _reductions(fusion):
+        cone: dict[int, TensorView] = {}
+        frontier = [reduction.input]
+        while frontier:
+            tv = frontier.pop()
+            if id(tv) not in cone:
+                cone[id(tv)] = tv
+                if tv.definition is not None:
+                    frontier.extend(tv.definition.tensor_inputs)
+        computed = [tv for tv in cone.values() if tv.definition is not None]
+        exits = any(
+            fusion.is_output(tv)
+            or any(
+                use is not reduction and id(use.output) not in cone
+                for use in fusion.uses_in_fusion(tv)
+            )
+            for tv in computed
+        )
+        if exits:
+            most = max(most, sum(1 for tv in computed if tv.dtype.itemsize == 8))
+    return most
+
+
+def _staged_budget(threads: int) -> int:
+    return STAGED_WIDE_WORDS_AT_1024 * SM90.max_threads_per_block // threads
+
+
 def _kept_and_read(fusion: Fusion) -> list[tuple[list[TensorView], int]]:
     held: list[tuple[list[TensorView], int]] = []
     for reduction in _reductions(fusion):
@@ -204,6 +245,14 @@ def decline_reason(fusion: Fusion, target: TargetInfo) -> str | None:
     params = choose_params(fusion, reference, flags, target)
     pressure = row_pressure(fusion)
     budget = persistent_budget(pressure, params.vector_width, _register_words(fusion))
+    staged = _staged_wide(fusion)
+    staged_words = 2 * staged * params.serial * params.vector_width
+    if params.kind == "inner" and staged and staged_words > _staged_budget(params.threads):
+        return (
+            f"a row of {_extent(reference, flags, True)} elements stages {staged} 64-bit "
+            f"tensors in {staged_words} registers per thread (at most "
+            f"{_staged_budget(params.threads)} at {params.threads} threads)"
+        )
     if params.persistent and params.serial * params.vector_width > budget:
         return (
             f"a row of {_extent(reference, flags, True)} elements needs "
@@ -304,6 +353,13 @@ def choose_params(
             budget = persistent_budget(pressure, vector, words)
             while threads < most and -(-vectors // threads) * vector > budget:
                 threads *= 2
+        staged = _staged_wide(fusion)
+        while (
+            staged
+            and threads < target.max_threads_per_block
+            and 2 * staged * -(-vectors // threads) * vector > _staged_budget(threads)
+        ):
+            threads *= 2
         serial = -(-vectors // threads)
         return ReductionParams("inner", threads, vector, serial, persistent)
     rows = _extent(reference, flags, False)

@@ -87,10 +87,18 @@ def test_cat_and_stack_refuse_what_torch_refuses() -> None:
         pf.fuse(lambda x, y: pf.stack([x, y])).trace(a, b)
 
 
-def test_a_cat_is_a_kernel_of_its_own_that_reads_views_in_place() -> None:
-    fused = pf.fuse(lambda x, y: pf.cat([x.T, y[1:]], 0) * 2.0)
-    compiled_fusion = fused.compile(pf.spec((3, 4), pf.float32), pf.spec((5, 3), pf.float32))
-    schedulers = [kernel.scheduler for kernel in compiled_fusion.kernels]
-    assert schedulers == ["cat", "pointwise"]
-    cat_kernel = compiled_fusion.kernels[0]
-    assert [arg for arg in cat_kernel.arguments][:2] == [("input", 0), ("input", 1)]
+def test_a_cat_takes_the_elementwise_ops_around_it_into_its_kernel() -> None:
+    rotary = pf.fuse(lambda x, c, s: x * c + pf.cat([-x[..., 4:], x[..., :4]], -1) * s)
+    x, table = pf.spec((2, 3, 8), pf.bfloat16), pf.spec((3, 8), pf.bfloat16)
+    kernels = rotary.compile(x, table, table).kernels
+    assert [kernel.scheduler for kernel in kernels] == ["cat"]
+    assert sorted(kernels[0].arguments) == [("input", 0), ("input", 1), ("input", 2), ("output", 0)]
+    got = compiled(
+        lambda x, c, s: x * c + pf.cat([-x[..., 4:], x[..., :4]], -1) * s,
+        *(RNG.standard_normal(shape).astype(np.float32) for shape in ((2, 3, 8), (3, 8), (3, 8))),
+    )
+    assert got[0].shape == (2, 3, 8)
+    # A reduction after the cat, or a computed tensor sliced into it, ends the cat's kernel.
+    fused = pf.fuse(lambda a: pf.cat([(a * 2)[1:], a], 0).sum(-1))
+    schedulers = [kernel.scheduler for kernel in fused.compile(pf.spec((3, 4), pf.float32)).kernels]
+    assert schedulers == ["pointwise", "cat", "reduction"]

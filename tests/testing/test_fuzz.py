@@ -202,6 +202,29 @@ def test_elements_the_jitter_moves_are_not_held_to_the_reference() -> None:
     assert compare(got, want, jittered=[np.array([2e-6, 0.5], np.float32)]) is not None
 
 
+def test_a_nan_at_a_singularity_the_noise_reaches_is_not_held_to_the_reference() -> None:
+    """CPU fuzzer, seed 419: fmod(x, x' - logsumexp(x')) where the divisor cancelled to
+    about 1e-7; the kernel's rounding made it 0 (NaN), the noise moved the result by over
+    half its magnitude. A NaN where the noise leaves the reference put is still a failure."""
+    want = np.array([6e-9, 0.3], np.float32)
+    got = np.array([np.nan, np.nan], np.float32)
+    unstable = np.array([2.8e-7, 0.3], np.float32)
+    difference = compare(got, want, jittered=[unstable])
+    assert difference is not None and "1 of 2" in difference[1]
+    assert compare(got[:1], want[:1], jittered=[unstable[:1]]) is None
+
+
+def test_a_subtraction_is_jittered_by_its_operands_magnitudes() -> None:
+    """The noise of x - y scales with |x| + |y|: a float32 kernel's error in a cancellation
+    comes from its operands' roundings, not from the small result."""
+    from pyfuse.ir.interpreter import JITTER, evaluate
+
+    fusion = pf.fuse(lambda x, y: x - y).trace(pf.spec((1,), pf.float32), pf.spec((1,), pf.float32))
+    x, y = np.array([20.0], np.float32), np.array([20.0 - 2**-19], np.float32)
+    (moved,) = evaluate(fusion, [x, y], 1.0)
+    assert abs(float(moved[0]) - 2**-19) >= 0.5 * JITTER * 40
+
+
 def test_a_product_whose_partial_products_overflow_is_undetermined() -> None:
     """GPU fuzzer, seed 383: exp2 of ints multiplied; the factors above 1 overflow float32
     together, those below 1 underflow, so a kernel's order may give inf * 0 = NaN."""
