@@ -145,12 +145,17 @@ def _float32_product(expr: ReductionOp, env: _Env, order: str) -> Array:
     rows = rows.reshape(*rows.shape[: rows.ndim - len(axes)], -1)
     product = _ordered_product(rows, order)
     # Where the factors above 1 overflow float32 together, or those below 1 underflow, some
-    # order of a kernel's partial products does (inf, 0, or inf * 0): NaN marks the element
-    # as one float32 cannot determine. (evaluate_all runs this with float warnings off.)
+    # order of a kernel's partial products does (inf, 0, or inf * 0): such an element is one
+    # float32 cannot determine. The runs mark it with each extreme, so that an op after it
+    # (a comparison to 0 of a bool output: GPU fuzzer, seed 433) shows it undetermined too:
+    # +-inf in the forward run, +-0 in the reverse one, NaN in the tree one. (evaluate_all
+    # runs this with float warnings off.)
     logs = np.log2(np.abs(rows.astype(np.float64)))
     large = np.sum(np.where(logs > 0, logs, 0.0), axis=-1)
     small = np.sum(np.where((logs < 0) & np.isfinite(logs), logs, 0.0), axis=-1)
-    return np.where((large > 128) | (small < -126), np.nan, product)
+    sign = np.prod(np.sign(rows.astype(np.float64)), axis=-1)
+    extreme = {"forward": sign * np.inf, "reverse": sign * 0.0}.get(order, np.nan)
+    return np.where((large > 128) | (small < -126), extreme, product)
 
 
 def _ordered_product(rows: Array, order: str) -> Array:
