@@ -43,6 +43,7 @@ from pyfuse.ir.exprs import (
 from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.tensor import MemoryType, Scalar, TensorView, Val
 from pyfuse.passes.plan import KernelPlan
+from pyfuse.passes.scheduler_utils import upstream
 from pyfuse.passes.skip_intermediates import (
     alias_strides,
     is_view_op,
@@ -78,19 +79,6 @@ def _is_elementwise(expr: Expr) -> bool:
     return isinstance(expr, _ELEMENTWISE)
 
 
-def _feeding(cat: CatOp) -> set[int]:
-    """Ids of the tensors the cat's pieces are computed from (the pieces included)."""
-    seen: set[int] = set()
-    frontier = list(cat.tensor_inputs)
-    while frontier:
-        tv = frontier.pop()
-        if id(tv) not in seen:
-            seen.add(id(tv))
-            if tv.definition is not None:
-                frontier.extend(tv.definition.tensor_inputs)
-    return seen
-
-
 def decline_reason(fusion: Fusion) -> str | None:
     """Why this scheduler cannot take ``fusion`` (see the module docstring)."""
     cats = [e for e in fusion.exprs() if isinstance(e, CatOp)]
@@ -103,7 +91,7 @@ def decline_reason(fusion: Fusion) -> str | None:
         if expr is cat or reads_in_place(fusion, expr) or _is_elementwise(expr):
             continue
         return f"T{expr.output.name} = {expr.op_name}(...): a cat kernel computes elementwise ops"
-    feeding = _feeding(cat)
+    feeding = upstream(cat.tensor_inputs)  # the pieces and what they are computed from
     shape = tuple(cat.output.shape)
     for tv in fusion.outputs:
         if id(tv) in feeding:

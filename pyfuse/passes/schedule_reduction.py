@@ -35,6 +35,7 @@ from pyfuse.passes.scheduler_utils import (
     cache_inputs_and_outputs,
     replay_everywhere,
     uncovered_axis,
+    upstream,
     vector_width,
 )
 
@@ -121,26 +122,26 @@ def _is_persistent(fusion: Fusion, held: list[tuple[int, int]]) -> bool:
     """Some reduction's result is broadcast back to a row that also holds a tensor from
     before the reduction (softmax's ``x - max``); a result broadcast only onto other inputs
     (``sum(x) + y``) holds nothing, and its row streams through the serial loop. ``held``
-    is :func:`_held` of the fusion."""
+    is :func:`_held` of the fusion's rows."""
     return any(
         kept and broadcast_back(fusion, reduction)
         for reduction, (kept, _) in zip(_reductions(fusion), held, strict=True)
     )
 
 
-def _held(fusion: Fusion) -> list[tuple[int, int]]:
+def _held(rows: list[tuple[list[TensorView], int]]) -> list[tuple[int, int]]:
     """Per reduction: how many tensors a row keeps across it (computed or read before it and
-    read after it) and how many inputs it reads to compute the reduction's input."""
-    return [(len(kept), read) for kept, read in _kept_and_read(fusion)]
+    read after it) and how many inputs it reads to compute the reduction's input, from
+    :func:`_kept_and_read`."""
+    return [(len(kept), read) for kept, read in rows]
 
 
-def _register_words(fusion: Fusion) -> int:
-    """Registers one element of a kept tensor takes: 2 when any tensor a row keeps across a
-    reduction is 64-bit (int64 after a bool or integer op), else 1 (16-bit values are kept
-    in f32 registers). An int64 row kept at 32 per thread in vectors of 2 spilled 20 bytes
-    at 128 registers (CPU fuzzer, seed 379)."""
-    kept = [tv for tensors, _ in _kept_and_read(fusion) for tv in tensors]
-    return 2 if any(tv.dtype.itemsize == 8 for tv in kept) else 1
+def _register_words(rows: list[tuple[list[TensorView], int]]) -> int:
+    """Registers one element of a kept tensor takes (``rows`` from :func:`_kept_and_read`):
+    2 when any tensor a row keeps across a reduction is 64-bit (int64 after a bool or
+    integer op), else 1 (16-bit values are kept in f32 registers). An int64 row kept at 32
+    per thread in vectors of 2 spilled 20 bytes at 128 registers (CPU fuzzer, seed 379)."""
+    return 2 if any(tv.dtype.itemsize == 8 for kept, _ in rows for tv in kept) else 1
 
 
 # Registers a thread of a 1024-thread row (64 registers) may spend on 64-bit tensors staged
@@ -158,14 +159,7 @@ def _staged_wide(fusion: Fusion) -> int:
     own keep the row's elements (counted for every 64-bit tensor of that input cone)."""
     most = 0
     for reduction in _reductions(fusion):
-        cone: dict[int, TensorView] = {}
-        frontier = [reduction.input]
-        while frontier:
-            tv = frontier.pop()
-            if id(tv) not in cone:
-                cone[id(tv)] = tv
-                if tv.definition is not None:
-                    frontier.extend(tv.definition.tensor_inputs)
+        cone = upstream([reduction.input])
         computed = [tv for tv in cone.values() if tv.definition is not None]
         exits = any(
             fusion.is_output(tv)
@@ -187,14 +181,7 @@ def _staged_budget(threads: int) -> int:
 def _kept_and_read(fusion: Fusion) -> list[tuple[list[TensorView], int]]:
     held: list[tuple[list[TensorView], int]] = []
     for reduction in _reductions(fusion):
-        before: set[int] = set()
-        frontier = [reduction.input]
-        while frontier:
-            tv = frontier.pop()
-            if id(tv) not in before:
-                before.add(id(tv))
-                if tv.definition is not None:
-                    frontier.extend(tv.definition.tensor_inputs)
+        before = upstream([reduction.input])
         after: set[int] = {id(reduction.output)}
         kept: dict[int, TensorView] = {}
         for expr in fusion.exprs():
@@ -211,7 +198,7 @@ def row_pressure(fusion: Fusion) -> int:
     """The most tensors a row holds around one reduction: kept across it (softmax keeps one
     across each of its reductions) or read from memory to compute its input (a layer_norm of
     a residual reads two rows)."""
-    return _pressure(_held(fusion))
+    return _pressure(_held(_kept_and_read(fusion)))
 
 
 def _pressure(held: list[tuple[int, int]]) -> int:
@@ -243,8 +230,9 @@ def decline_reason(fusion: Fusion, target: TargetInfo) -> str | None:
     if broadcast_only is not None:
         return broadcast_only
     params = choose_params(fusion, reference, flags, target)
-    pressure = row_pressure(fusion)
-    budget = persistent_budget(pressure, params.vector_width, _register_words(fusion))
+    row_tensors = _kept_and_read(fusion)
+    pressure = _pressure(_held(row_tensors))
+    budget = persistent_budget(pressure, params.vector_width, _register_words(row_tensors))
     staged = _staged_wide(fusion)
     staged_words = 2 * staged * params.serial * params.vector_width
     if params.kind == "inner" and staged and staged_words > _staged_budget(params.threads):
@@ -325,10 +313,11 @@ def choose_params(
     target: TargetInfo,
     vectorize: bool = True,
 ) -> ReductionParams:
-    held = _held(fusion)
+    row_tensors = _kept_and_read(fusion)
+    held = _held(row_tensors)
     persistent = _is_persistent(fusion, held)
     pressure = _pressure(held)
-    words = _register_words(fusion)
+    words = _register_words(row_tensors)
     cols = _extent(reference, flags, True)
     if _is_inner(reference, flags):
         innermost = reference.no_reductions[-1]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pyfuse.ir.caching import cache_after, cache_before
 from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.id_model import IdMappingMode, IdModel
@@ -9,6 +11,19 @@ from pyfuse.ir.iterdomain import IterDomain
 from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.tensor import TensorView
 from pyfuse.passes.skip_intermediates import alias_strides, is_view_op, view_offset, view_source
+
+
+def upstream(tensors: Sequence[TensorView]) -> dict[int, TensorView]:
+    """``tensors`` and every tensor they are computed from, by id."""
+    found: dict[int, TensorView] = {}
+    frontier = list(tensors)
+    while frontier:
+        tv = frontier.pop()
+        if id(tv) not in found:
+            found[id(tv)] = tv
+            if tv.definition is not None:
+                frontier.extend(tv.definition.tensor_inputs)
+    return found
 
 
 def holds_innermost(tv: TensorView, innermost: IterDomain, id_model: IdModel) -> bool:

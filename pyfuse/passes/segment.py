@@ -317,7 +317,7 @@ def _units(fusion: Fusion, exprs: list[Expr]) -> list[list[Expr]]:
     for mma in exprs:
         if not isinstance(mma, MmaOp | CatOp):
             continue
-        # A cat reads slices in place too (its kernel takes views of inputs only).
+        # A cat's kernel reads slices of inputs in place too.
         viewing = is_view_op if isinstance(mma, CatOp) else is_metadata_op
         chain: list[Expr] = []
         frontier = list(mma.tensor_inputs)
