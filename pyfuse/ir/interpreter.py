@@ -25,7 +25,6 @@ Guarantees:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -77,180 +76,23 @@ from pyfuse.ir.tensor import Scalar, TensorView, Val
 Array = npt.NDArray[Any]
 
 
-# The relative size of :func:`evaluate`'s jitter: a few float32 ulps, the noise a float32
-# kernel's own rounding and summation order add to each result.
-JITTER = 2.0**-21
-
-
-Jitter = np.random.Generator | float
-
-
-def evaluate(fusion: Fusion, inputs: Sequence[Array], jitter: Jitter | None = None) -> list[Array]:
-    """The fusion's outputs on ``inputs``, in ``fusion.outputs`` order (see the module doc).
-    With ``jitter``, every floating result is first scaled by ``1 + JITTER * u`` before its
-    rounding (``u`` uniform in [-1, 1] drawn from a Generator, or the given float for every
-    element; a pow by as much more as its documented error grows with ``|y log2 |x||``),
-    a sum or matmul also moved by ``JITTER * u`` times the same sum of the
-    magnitudes (a float32 kernel sums in another order: its error scales with the terms, not
-    with a result they cancelled to), and with a Generator float32 denormals flush to zero,
-    as the GPU's approximate functions flush them (its plain arithmetic keeps them, as the
-    runs with a float do): where that moves an output past a comparison's
-    tolerance, the output is ill-conditioned in float32 (a sqrt of a cancellation, a
-    comparison of two near values, a value that underflowed), and no kernel can be held to
-    it."""
-    values = evaluate_all(fusion, inputs, jitter)
+def evaluate(fusion: Fusion, inputs: Sequence[Array]) -> list[Array]:
+    """The fusion's outputs on ``inputs``, in ``fusion.outputs`` order (see the module doc)."""
+    values = evaluate_all(fusion, inputs)
     return [np.array(values[out], order="C", copy=True) for out in fusion.outputs]
 
 
-def evaluate_all(
-    fusion: Fusion, inputs: Sequence[Array], jitter: Jitter | None = None
-) -> dict[TensorView, Array]:
+def evaluate_all(fusion: Fusion, inputs: Sequence[Array]) -> dict[TensorView, Array]:
     """Every tensor's value, keyed by TensorView: the inputs as given, then each expr's result
-    in its output dtype. Values may be read-only broadcast views; copy before writing.
-    ``jitter``: see :func:`evaluate`."""
+    in its output dtype. Values may be read-only broadcast views; copy before writing."""
     check_inputs(fusion, inputs)
-    env = _Env()
+    env = Env()
     for tv, array in zip(fusion.inputs, inputs, strict=True):
         env.values[tv] = array
     with np.errstate(all="ignore"):
         for expr in fusion.exprs():
-            dtype = expr.output.dtype
-            jittered = jitter is not None and dtype.is_floating
-            # A jittered result is moved before its rounding: a 16-bit result's rounding is
-            # where a kernel's float32 math (a matmul's accumulator) may land on the other side.
-            value = _evaluate_expr(expr, env, rounded=not jittered)
-            if jittered and jitter is not None and value.size:
-                if isinstance(expr, ReductionOp) and expr.op == ReductionOpType.PROD:
-                    value = _float32_product(expr, env, _product_order(jitter))
-                magnitude = _magnitude(expr, env) if _accumulates(expr) else None
-                scale = _error_scale(expr, env)
-                value = _jittered(np.asarray(value), dtype, jitter, magnitude, scale)
-            elif jittered:
-                value = _narrow(value, dtype)
-            env.values[expr.output] = value
+            env.values[expr.output] = evaluate_expr(expr, env)
     return env.values
-
-
-_SMALLEST_NORMAL_F32 = float(np.finfo(np.float32).tiny)
-
-
-def _float32_product(expr: ReductionOp, env: _Env, order: str) -> Array:
-    """The product taken in float32 in one ``order``: ``"forward"``, ``"reverse"`` or
-    ``"tree"`` (pairs, as threads and warps combine partial products). Where partial
-    products overflow in one place and underflow in another (inf times 0 is NaN), a float32
-    kernel's answer depends on its order, and the comparison must not hold it to float64's."""
-    value = np.asarray(env.tensor(expr.input), dtype=np.float32)
-    axes = expr.axes
-    rows = np.moveaxis(value, axes, tuple(range(-len(axes), 0)))
-    rows = rows.reshape(*rows.shape[: rows.ndim - len(axes)], -1)
-    product = _ordered_product(rows, order)
-    # Where the factors above 1 overflow float32 together, or those below 1 underflow, some
-    # order of a kernel's partial products does (inf, 0, or inf * 0): such an element is one
-    # float32 cannot determine. The runs mark it with each extreme, so that an op after it
-    # (a comparison to 0 of a bool output: GPU fuzzer, seed 433) shows it undetermined too:
-    # +-inf in the forward run, +-0 in the reverse one, NaN in the tree one. (evaluate_all
-    # runs this with float warnings off.)
-    logs = np.log2(np.abs(rows.astype(np.float64)))
-    large = np.sum(np.where(logs > 0, logs, 0.0), axis=-1)
-    small = np.sum(np.where((logs < 0) & np.isfinite(logs), logs, 0.0), axis=-1)
-    sign = np.prod(np.sign(rows.astype(np.float64)), axis=-1)
-    extreme = {"forward": sign * np.inf, "reverse": sign * 0.0}.get(order, np.nan)
-    return np.where((large > 128) | (small < -126), extreme, product)
-
-
-def _ordered_product(rows: Array, order: str) -> Array:
-    with np.errstate(all="ignore"):
-        if order == "tree":
-            while rows.shape[-1] > 1:
-                if rows.shape[-1] % 2:
-                    rows = np.concatenate([rows, np.ones_like(rows[..., :1])], axis=-1)
-                rows = rows[..., 0::2] * rows[..., 1::2]
-            return np.asarray(
-                rows[..., 0] if rows.shape[-1] else np.ones(rows.shape[:-1]), dtype=np.float64
-            )
-        if order == "reverse":
-            rows = rows[..., ::-1]
-        return np.asarray(np.multiply.reduce(rows, axis=-1, dtype=np.float32), dtype=np.float64)
-
-
-def _product_order(jitter: Jitter) -> str:
-    if not isinstance(jitter, float):
-        return "tree"
-    return "forward" if jitter >= 0 else "reverse"
-
-
-def _accumulates(expr: Expr) -> bool:
-    """A sum of terms (a sum reduction or a matmul), which a kernel adds in its own order, or
-    an addition or subtraction, whose operands carry their own float32 errors: its error
-    scales with them, not with a result they cancelled to (``x - logsumexp(x)`` near 0 as
-    a divisor: CPU fuzzer, seed 419)."""
-    if isinstance(expr, ReductionOp):
-        return expr.op == ReductionOpType.SUM
-    if isinstance(expr, BinaryOp):
-        return expr.op in (BinaryOpType.ADD, BinaryOpType.SUB)
-    return isinstance(expr, MatmulOp | LinearOp | MmaOp)
-
-
-def _magnitude(expr: Expr, env: _Env) -> Array:
-    """``expr`` evaluated on the magnitudes of its tensor inputs (the sum of the magnitudes of
-    its terms, with a bias's), times how the error of a float32 sum grows with its number of
-    terms ``K``: ``sqrt(K)`` for a sum (rounded additions in a tree or in a row), ``K`` for a
-    matmul, which may run on tensor cores, whose additions truncate (the error of each has
-    one sign; Fasi et al., "Numerical behavior of NVIDIA tensor cores", 2021)."""
-    if isinstance(expr, BinaryOp):
-        common = expr.output.dtype
-        lhs, rhs = (np.abs(env.operand(val, common)) for val in expr.inputs)
-        return np.asarray(lhs + rhs, dtype=np.float64)
-    magnitudes = _Env()
-    for tv in expr.tensor_inputs:
-        magnitudes.values[tv] = np.abs(env.values[tv])
-    if isinstance(expr, ReductionOp):
-        growth = math.sqrt(max(1, expr.input.numel // max(1, expr.output.numel)))
-    else:
-        growth = float(
-            max(1, expr.tensor_inputs[0].shape[-1] if expr.tensor_inputs[0].shape else 1)
-        )
-    return _evaluate_expr(expr, magnitudes, rounded=False).astype(np.float64) * growth
-
-
-# The relative error of the kernels' pow per unit of |y log2 |x||, in JITTERs (emit_math: about
-# 1.7e-7 |y log2 |x||, the rounding of y log2 |x| passed through ex2).
-_POW_ERROR = 1.7e-7 / JITTER
-
-
-def _error_scale(expr: Expr, env: _Env) -> Array | float:
-    """How many JITTERs of relative error the kernels' form of ``expr`` may add: 1; for a
-    product of K factors ``sqrt(K)`` (each multiply rounds); for a float pow
-    ``1 + _POW_ERROR |y log2 |x||`` (a large exponent of a large or tiny base)."""
-    if isinstance(expr, ReductionOp) and expr.op == ReductionOpType.PROD:
-        return math.sqrt(max(1, expr.input.numel // max(1, expr.output.numel)))
-    if not (isinstance(expr, BinaryOp) and expr.op == BinaryOpType.POW):
-        return 1.0
-    common = _common_dtype(expr.inputs)
-    if not common.is_floating:
-        return 1.0
-    base, exponent = (env.operand(v, common) for v in expr.inputs)
-    with np.errstate(all="ignore"):
-        scale = 1.0 + _POW_ERROR * np.abs(exponent * np.log2(np.abs(base)))
-    finite: Array = np.nan_to_num(np.broadcast_to(scale, expr.output.shape), nan=1.0, posinf=1.0)
-    return finite
-
-
-def _jittered(
-    value: Array, dtype: DType, jitter: Jitter, magnitude: Array | None, scale: Array | float
-) -> Array:
-    if isinstance(jitter, float):
-        noise: Array | float = JITTER * jitter
-    else:
-        noise = jitter.uniform(-JITTER, JITTER, np.shape(value))
-    wide = _widen(value, dtype) * (1.0 + noise * scale)
-    if magnitude is not None:
-        wide = wide + noise * magnitude
-    if not isinstance(jitter, float):
-        # The random run flushes float32 denormals, as the GPU's approximate functions do; the
-        # runs that move every result one way keep them, as its plain arithmetic does.
-        wide = np.where(np.abs(wide) < _SMALLEST_NORMAL_F32, np.copysign(0.0, wide), wide)
-    return _narrow(wide, dtype)
 
 
 def check_inputs(fusion: Fusion, inputs: Sequence[Array]) -> None:
@@ -294,7 +136,7 @@ def _dtype_hint(dtype: DType) -> str:
 # ---- dtype conversions ------------------------------------------------------------------------
 
 
-def _widen(value: Array, dtype: DType) -> Array:
+def widen(value: Array, dtype: DType) -> Array:
     """``value`` (of ``dtype``) in its math type: float64, int64 or bool."""
     if dtype.is_floating:
         return value.astype(np.float64, copy=False)
@@ -303,7 +145,7 @@ def _widen(value: Array, dtype: DType) -> Array:
     return value.astype(np.bool_, copy=False)
 
 
-def _narrow(value: Array | np.generic | float, dtype: DType) -> Array:
+def narrow(value: Array | np.generic | float, dtype: DType) -> Array:
     """A math-type ``value`` cast to ``dtype`` with torch's rules."""
     array = np.asarray(value)
     target = dtype.numpy()
@@ -332,7 +174,7 @@ def _math_dtype(dtype: DType) -> DType:
     return float32 if dtype.is_floating and dtype.itemsize < 4 else dtype
 
 
-def _common_dtype(vals: Sequence[Val]) -> DType:
+def common_dtype(vals: Sequence[Val]) -> DType:
     """torch's result type of an op's operands: tensors promote; a scalar only raises the
     category (and then brings its own dtype)."""
     tensors = [val.dtype for val in vals if isinstance(val, TensorView)]
@@ -347,7 +189,7 @@ def _common_dtype(vals: Sequence[Val]) -> DType:
     return common
 
 
-class _Env:
+class Env:
     """Tensor values (in their own dtypes) and reading them in math types."""
 
     def __init__(self) -> None:
@@ -360,19 +202,19 @@ class _Env:
                 f"T{tv.name} is read but is neither a fusion input nor produced by an expr "
                 "that the outputs depend on"
             )
-        return _widen(self.values[tv], tv.dtype)
+        return widen(self.values[tv], tv.dtype)
 
     def operand(self, val: Val, common: DType) -> Array:
         """``val`` as an operand of an op whose common dtype is ``common``, in math type."""
         if isinstance(val, TensorView):
             value = self.tensor(val)
             if val.dtype != common:
-                value = _widen(_narrow(value, common), common)
+                value = widen(narrow(value, common), common)
             return value
         if isinstance(val, Scalar):
-            own = _narrow(val.value, val.dtype)
+            own = narrow(val.value, val.dtype)
             math_dtype = _math_dtype(common)
-            return _widen(_narrow(_widen(own, val.dtype), math_dtype), math_dtype)
+            return widen(narrow(widen(own, val.dtype), math_dtype), math_dtype)
         raise FusionError(f"cannot read operand of type {type(val).__name__}")
 
 
@@ -413,7 +255,7 @@ _INTEGRAL_UNARY = frozenset(
 )
 
 
-def _eval_unary(expr: UnaryOp, env: _Env) -> Array:
+def _eval_unary(expr: UnaryOp, env: Env) -> Array:
     (inp,) = expr.tensor_inputs
     value = env.tensor(inp)
     if expr.op not in _INTEGRAL_UNARY:
@@ -452,13 +294,13 @@ _BINARY: dict[BinaryOpType, Callable[[Array, Array], Array]] = {
 _LOGICAL = frozenset({BinaryOpType.LOGICAL_AND, BinaryOpType.LOGICAL_OR})
 
 
-def _eval_binary(expr: BinaryOp, env: _Env) -> Array:
+def _eval_binary(expr: BinaryOp, env: Env) -> Array:
     lhs_val, rhs_val = expr.inputs
     if expr.op in _LOGICAL:
         lhs = env.operand(lhs_val, bool_)
         rhs = env.operand(rhs_val, bool_)
         return np.asarray(_BINARY[expr.op](lhs, rhs))
-    common = _common_dtype(expr.inputs)
+    common = common_dtype(expr.inputs)
     lhs = env.operand(lhs_val, common)
     rhs = env.operand(rhs_val, common)
     if expr.op == BinaryOpType.DIV:
@@ -472,10 +314,10 @@ def _eval_binary(expr: BinaryOp, env: _Env) -> Array:
     return np.asarray(_BINARY[expr.op](lhs, rhs))
 
 
-def _eval_where(expr: TernaryOp, env: _Env) -> Array:
+def _eval_where(expr: TernaryOp, env: Env) -> Array:
     condition_val, if_true_val, if_false_val = expr.inputs
     condition = env.operand(condition_val, bool_)
-    common = _common_dtype([if_true_val, if_false_val])
+    common = common_dtype([if_true_val, if_false_val])
     if_true = env.operand(if_true_val, common)
     if_false = env.operand(if_false_val, common)
     return np.where(condition, if_true, if_false)
@@ -484,23 +326,23 @@ def _eval_where(expr: TernaryOp, env: _Env) -> Array:
 # ---- data movement -----------------------------------------------------------------------------
 
 
-def _eval_iota(expr: IotaOp, env: _Env) -> Array:
+def _eval_iota(expr: IotaOp, env: Env) -> Array:
     shape = expr.output.shape
     along = [1] * len(shape)
     along[expr.dim] = shape[expr.dim]
     return np.broadcast_to(np.arange(shape[expr.dim], dtype=np.int64).reshape(along), shape)
 
 
-def _eval_full(expr: FullOp, env: _Env) -> Array:
+def _eval_full(expr: FullOp, env: Env) -> Array:
     return np.full(expr.output.shape, env.operand(expr.value, expr.output.dtype))
 
 
-def _eval_set(expr: LoadStoreOp | CastOp, env: _Env) -> Array:
+def _eval_set(expr: LoadStoreOp | CastOp, env: Env) -> Array:
     (inp,) = expr.tensor_inputs
     return env.tensor(inp)
 
 
-def _eval_broadcast(expr: BroadcastOp, env: _Env) -> Array:
+def _eval_broadcast(expr: BroadcastOp, env: Env) -> Array:
     (inp,) = expr.tensor_inputs
     value = env.tensor(inp)
     kept = iter(value.shape)
@@ -509,12 +351,12 @@ def _eval_broadcast(expr: BroadcastOp, env: _Env) -> Array:
     return np.broadcast_to(value.reshape(shape), expr.output.shape)
 
 
-def _eval_expand(expr: ExpandOp, env: _Env) -> Array:
+def _eval_expand(expr: ExpandOp, env: Env) -> Array:
     (inp,) = expr.tensor_inputs
     return np.broadcast_to(env.tensor(inp), expr.output.shape)
 
 
-def _eval_squeeze(expr: SqueezeOp, env: _Env) -> Array:
+def _eval_squeeze(expr: SqueezeOp, env: Env) -> Array:
     (inp,) = expr.tensor_inputs
     value = env.tensor(inp)
     dims = {dim % value.ndim for dim in expr.dims}
@@ -523,7 +365,7 @@ def _eval_squeeze(expr: SqueezeOp, env: _Env) -> Array:
     return value[index]
 
 
-def _eval_slice(expr: SliceOp, env: _Env) -> Array:
+def _eval_slice(expr: SliceOp, env: Env) -> Array:
     value = env.tensor(expr.tensor_inputs[0])
     window = tuple(
         slice(start, start + step * axis.logical_extent, step)
@@ -532,17 +374,17 @@ def _eval_slice(expr: SliceOp, env: _Env) -> Array:
     return np.asarray(value[window])
 
 
-def _eval_cat(expr: CatOp, env: _Env) -> Array:
-    pieces = [_narrow(np.asarray(env.tensor(tv)), expr.output.dtype) for tv in expr.tensor_inputs]
+def _eval_cat(expr: CatOp, env: Env) -> Array:
+    pieces = [narrow(np.asarray(env.tensor(tv)), expr.output.dtype) for tv in expr.tensor_inputs]
     return np.concatenate(pieces, axis=expr.dim)
 
 
-def _eval_permute(expr: PermuteOp, env: _Env) -> Array:
+def _eval_permute(expr: PermuteOp, env: Env) -> Array:
     (inp,) = expr.tensor_inputs
     return np.transpose(env.tensor(inp), expr.perm)
 
 
-def _eval_reshape(expr: ReshapeOp, env: _Env) -> Array:
+def _eval_reshape(expr: ReshapeOp, env: Env) -> Array:
     (inp,) = expr.tensor_inputs
     return np.reshape(env.tensor(inp), expr.output.shape)
 
@@ -550,7 +392,7 @@ def _eval_reshape(expr: ReshapeOp, env: _Env) -> Array:
 # ---- reductions and matmuls --------------------------------------------------------------------
 
 
-def _eval_reduction(expr: ReductionOp, env: _Env) -> Array:
+def _eval_reduction(expr: ReductionOp, env: Env) -> Array:
     value = env.tensor(expr.input)
     axes = expr.axes
     if expr.op == ReductionOpType.SUM:
@@ -566,22 +408,22 @@ def _eval_reduction(expr: ReductionOp, env: _Env) -> Array:
     return np.asarray(np.min(value, axis=axes))
 
 
-def _matmul_operands(expr: Expr, env: _Env) -> list[Array]:
+def _matmul_operands(expr: Expr, env: Env) -> list[Array]:
     """The tensor operands in one math type (bools as int64: a matmul of bools counts)."""
     tensors = expr.tensor_inputs
-    common = _common_dtype(tensors)
+    common = common_dtype(tensors)
     operands = [env.operand(tv, common) for tv in tensors]
     if common.is_bool:
         operands = [operand.astype(np.int64) for operand in operands]
     return operands
 
 
-def _eval_matmul(expr: MatmulOp, env: _Env) -> Array:
+def _eval_matmul(expr: MatmulOp, env: Env) -> Array:
     a, b = _matmul_operands(expr, env)
     return np.asarray(np.matmul(a, b))
 
 
-def _eval_linear(expr: LinearOp, env: _Env) -> Array:
+def _eval_linear(expr: LinearOp, env: Env) -> Array:
     operands = _matmul_operands(expr, env)
     x, weight = operands[0], operands[1]
     result = np.matmul(x, np.swapaxes(weight, -1, -2) if weight.ndim >= 2 else weight)
@@ -590,7 +432,7 @@ def _eval_linear(expr: LinearOp, env: _Env) -> Array:
     return np.asarray(result)
 
 
-def _eval_mma(expr: MmaOp, env: _Env) -> Array:
+def _eval_mma(expr: MmaOp, env: Env) -> Array:
     a, b = _matmul_operands(expr, env)
     out_axes = expr.output.logical
     if a.ndim != len(out_axes) or b.ndim != len(out_axes):
@@ -619,7 +461,7 @@ def _eval_mma(expr: MmaOp, env: _Env) -> Array:
 
 # ---- dispatch ----------------------------------------------------------------------------------
 
-_RULES: dict[type[Expr], Callable[[Any, _Env], Array]] = {
+_RULES: dict[type[Expr], Callable[[Any, Env], Array]] = {
     LoadStoreOp: _eval_set,
     CastOp: _eval_set,  # the cast itself is the rounding every expr's result gets
     UnaryOp: _eval_unary,
@@ -641,7 +483,7 @@ _RULES: dict[type[Expr], Callable[[Any, _Env], Array]] = {
 }
 
 
-def _rule_for(expr: Expr) -> Callable[[Any, _Env], Array]:
+def _rule_for(expr: Expr) -> Callable[[Any, Env], Array]:
     for cls in type(expr).__mro__:
         rule = _RULES.get(cls)
         if rule is not None:
@@ -649,7 +491,7 @@ def _rule_for(expr: Expr) -> Callable[[Any, _Env], Array]:
     raise FusionError(f"the interpreter has no rule for {type(expr).__name__}", op=expr.op_name)
 
 
-def _evaluate_expr(expr: Expr, env: _Env, rounded: bool = True) -> Array:
+def evaluate_expr(expr: Expr, env: Env, rounded: bool = True) -> Array:
     """``expr``'s result, cast to its output dtype (unless not ``rounded``: then in its math
     type) and checked against its output shape."""
     rule = _rule_for(expr)
@@ -657,7 +499,7 @@ def _evaluate_expr(expr: Expr, env: _Env, rounded: bool = True) -> Array:
     try:
         result = np.asarray(rule(expr, env))
         if rounded:
-            result = _narrow(result, out.dtype)
+            result = narrow(result, out.dtype)
     except FusionError as error:
         raise FusionError(
             f"{error.bare_message}\n  in {expr_to_str(expr)}", op=expr.op_name, where=expr.source

@@ -25,7 +25,7 @@ Comparison: floats within ``rtol * |want| + atol * scale`` (``scale`` the output
 least 1; f32 1e-4, f16 1e-2, bf16 3e-2) with NaN where the reference has NaN and infinities
 equal; integers and bools exactly. Elements float32 cannot determine are left out: where the
 reference computed again with a few float32 ulps of noise on every result
-(``evaluate(..., jitter=)``) moves past that tolerance (a sqrt of a cancellation, a
+(:mod:`pyfuse.testing.noisy_reference`) moves past that tolerance (a sqrt of a cancellation, a
 comparison of near values, an integer cast of a computed float). An output fed by an op
 that can flip on a last-bit difference (a comparison or integer cast of a computed float)
 may differ in up to 1% of its elements, at least one; any output may be off by up to 0.5% in
@@ -43,7 +43,9 @@ import numpy as np
 import numpy.typing as npt
 
 import pyfuse as pf
+from pyfuse.ir.interpreter import evaluate_all
 from pyfuse.ir.records import record
+from pyfuse.testing.noisy_reference import evaluate_noisy
 from pyfuse.testing.program import Program, build_function
 from pyfuse.testing.simulator import random_inputs, run_on_simulator
 
@@ -206,13 +208,13 @@ def compare(
 def _references(
     fusion: pf.Fusion, arrays: Sequence[Array], data_seed: int
 ) -> tuple[list[Array], list[list[Array]]]:
-    """The reference outputs, and per output the same under float32-sized jitter (random,
-    then every result a little up, then down; see :func:`compare`)."""
-    from pyfuse.ir.interpreter import evaluate
-
+    """The reference outputs, and per output the same under float32-sized noise (random,
+    then every result a little up, then down; see :mod:`pyfuse.testing.noisy_reference`)."""
+    exact = evaluate_all(fusion, arrays)
     jitters = (np.random.default_rng([data_seed, 0x717]), 1.0, -1.0)
-    runs = [evaluate(fusion, arrays, jitter) for jitter in jitters]
-    return evaluate(fusion, arrays), [list(outputs) for outputs in zip(*runs, strict=True)]
+    runs = [evaluate_noisy(fusion, arrays, jitter, exact) for jitter in jitters]
+    expected = [np.array(exact[out], order="C", copy=True) for out in fusion.outputs]
+    return expected, [list(outputs) for outputs in zip(*runs, strict=True)]
 
 
 # ---- CPU ------------------------------------------------------------------------------------

@@ -10,11 +10,13 @@ import numpy as np
 import pytest
 
 import pyfuse as pf
+from pyfuse.ir.interpreter import evaluate, evaluate_all
 from pyfuse.ir.kernel_interpreter import memory_span
 from pyfuse.ir.target import HOPPER
 from pyfuse.passes import pipeline
 from pyfuse.testing import fuzz
 from pyfuse.testing.generate import generate
+from pyfuse.testing.noisy_reference import JITTER, Jitter, evaluate_noisy
 from pyfuse.testing.program import (
     Input,
     Op,
@@ -173,12 +175,14 @@ def test_compare_tolerances_nan_and_poison() -> None:
     assert result is not None and result[0] == "shape"
 
 
+def _noisy(fusion: pf.Fusion, inputs: list[np.ndarray], jitter: Jitter) -> list[np.ndarray]:
+    return evaluate_noisy(fusion, inputs, jitter, evaluate_all(fusion, inputs))
+
+
 def test_jitter_moves_a_16_bit_result_before_its_rounding() -> None:
     """An f16 linear whose exact value lies 9e-8 under an f16 rounding midpoint (4.19336 of
     4.19141 and 4.19531): a float32 accumulator may land on either side, so one of the
     jittered references must round it up and another down (GPU fuzzer, seed 269)."""
-    from pyfuse.ir.interpreter import evaluate
-
     fusion = pf.fuse(lambda x, w, b: pf.linear(x, w, b)).trace(
         pf.spec((1, 3), pf.float16), pf.spec((1, 3), pf.float16), pf.spec((1,), pf.float16)
     )
@@ -187,7 +191,7 @@ def test_jitter_moves_a_16_bit_result_before_its_rounding() -> None:
     b = np.zeros(1, np.float16)
     exact = 4.19140625 + 2.0**-9 - 2.0**-14 * 0.00140380859375
     assert 4.193359375 - 1e-7 < exact < 4.193359375
-    seen = {float(evaluate(fusion, [x, w, b], jitter)[0][0, 0]) for jitter in (1.0, -1.0)}
+    seen = {float(_noisy(fusion, [x, w, b], jitter)[0][0, 0]) for jitter in (1.0, -1.0)}
     assert seen == {4.19140625, 4.1953125}
 
 
@@ -217,19 +221,15 @@ def test_a_nan_at_a_singularity_the_noise_reaches_is_not_held_to_the_reference()
 def test_a_subtraction_is_jittered_by_its_operands_magnitudes() -> None:
     """The noise of x - y scales with |x| + |y|: a float32 kernel's error in a cancellation
     comes from its operands' roundings, not from the small result."""
-    from pyfuse.ir.interpreter import JITTER, evaluate
-
     fusion = pf.fuse(lambda x, y: x - y).trace(pf.spec((1,), pf.float32), pf.spec((1,), pf.float32))
     x, y = np.array([20.0], np.float32), np.array([20.0 - 2**-19], np.float32)
-    (moved,) = evaluate(fusion, [x, y], 1.0)
+    (moved,) = _noisy(fusion, [x, y], 1.0)
     assert abs(float(moved[0]) - 2**-19) >= 0.5 * JITTER * 40
 
 
 def test_a_product_whose_partial_products_overflow_is_undetermined() -> None:
     """GPU fuzzer, seed 383: exp2 of ints multiplied; the factors above 1 overflow float32
     together, those below 1 underflow, so a kernel's order may give inf * 0 = NaN."""
-    from pyfuse.ir.interpreter import evaluate
-
     fusion = pf.fuse(lambda x: pf.prod(x, -1)).trace(pf.spec((2, 4), pf.float32))
     x = np.array([[1e30, 1e30, 1e-30, 1e-30], [2.0, 3.0, 0.5, 0.25]], np.float32)
     (exact,) = evaluate(fusion, [x])
@@ -237,7 +237,7 @@ def test_a_product_whose_partial_products_overflow_is_undetermined() -> None:
     # Each run marks the undetermined element with another extreme (GPU fuzzer, seed 433: a
     # comparison of such a product to 0 must differ between the runs too).
     for jitter, mark in ((1.0, np.inf), (-1.0, 0.0), (np.random.default_rng(0), np.nan)):
-        (moved,) = evaluate(fusion, [x], jitter)
+        (moved,) = _noisy(fusion, [x], jitter)
         assert np.array_equal(moved[:1], [mark], equal_nan=True) and np.isclose(moved[1], 0.75)
 
 
@@ -325,3 +325,35 @@ def test_fuzz_corpus() -> None:
         first = report.failures[0]
         lines.append("\nrerun the first: " + rerun.format(seed, first.index))
         pytest.fail("\n".join(lines), pytrace=False)
+
+
+def test_a_remainder_of_a_huge_value_is_undetermined() -> None:
+    """GPU fuzzer, seed 437: exp(46) % -0.75 is 0, -0.25 or -0.5 by the last bit of exp; three
+    samples of the noise landed on the reference's value, so every run must mark it."""
+    fusion = pf.fuse(lambda x: x.exp() % -0.75).trace(pf.spec((2,), pf.int16))
+    x = np.array([46, 1], np.int16)
+    (want,) = evaluate(fusion, [x])
+    for jitter, mark in ((1.0, np.inf), (-1.0, -np.inf), (np.random.default_rng(0), np.nan)):
+        (moved,) = _noisy(fusion, [x], jitter)
+        assert np.array_equal(moved[:1], [mark], equal_nan=True)
+        assert abs(float(moved[1]) - float(want[1])) < 1e-5
+
+
+def test_rounded_values_stay_integral_and_a_tie_they_decide_is_undetermined() -> None:
+    """GPU fuzzer, seed 437: floor(e) // round(e) with e = 4 exp(14) = 4810417.1 in float32
+    (spacing 0.5); a kernel's exp one ulp high makes e 4810417.5, round 4810418 and the
+    quotient 0. Rounding ops take no noise of their own, and one whose input's noise reaches a
+    half is marked."""
+    fusion = pf.fuse(lambda x: pf.floor(x.exp() * 4) // pf.round(x.exp() * 4)).trace(
+        pf.spec((2,), pf.uint8)
+    )
+    x = np.array([14, 3], np.uint8)
+    (want,) = evaluate(fusion, [x])
+    assert np.array_equal(want, [1.0, 1.0])
+    for jitter in (1.0, -1.0, np.random.default_rng(0)):
+        (moved,) = _noisy(fusion, [x], jitter)
+        assert not np.isclose(moved[0], 1.0, equal_nan=False)
+        assert moved[1] == 1.0
+    assert (
+        compare(np.array([0.0, 1.0], np.float32), want, jittered=_noisy(fusion, [x], 1.0)) is None
+    )

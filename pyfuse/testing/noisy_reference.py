@@ -1,0 +1,305 @@
+"""The fuzzer's noisy references: a fusion evaluated with float32-sized noise on every rounded
+result, to find the outputs float32 cannot determine.
+
+Expects: what :func:`pyfuse.ir.interpreter.evaluate` expects, and that interpreter's exact
+values of the same inputs (:func:`~pyfuse.ir.interpreter.evaluate_all`).
+
+Guarantees, for :func:`evaluate_noisy`:
+
+- Every float result a kernel rounds on its own way (arithmetic, transcendentals, sums,
+  matmuls) is first scaled by ``1 + JITTER * u`` before its rounding: ``u`` uniform in
+  [-1, 1] from a Generator, or the given float for every element. A pow moves by as much
+  more as its documented error grows with ``|y log2 |x||``; a sum, difference or matmul also
+  by ``JITTER * u`` times the sum of its terms' magnitudes (a kernel adds in another order:
+  its error scales with the terms, not with a result they cancelled to). With a Generator,
+  float32 denormals flush to zero, as the GPU's approximate functions flush them.
+- Ops a kernel computes exactly (moves, casts, where, neg/abs/relu, max/min, floor/ceil/
+  round/trunc, floor_divide) take no noise of their own: their results stay what the op
+  gives, so a rounded value stays integral.
+- An op that jumps (floor, ceil, round, trunc; floor_divide, remainder, fmod by their
+  quotient) whose operand's noise, as this run moved it from the exact value and as far
+  again the other way, reaches a jump is *undetermined*: it is marked +inf in the run with
+  ``jitter=1.0``, -inf with ``-1.0`` and NaN with a Generator, so every op after it differs
+  between the runs too (GPU fuzzer, seed 437: remainders of e**46 by 0.75, and ``x // y``
+  with ``x = floor(e)``, ``y = round(e)`` where a kernel's ``e`` lay one ulp over a half).
+  A product whose partial products overflow and underflow float32 together is marked the
+  same way (``sign * inf``, ``sign * 0``, NaN).
+
+Where the runs move an output past a comparison's tolerance, it is ill-conditioned in float32
+(a sqrt of a cancellation, a comparison of two near values, a value that underflowed), and
+:func:`pyfuse.testing.run.compare` does not hold a kernel to it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from pyfuse.ir.dtypes import DType
+from pyfuse.ir.exprs import (
+    BinaryOp,
+    BinaryOpType,
+    BroadcastOp,
+    CastOp,
+    CatOp,
+    ExpandOp,
+    Expr,
+    FullOp,
+    IotaOp,
+    LinearOp,
+    LoadStoreOp,
+    MatmulOp,
+    MmaOp,
+    PermuteOp,
+    ReductionOp,
+    ReductionOpType,
+    ReshapeOp,
+    SliceOp,
+    SqueezeOp,
+    TernaryOp,
+    UnaryOp,
+    UnaryOpType,
+)
+from pyfuse.ir.fusion import Fusion
+from pyfuse.ir.interpreter import (
+    Env,
+    check_inputs,
+    common_dtype,
+    evaluate_expr,
+    narrow,
+    widen,
+)
+from pyfuse.ir.tensor import TensorView
+
+Array = npt.NDArray[Any]
+
+# The relative size of the noise: a few float32 ulps, what a float32 kernel's own rounding and
+# summation order add to each result.
+JITTER = 2.0**-21
+
+Jitter = np.random.Generator | float
+
+_SMALLEST_NORMAL_F32 = float(np.finfo(np.float32).tiny)
+
+# Exprs whose result a kernel computes exactly from its operands.
+_EXACT_EXPRS = (
+    BroadcastOp, CastOp, CatOp, ExpandOp, FullOp, IotaOp, LoadStoreOp, PermuteOp, ReshapeOp,
+    SliceOp, SqueezeOp, TernaryOp,
+)  # fmt: skip
+_ROUNDING = {
+    UnaryOpType.FLOOR: np.floor, UnaryOpType.CEIL: np.ceil, UnaryOpType.ROUND: np.rint,
+    UnaryOpType.TRUNC: np.trunc,
+}  # fmt: skip
+_EXACT_UNARY = frozenset({UnaryOpType.NEG, UnaryOpType.ABS, UnaryOpType.RELU, *_ROUNDING})
+_EXACT_BINARY = frozenset({BinaryOpType.MAXIMUM, BinaryOpType.MINIMUM, BinaryOpType.FLOOR_DIVIDE})
+# The integral part each division-like op takes of its quotient (where it jumps).
+_QUOTIENT_PART = {
+    BinaryOpType.FLOOR_DIVIDE: np.floor, BinaryOpType.REMAINDER: np.floor,
+    BinaryOpType.FMOD: np.trunc,
+}  # fmt: skip
+
+
+def evaluate_noisy(
+    fusion: Fusion, inputs: Sequence[Array], jitter: Jitter, exact: dict[TensorView, Array]
+) -> list[Array]:
+    """The fusion's outputs under ``jitter`` (see the module doc); ``exact`` is
+    :func:`~pyfuse.ir.interpreter.evaluate_all` of the same inputs."""
+    check_inputs(fusion, inputs)
+    env = Env()
+    for tv, array in zip(fusion.inputs, inputs, strict=True):
+        env.values[tv] = array
+    exact_env = Env()
+    exact_env.values = exact
+    with np.errstate(all="ignore"):
+        for expr in fusion.exprs():
+            env.values[expr.output] = _noisy_result(expr, env, exact_env, jitter)
+    return [np.array(env.values[out], order="C", copy=True) for out in fusion.outputs]
+
+
+def _noisy_result(expr: Expr, env: Env, exact: Env, jitter: Jitter) -> Array:
+    dtype = expr.output.dtype
+    if not dtype.is_floating or _is_exact(expr):
+        value = evaluate_expr(expr, env)
+    else:
+        # Moved before its rounding: a 16-bit result's rounding is where a kernel's float32
+        # math (a matmul's accumulator) may land on the other side.
+        value = np.asarray(evaluate_expr(expr, env, rounded=False))
+        if value.size:
+            if isinstance(expr, ReductionOp) and expr.op == ReductionOpType.PROD:
+                value = _float32_product(expr, env, _product_order(jitter))
+            magnitude = _magnitude(expr, env) if _accumulates(expr) else None
+            value = _jittered(value, dtype, jitter, magnitude, _error_scale(expr, env))
+        else:
+            value = narrow(value, dtype)
+    if dtype.is_floating and value.size:
+        undetermined = _undetermined_jump(expr, env, exact)
+        if undetermined is not None and undetermined.any():
+            value = np.where(undetermined, _mark(jitter), value).astype(value.dtype)
+    return np.asarray(value)
+
+
+def _is_exact(expr: Expr) -> bool:
+    if isinstance(expr, _EXACT_EXPRS):
+        return True
+    if isinstance(expr, UnaryOp):
+        return expr.op in _EXACT_UNARY
+    if isinstance(expr, BinaryOp):
+        return expr.op in _EXACT_BINARY
+    return isinstance(expr, ReductionOp) and expr.op in (ReductionOpType.MAX, ReductionOpType.MIN)
+
+
+def _mark(jitter: Jitter) -> float:
+    if not isinstance(jitter, float):
+        return math.nan
+    return math.inf if jitter >= 0 else -math.inf
+
+
+def _reaches_jump(part: Any, noisy: Array, exact: Array) -> Array:
+    """Where ``part`` (floor, rint, ...) differs across the values from ``exact`` to ``noisy``
+    widened by their distance on both sides."""
+    distance = np.abs(noisy - exact)
+    low = np.minimum(noisy, exact) - distance
+    high = np.maximum(noisy, exact) + distance
+    finite = np.isfinite(low) & np.isfinite(high)
+    return np.asarray(finite & (part(low) != part(high)))
+
+
+def _undetermined_jump(expr: Expr, env: Env, exact: Env) -> Array | None:
+    if isinstance(expr, UnaryOp) and expr.op in _ROUNDING:
+        (inp,) = expr.tensor_inputs
+        if not inp.dtype.is_floating:
+            return None
+        noisy, true = env.tensor(inp), exact.tensor(inp)
+        return np.broadcast_to(_reaches_jump(_ROUNDING[expr.op], noisy, true), expr.output.shape)
+    if isinstance(expr, BinaryOp) and expr.op in _QUOTIENT_PART:
+        common = common_dtype(expr.inputs)
+        if not common.is_floating:
+            return None
+        x, y = (env.operand(val, common) for val in expr.inputs)
+        x0, y0 = (exact.operand(val, common) for val in expr.inputs)
+        jumps = _reaches_jump(_QUOTIENT_PART[expr.op], x / y, x0 / y0)
+        return np.broadcast_to(jumps, expr.output.shape)
+    return None
+
+
+def _float32_product(expr: ReductionOp, env: Env, order: str) -> Array:
+    """The product taken in float32 in one ``order``: ``"forward"``, ``"reverse"`` or
+    ``"tree"`` (pairs, as threads and warps combine partial products). Where partial
+    products overflow in one place and underflow in another (inf times 0 is NaN), a float32
+    kernel's answer depends on its order, and the comparison must not hold it to float64's."""
+    value = np.asarray(env.tensor(expr.input), dtype=np.float32)
+    axes = expr.axes
+    rows = np.moveaxis(value, axes, tuple(range(-len(axes), 0)))
+    rows = rows.reshape(*rows.shape[: rows.ndim - len(axes)], -1)
+    product = _ordered_product(rows, order)
+    # Where the factors above 1 overflow float32 together, or those below 1 underflow, some
+    # order of a kernel's partial products does (inf, 0, or inf * 0): such an element is one
+    # float32 cannot determine. The runs mark it with each extreme, so that an op after it
+    # (a comparison to 0 of a bool output: GPU fuzzer, seed 433) shows it undetermined too:
+    # +-inf in the forward run, +-0 in the reverse one, NaN in the tree one. (evaluate_noisy
+    # runs this with float warnings off.)
+    logs = np.log2(np.abs(rows.astype(np.float64)))
+    large = np.sum(np.where(logs > 0, logs, 0.0), axis=-1)
+    small = np.sum(np.where((logs < 0) & np.isfinite(logs), logs, 0.0), axis=-1)
+    sign = np.prod(np.sign(rows.astype(np.float64)), axis=-1)
+    extreme = {"forward": sign * np.inf, "reverse": sign * 0.0}.get(order, np.nan)
+    return np.where((large > 128) | (small < -126), extreme, product)
+
+
+def _ordered_product(rows: Array, order: str) -> Array:
+    with np.errstate(all="ignore"):
+        if order == "tree":
+            while rows.shape[-1] > 1:
+                if rows.shape[-1] % 2:
+                    rows = np.concatenate([rows, np.ones_like(rows[..., :1])], axis=-1)
+                rows = rows[..., 0::2] * rows[..., 1::2]
+            return np.asarray(
+                rows[..., 0] if rows.shape[-1] else np.ones(rows.shape[:-1]), dtype=np.float64
+            )
+        if order == "reverse":
+            rows = rows[..., ::-1]
+        return np.asarray(np.multiply.reduce(rows, axis=-1, dtype=np.float32), dtype=np.float64)
+
+
+def _product_order(jitter: Jitter) -> str:
+    if not isinstance(jitter, float):
+        return "tree"
+    return "forward" if jitter >= 0 else "reverse"
+
+
+def _accumulates(expr: Expr) -> bool:
+    """A sum of terms (a sum reduction or a matmul), which a kernel adds in its own order, or
+    an addition or subtraction, whose operands carry their own float32 errors: its error
+    scales with them, not with a result they cancelled to (``x - logsumexp(x)`` near 0 as
+    a divisor: CPU fuzzer, seed 419)."""
+    if isinstance(expr, ReductionOp):
+        return expr.op == ReductionOpType.SUM
+    if isinstance(expr, BinaryOp):
+        return expr.op in (BinaryOpType.ADD, BinaryOpType.SUB)
+    return isinstance(expr, MatmulOp | LinearOp | MmaOp)
+
+
+def _magnitude(expr: Expr, env: Env) -> Array:
+    """``expr`` evaluated on the magnitudes of its tensor inputs (the sum of the magnitudes of
+    its terms, with a bias's), times how the error of a float32 sum grows with its number of
+    terms ``K``: ``sqrt(K)`` for a sum (rounded additions in a tree or in a row), ``K`` for a
+    matmul, which may run on tensor cores, whose additions truncate (the error of each has
+    one sign; Fasi et al., "Numerical behavior of NVIDIA tensor cores", 2021)."""
+    if isinstance(expr, BinaryOp):
+        common = expr.output.dtype
+        lhs, rhs = (np.abs(env.operand(val, common)) for val in expr.inputs)
+        return np.asarray(lhs + rhs, dtype=np.float64)
+    magnitudes = Env()
+    for tv in expr.tensor_inputs:
+        magnitudes.values[tv] = np.abs(env.values[tv])
+    if isinstance(expr, ReductionOp):
+        growth = math.sqrt(max(1, expr.input.numel // max(1, expr.output.numel)))
+    else:
+        growth = float(
+            max(1, expr.tensor_inputs[0].shape[-1] if expr.tensor_inputs[0].shape else 1)
+        )
+    return evaluate_expr(expr, magnitudes, rounded=False).astype(np.float64) * growth
+
+
+# The relative error of the kernels' pow per unit of |y log2 |x||, in JITTERs (emit_math: about
+# 1.7e-7 |y log2 |x||, the rounding of y log2 |x| passed through ex2).
+_POW_ERROR = 1.7e-7 / JITTER
+
+
+def _error_scale(expr: Expr, env: Env) -> Array | float:
+    """How many JITTERs of relative error the kernels' form of ``expr`` may add: 1; for a
+    product of K factors ``sqrt(K)`` (each multiply rounds); for a float pow
+    ``1 + _POW_ERROR |y log2 |x||`` (a large exponent of a large or tiny base)."""
+    if isinstance(expr, ReductionOp) and expr.op == ReductionOpType.PROD:
+        return math.sqrt(max(1, expr.input.numel // max(1, expr.output.numel)))
+    if not (isinstance(expr, BinaryOp) and expr.op == BinaryOpType.POW):
+        return 1.0
+    common = common_dtype(expr.inputs)
+    if not common.is_floating:
+        return 1.0
+    base, exponent = (env.operand(v, common) for v in expr.inputs)
+    with np.errstate(all="ignore"):
+        scale = 1.0 + _POW_ERROR * np.abs(exponent * np.log2(np.abs(base)))
+    finite: Array = np.nan_to_num(np.broadcast_to(scale, expr.output.shape), nan=1.0, posinf=1.0)
+    return finite
+
+
+def _jittered(
+    value: Array, dtype: DType, jitter: Jitter, magnitude: Array | None, scale: Array | float
+) -> Array:
+    if isinstance(jitter, float):
+        noise: Array | float = JITTER * jitter
+    else:
+        noise = jitter.uniform(-JITTER, JITTER, np.shape(value))
+    wide = widen(value, dtype) * (1.0 + noise * scale)
+    if magnitude is not None:
+        wide = wide + noise * magnitude
+    if not isinstance(jitter, float):
+        # The random run flushes float32 denormals, as the GPU's approximate functions do; the
+        # runs that move every result one way keep them, as its plain arithmetic does.
+        wide = np.where(np.abs(wide) < _SMALLEST_NORMAL_F32, np.copysign(0.0, wide), wide)
+    return narrow(wide, dtype)
