@@ -420,6 +420,16 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
         [S((32, 1, 21, 24), pf.bool)],
     ),
     # (-inf) ** 3.25 is +inf, as C's pow (GPU fuzzer, 389: a bf16 logsumexp over no elements)
+    # sin of a product of int8 rows (about 1e10): sin.approx gave 0 (GPU fuzzer, seed 443)
+    "sine_of_huge_arguments": (
+        lambda i, x: (pf.sin(pf.prod(i, 0)), pf.cos(x * 1e30), pf.sin(x * 3e7)),
+        [S((5, 5), pf.int8), S((7, 33), f32)],
+    ),
+    # an int64 cast to f32 rounds once (the interpreter rounded through f64: CPU fuzzer, 441)
+    "int64_to_float_rounds_once": (
+        lambda i: pf.sin(~pf.prod(i, 0, keepdim=True)),
+        [S((30, 58), pf.int16)],
+    ),
     "power_of_an_empty_logsumexp": (
         lambda x: (pf.logsumexp(x, (1,)) ** 3.25, pf.logsumexp(x, (1,)) ** -3.0),
         [S((1, 0), bf16)],

@@ -33,10 +33,11 @@ Accuracy (float32 results against float64 math; "ulp" of f32):
   and ``(-1)**inf`` follow C's pow (signed zeros and infinities included).
 - sin/cos: ``x = k pi/2 + r`` with ``k = rint(x 2/pi)`` and ``r`` from three fmas by the
   parts of pi/2 (exact enough while ``k`` is small), then ``r + r**3 P(r**2)`` or
-  ``1 - r**2/2 + r**4 Q(r**2)`` by the quadrant: about 1e-7 absolute for
-  ``|x| < 2**22`` (``SIN_REDUCTION_MAX``; 1e-4 at 1e7, and f32 inputs there are already
-  0.5 apart). Past that, ``sin.approx``/``cos.approx``: bounded, not accurate (the PTX ISA
-  bounds their error only on [-100pi, 100pi]; rotary embeddings reach far beyond).
+  ``1 - r**2/2 + r**4 Q(r**2)`` by the quadrant: about 1e-7 absolute. Past ``|x| = 2**22``
+  (``SIN_REDUCTION_MAX``) a branch takes ``x 2/pi mod 4`` exactly in f64 from the bits of
+  2/pi (Payne-Hanek), as accurate up to 3.4e38: sin(1e10) is the sine of that f32, as in
+  torch (``sin.approx`` is bounded only on [-100pi, 100pi]; it gave 0 for sin(3e10): GPU
+  fuzzer, seed 443).
 - rsqrt: ``rsqrt.approx`` (2**-22.9 relative); sqrt, reciprocal and div are IEEE (``.rn``).
 
 Float64 keeps IEEE arithmetic, sqrt, reciprocal, rsqrt (as 1/sqrt) and constant exponents;
@@ -48,7 +49,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Callable
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -293,13 +294,19 @@ class FloatOps(Protocol, Generic[V, P]):
     def ex2(self, a: V) -> V: ...  # ex2.approx.ftz: 2 ulp
     def lg2(self, a: V) -> V: ...  # lg2.approx: 2**-22 abs in (0.5, 2), else relative
     def rint(self, a: V) -> V: ...  # cvt.rni.f32.f32
-    def sin_approx(self, a: V) -> V: ...  # sin.approx.f32
-    def cos_approx(self, a: V) -> V: ...  # cos.approx.f32
+    def floor(self, a: V) -> V: ...  # cvt.rmi.f32.f32
     def less(self, a: V, b: V) -> P: ...
     def equal(self, a: V, b: V) -> P: ...
     def both(self, p: P, q: P) -> P: ...
     def negate(self, p: P) -> P: ...
     def select(self, p: P, a: V, b: V) -> V: ...
+    # compute() where p holds, otherwise elsewhere (a branch around a rare, long path)
+    def when(
+        self, p: P, compute: Callable[[], tuple[V, ...]], otherwise: tuple[V, ...]
+    ) -> tuple[V, ...]: ...
+    def widened(self) -> FloatOps[Any, P]: ...  # the same ops on f64
+    def widen(self, a: V) -> Any: ...  # cvt.f64.f32 (exact)
+    def narrow(self, a: Any) -> V: ...  # cvt.rn.f32.f64
 
 
 LOG2E = 1.4426950408889634
@@ -339,6 +346,14 @@ SIN_POLY = (-0.16666666480585665, 0.008333315803579036, -0.00019836076314076138,
 COS_POLY = (0.04166666631113884, -0.0013888864648980612, 2.4795826677882814e-05,
             -2.698060367362781e-07)  # fmt: skip
 SIN_REDUCTION_MAX = 2.0**22
+# Past SIN_REDUCTION_MAX, x * 2/pi mod 4 from 2/pi in chunks of 24 bits (bit 24i + 1 on, so
+# that x * chunk is exact in f64 for an f32 x): a chunk's product is a multiple of 4 once its
+# last bit is, and the chunks past the ninth stay below 2**-62 for every f32 x.
+TWO_OVER_PI_CHUNKS = tuple(float.fromhex(h) for h in (
+    "0x1.45f306p-1", "0x1.b93910p-26", "0x1.529fc0p-52", "0x1.3abe88p-75", "0x1.ea69bap-97",
+    "0x1.81b6c4p-121", "0x1.2b3278p-145", "0x1.0e4104p-170", "0x1.fca2c6p-193",
+))  # fmt: skip
+PIO2_F64 = math.pi / 2
 # log(x) = 2 atanh(s) = 2 s (1 + s**2/3 + s**4/5 + ...) for |x - 1| < LOG_NEAR_ONE, where
 # |s| <= 1/3 and the series' remainder is below 4e-9 relative.
 LOG_NEAR_ONE = 0.5
@@ -366,6 +381,28 @@ def exp(ops: FloatOps[V, P], x: V, x_lo: V | None = None) -> V:
     return ops.mul(ops.ex2(hi), ops.fma(lo, ops.const(LN2), ops.const(1.0)))
 
 
+def _huge_reduction(ops: FloatOps[V, P], x: V) -> tuple[V, V]:
+    """``(k, r)`` with ``x = (4n + k) pi/2 + r``, ``k`` in 0..3 and ``|r| <= pi/4``, for any f32
+    ``x`` (Payne and Hanek's idea, with the bits of 2/pi as exact f64 products: each chunk's
+    product is reduced mod 4 exactly, and the residues summed in double-double)."""
+    wide = ops.widened()
+    xw = ops.widen(x)
+    total, error = wide.const(0.0), wide.const(0.0)
+    for chunk in TWO_OVER_PI_CHUNKS:
+        product = wide.mul(xw, wide.const(chunk))
+        residue = wide.fma(wide.floor(wide.mul(product, wide.const(0.25))), wide.const(-4.0),
+                           product)  # fmt: skip
+        # Knuth's TwoSum: total + residue exactly as the new total and its rounding error.
+        new_total = wide.add(total, residue)
+        moved = wide.sub(new_total, total)
+        lost = wide.add(wide.sub(total, wide.sub(new_total, moved)), wide.sub(residue, moved))
+        total, error = new_total, wide.add(error, lost)
+    turns = wide.rint(total)
+    fraction = wide.add(wide.sub(total, turns), error)
+    quadrant = wide.fma(wide.floor(wide.mul(turns, wide.const(0.25))), wide.const(-4.0), turns)
+    return ops.narrow(quadrant), ops.narrow(wide.mul(fraction, wide.const(PIO2_F64)))
+
+
 def _sine(ops: FloatOps[V, P], x: V, quarter_turns: int) -> V:
     """sin(x + quarter_turns * pi/2): sin for 0, cos for 1 (see the module doc)."""
     k = ops.rint(ops.mul(x, ops.const(SIN_TWO_OVER_PI)))
@@ -373,6 +410,9 @@ def _sine(ops: FloatOps[V, P], x: V, quarter_turns: int) -> V:
     r = x
     for part in SIN_PIO2:
         r = ops.fma(minus_k, ops.const(part), r)
+    # Past 2**22 (and for inf and NaN, which give NaN either way), the exact reduction.
+    huge = ops.negate(ops.less(ops.abs(x), ops.const(SIN_REDUCTION_MAX)))
+    k, r = ops.when(huge, lambda: _huge_reduction(ops, x), (k, r))
     r2 = ops.mul(r, r)
     sine = ops.fma(ops.mul(r2, r), _horner(ops, r2, SIN_POLY), r)
     cosine = ops.fma(
@@ -387,9 +427,7 @@ def _sine(ops: FloatOps[V, P], x: V, quarter_turns: int) -> V:
         q, ops.mul(ops.const(2.0), ops.rint(ops.fma(q, ops.const(0.5), ops.const(-0.25))))
     )
     value = ops.select(ops.equal(odd, ops.const(1.0)), cosine, sine)
-    value = ops.select(ops.less(ops.const(1.5), q), ops.neg(value), value)
-    hardware = ops.cos_approx(x) if quarter_turns else ops.sin_approx(x)
-    return ops.select(ops.less(ops.abs(x), ops.const(SIN_REDUCTION_MAX)), value, hardware)
+    return ops.select(ops.less(ops.const(1.5), q), ops.neg(value), value)
 
 
 def sin(ops: FloatOps[V, P], x: V) -> V:

@@ -78,55 +78,57 @@ _DIVISION_OPS = frozenset({"fmod", "remainder", "floor_divide"})
 # ---- PTX emission -----------------------------------------------------------------------------
 
 
-class _PtxF32:
-    """:class:`FloatOps` over f32 registers; constants are immediates rounded to f32."""
+class _PtxFloat:
+    """:class:`FloatOps` over registers of one float type (``f32`` or ``f64``); constants are
+    immediates rounded to it. The approximate instructions (ex2, lg2, sin, cos) are f32's."""
 
-    def __init__(self, scalar: ScalarMath) -> None:
-        self.scalar = scalar
+    def __init__(self, scalar: ScalarMath, ptype: str = "f32") -> None:
+        self.scalar, self.t = scalar, ptype
+        self._cls = RegClass.F32 if ptype == "f32" else RegClass.F64
 
-    def _out(self, instr: Callable[[Reg], Instr], cls: RegClass = RegClass.F32) -> Reg:
-        d = self.scalar.kb.reg(cls)
+    def _out(self, instr: Callable[[Reg], Instr], cls: RegClass | None = None) -> Reg:
+        d = self.scalar.kb.reg(cls or self._cls)
         self.scalar.kb.emit(instr(d))
         return d
 
     def _reg(self, a: Value) -> Reg:
-        return self.scalar.reg_of(a, "f32")
+        return self.scalar.reg_of(a, self.t)
 
     def const(self, value: float) -> Value:
-        return float(np.float32(value))
+        return float(np.float32(value)) if self.t == "f32" else float(value)
 
     def add(self, a: Value, b: Value) -> Value:
-        return self._out(lambda d: arith.add("f32", d, a, b, rounding="rn"))
+        return self._out(lambda d: arith.add(self.t, d, a, b, rounding="rn"))
 
     def sub(self, a: Value, b: Value) -> Value:
-        return self._out(lambda d: arith.sub("f32", d, a, b, rounding="rn"))
+        return self._out(lambda d: arith.sub(self.t, d, a, b, rounding="rn"))
 
     def mul(self, a: Value, b: Value) -> Value:
-        return self._out(lambda d: arith.mul("f32", d, a, b, rounding="rn"))
+        return self._out(lambda d: arith.mul(self.t, d, a, b, rounding="rn"))
 
     def fma(self, a: Value, b: Value, c: Value) -> Value:
-        return self._out(lambda d: arith.fma("f32", d, a, b, c))
+        return self._out(lambda d: arith.fma(self.t, d, a, b, c))
 
     def div(self, a: Value, b: Value) -> Value:
-        return self._out(lambda d: arith.div("f32", d, a, b, mode="rn"))
+        return self._out(lambda d: arith.div(self.t, d, a, b, mode="rn"))
 
     def rcp(self, a: Value) -> Value:
-        return self._out(lambda d: arith.rcp("f32", d, a, mode="rn"))
+        return self._out(lambda d: arith.rcp(self.t, d, a, mode="rn"))
 
     def rcp_approx(self, a: Value) -> Value:
-        return self._out(lambda d: arith.rcp("f32", d, a, mode="approx", ftz=True))
+        return self._out(lambda d: arith.rcp(self.t, d, a, mode="approx", ftz=True))
 
     def neg(self, a: Value) -> Value:
-        return self._out(lambda d: arith.neg("f32", d, a))
+        return self._out(lambda d: arith.neg(self.t, d, a))
 
     def abs(self, a: Value) -> Value:
-        return self._out(lambda d: arith.abs_("f32", d, a))
+        return self._out(lambda d: arith.abs_(self.t, d, a))
 
     def max_nan(self, a: Value, b: Value) -> Value:
-        return self._out(lambda d: arith.max_("f32", d, a, b, nan=True))
+        return self.scalar.combine("maximum", a, b, self.t)
 
     def min_nan(self, a: Value, b: Value) -> Value:
-        return self._out(lambda d: arith.min_("f32", d, a, b, nan=True))
+        return self.scalar.combine("minimum", a, b, self.t)
 
     def ex2(self, a: Value) -> Value:
         source = self._reg(a)
@@ -136,23 +138,21 @@ class _PtxF32:
         source = self._reg(a)
         return self._out(lambda d: arith.lg2("f32", d, source))
 
+    def _rounded(self, a: Value, mode: str) -> Value:
+        source = self._reg(a)
+        return self._out(lambda d: convert.cvt(self.t, self.t, d, source, rounding=mode))
+
     def rint(self, a: Value) -> Value:
-        source = self._reg(a)
-        return self._out(lambda d: convert.cvt("f32", "f32", d, source, rounding="rni"))
+        return self._rounded(a, "rni")
 
-    def sin_approx(self, a: Value) -> Value:
-        source = self._reg(a)
-        return self._out(lambda d: arith.sin("f32", d, source))
-
-    def cos_approx(self, a: Value) -> Value:
-        source = self._reg(a)
-        return self._out(lambda d: arith.cos("f32", d, source))
+    def floor(self, a: Value) -> Value:
+        return self._rounded(a, "rmi")
 
     def less(self, a: Value, b: Value) -> Reg:
-        return self._out(lambda p: arith.setp("lt", "f32", p, a, b), RegClass.PRED)
+        return self._out(lambda p: arith.setp("lt", self.t, p, a, b), RegClass.PRED)
 
     def equal(self, a: Value, b: Value) -> Reg:
-        return self._out(lambda p: arith.setp("eq", "f32", p, a, b), RegClass.PRED)
+        return self._out(lambda p: arith.setp("eq", self.t, p, a, b), RegClass.PRED)
 
     def both(self, p: Reg, q: Reg) -> Reg:
         return self._out(lambda d: logic.and_("pred", d, p, q), RegClass.PRED)
@@ -161,7 +161,33 @@ class _PtxF32:
         return self._out(lambda d: logic.not_("pred", d, p), RegClass.PRED)
 
     def select(self, p: Reg, a: Value, b: Value) -> Value:
-        return self._out(lambda d: arith.selp("f32", d, a, b, p))
+        return self._out(lambda d: arith.selp(self.t, d, a, b, p))
+
+    def when(
+        self, p: Reg, compute: Callable[[], tuple[Value, ...]], otherwise: tuple[Value, ...]
+    ) -> tuple[Value, ...]:
+        """``compute()`` on the threads where ``p`` holds (a branch around it), else
+        ``otherwise``: for a rare path too long to run on every thread."""
+        results = tuple(self.scalar.kb.reg(self._cls) for _ in otherwise)
+        for register, value in zip(results, otherwise, strict=True):
+            self.scalar.kb.emit(arith.mov(self.t, register, value))
+        skip = self.scalar.kb.new_label("rare")
+        self.scalar.kb.emit(control.bra(skip).guarded(p, negate=True))
+        for register, value in zip(results, compute(), strict=True):
+            self.scalar.kb.emit(arith.mov(self.t, register, value))
+        self.scalar.kb.place(skip)
+        return results
+
+    def widened(self) -> _PtxFloat:
+        return _PtxFloat(self.scalar, "f64")
+
+    def widen(self, a: Value) -> Value:
+        source = self._reg(a)
+        return self._out(lambda d: convert.cvt("f64", "f32", d, source), RegClass.F64)
+
+    def narrow(self, a: Value) -> Value:
+        source = self.scalar.reg_of(a, "f64")
+        return self._out(lambda d: convert.cvt("f32", "f64", d, source, rounding="rn"))
 
 
 class ScalarMath:
@@ -169,7 +195,7 @@ class ScalarMath:
 
     def __init__(self, kb: KernelBuilder) -> None:
         self.kb = kb
-        self.f32 = _PtxF32(self)
+        self.f32 = _PtxFloat(self)
 
     def new(self, ptype: str) -> Reg:
         return self.kb.reg(_CLASS[ptype])

@@ -8,7 +8,7 @@ import math
 import ml_dtypes
 import numpy as np
 import pytest
-from test_emit import NumpyF32
+from numpy_float_ops import NumpyF32
 
 from pyfuse.backend_ptx import emit_math
 
