@@ -40,8 +40,8 @@ Accuracy (float32 results against float64 math; "ulp" of f32):
   fuzzer, seed 443).
 - rsqrt: ``rsqrt.approx`` (2**-22.9 relative); sqrt, reciprocal and div are IEEE (``.rn``).
 
-Float64 keeps IEEE arithmetic, sqrt, reciprocal, rsqrt (as 1/sqrt) and constant exponents;
-its transcendental ops raise :class:`~pyfuse.errors.ScheduleError` (no f64 expansion yet).
+Float64 keeps IEEE arithmetic, sqrt, reciprocal and rsqrt (as 1/sqrt); its transcendental
+ops and pow are :mod:`pyfuse.backend_ptx.emit_math64`'s expansions.
 """
 
 from __future__ import annotations
@@ -384,13 +384,14 @@ def exp(ops: FloatOps[V, P], x: V, x_lo: V | None = None) -> V:
 def _huge_reduction(ops: FloatOps[V, P], x: V) -> tuple[V, V]:
     """``(k, r)`` with ``x = (4n + k) pi/2 + r``, ``k`` in 0..3 and ``|r| <= pi/4``, for any f32
     ``x`` (Payne and Hanek's idea, with the bits of 2/pi as exact f64 products: each chunk's
-    product is reduced mod 4 exactly, and the residues summed in double-double)."""
+    product is reduced mod 4 exactly, to [-2, 2] so that a small one stays as it is, and the
+    residues summed in double-double)."""
     wide = ops.widened()
     xw = ops.widen(x)
     total, error = wide.const(0.0), wide.const(0.0)
     for chunk in TWO_OVER_PI_CHUNKS:
         product = wide.mul(xw, wide.const(chunk))
-        residue = wide.fma(wide.floor(wide.mul(product, wide.const(0.25))), wide.const(-4.0),
+        residue = wide.fma(wide.rint(wide.mul(product, wide.const(0.25))), wide.const(-4.0),
                            product)  # fmt: skip
         # Knuth's TwoSum: total + residue exactly as the new total and its rounding error.
         new_total = wide.add(total, residue)
@@ -427,7 +428,10 @@ def _sine(ops: FloatOps[V, P], x: V, quarter_turns: int) -> V:
         q, ops.mul(ops.const(2.0), ops.rint(ops.fma(q, ops.const(0.5), ops.const(-0.25))))
     )
     value = ops.select(ops.equal(odd, ops.const(1.0)), cosine, sine)
-    return ops.select(ops.less(ops.const(1.5), q), ops.neg(value), value)
+    value = ops.select(ops.less(ops.const(1.5), q), ops.neg(value), value)
+    if quarter_turns == 0:  # sin(-0) is -0
+        value = ops.select(ops.equal(x, ops.const(0.0)), x, value)
+    return value
 
 
 def sin(ops: FloatOps[V, P], x: V) -> V:

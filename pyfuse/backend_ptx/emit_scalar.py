@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from pyfuse.backend_ptx import emit_math64
 from pyfuse.backend_ptx.emit_divide import divide
 from pyfuse.backend_ptx.emit_math import (
     _ALIASES,
@@ -178,6 +179,47 @@ class _PtxFloat:
         self.scalar.kb.place(skip)
         return results
 
+    def scale(self, a: Value, n: Value) -> Value:
+        """``a * 2**n`` (f64; n integral, clamped to +-2000), as two exact powers of two so
+        that a result in the subnormal range rounds there once more at most."""
+        kb = self.scalar.kb
+        count = kb.reg(RegClass.B32)
+        kb.emit(convert.cvt("s32", "f64", count, self._reg(n), rounding="rni"))
+        kb.emit(arith.min_("s32", count, count, 2000), arith.max_("s32", count, count, -2000))
+        first = kb.reg(RegClass.B32)
+        kb.emit(logic.shr("s32", first, count, 1))
+        second = kb.reg(RegClass.B32)
+        kb.emit(arith.sub("s32", second, count, first))
+        result = a
+        for part in (first, second):
+            wide = kb.reg(RegClass.B64)
+            kb.emit(
+                convert.cvt("s64", "s32", wide, part), arith.add("s64", wide, wide, 1023),
+                logic.shl("b64", wide, wide, 52),
+            )  # fmt: skip
+            power = kb.reg(RegClass.F64)
+            kb.emit(arith.mov("b64", power, wide))
+            result = self.mul(result, power)
+        return result
+
+    def exponent_split(self, a: Value) -> tuple[Value, Value]:
+        """``(m, e)`` with ``a = m 2**e`` and ``m`` in [1, 2) for a positive normal f64."""
+        kb = self.scalar.kb
+        bits = kb.reg(RegClass.B64)
+        kb.emit(arith.mov("b64", bits, self._reg(a)))
+        field = kb.reg(RegClass.B64)
+        kb.emit(logic.shr("u64", field, bits, 52), logic.and_("b64", field, field, 0x7FF))
+        exponent = kb.reg(RegClass.F64)
+        kb.emit(convert.cvt("f64", "s64", exponent, field, rounding="rn"))
+        mantissa_bits = kb.reg(RegClass.B64)
+        kb.emit(
+            logic.and_("b64", mantissa_bits, bits, 0x000FFFFFFFFFFFFF),
+            logic.or_("b64", mantissa_bits, mantissa_bits, 0x3FF0000000000000),
+        )  # fmt: skip
+        mantissa = kb.reg(RegClass.F64)
+        kb.emit(arith.mov("b64", mantissa, mantissa_bits))
+        return mantissa, self.sub(exponent, 1023.0)
+
     def widened(self) -> _PtxFloat:
         return _PtxFloat(self.scalar, "f64")
 
@@ -196,6 +238,7 @@ class ScalarMath:
     def __init__(self, kb: KernelBuilder) -> None:
         self.kb = kb
         self.f32 = _PtxFloat(self)
+        self.f64 = _PtxFloat(self, "f64")
 
     def new(self, ptype: str) -> Reg:
         return self.kb.reg(_CLASS[ptype])
@@ -270,6 +313,8 @@ class ScalarMath:
             return self.from_compute(_F16_EXPANSIONS[op](self.f32, x), dtype)
         if ctype == "f32" and op in _F32_EXPANSIONS:
             return self.from_compute(_F32_EXPANSIONS[op](self.f32, x), dtype)
+        if ctype == "f64" and op in emit_math64.EXPANSIONS:
+            return emit_math64.EXPANSIONS[op](self.f64, self.reg_of(x, "f64"))
         result = self._simple_unary(op, x, ctype)
         if result is None:
             raise ScheduleError(f"the PTX emitter has no {op} for {dtype.name}; cast to float32")
@@ -387,11 +432,8 @@ class ScalarMath:
             if exponent == 2.0:
                 return self.combine("mul", x, x, ctype)
             return self._out(ctype, lambda d: arith.rcp(ctype, d, x, mode="rn"))
-        if ctype != "f32":
-            raise ScheduleError(
-                f"pow on {dtype.name} supports only the constant exponents 0, 1, 2 and -1; "
-                "cast to float32 first"
-            )
+        if ctype == "f64":
+            return emit_math64.pow_(self.f64, self.reg_of(x, "f64"), self.reg_of(y, "f64"))
         return pow_(self.f32, self.reg_of(x, "f32"), self.reg_of(y, "f32"))
 
     def _int_pow(self, x: Value, y: Value, ctype: str) -> Value:

@@ -167,7 +167,7 @@ class TensorMethods:
         return _implementation(self, "cast")(self, dtypes.bool_)
 
     def double(self: S) -> S:
-        refuse("double", "float64 tensors are not supported; use .float()")
+        return _implementation(self, "cast")(self, dtypes.float64)
 
     def type_as(self: S, other: S) -> S:
         return _implementation(self, "cast")(self, other.dtype)

@@ -26,7 +26,9 @@ from pyfuse.testing.program import Input, Op, Value
 # Extents by kind: ragged (odd, primes), size 1, empty, and multiples of 8/16/64.
 RAGGED = (3, 5, 7, 11, 13, 17, 31, 37, 61, 97, 127, 257)
 ALIGNED = (8, 16, 24, 32, 64, 128, 192, 256, 512, 1024)
-INPUT_DTYPES = ("f32", "f32", "f32", "bf16", "bf16", "f16", "i32", "bool", "i8", "u8", "i16")
+INPUT_DTYPES = (
+    "f32", "f32", "f32", "bf16", "bf16", "f16", "i32", "bool", "i8", "u8", "i16", "f64",
+)  # fmt: skip
 
 
 class Builder:

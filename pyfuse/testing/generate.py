@@ -199,7 +199,7 @@ def _cast(b: Builder) -> int | None:
     x = b.choose()
     if x is None:
         return None
-    target = b.pick(("f32", "bf16", "f16", "i32", "bool", "f32", "i8", "u8", "i16"))
+    target = b.pick(("f32", "bf16", "f16", "i32", "bool", "f32", "i8", "u8", "i16", "f64"))
     flips = target in ("i32", "bool", "i8", "u8", "i16") and b.flips_on(x)
     if b.chance(0.3):
         return b.op("cast", f"{{0}}.to({DTYPE_SOURCE[target]})", [x], flips)

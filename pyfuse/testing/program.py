@@ -32,6 +32,7 @@ DTYPES: dict[str, DType] = {
     "i8": pf.int8,
     "u8": pf.uint8,
     "i16": pf.int16,
+    "f64": pf.float64,
 }
 DTYPE_SOURCE: dict[str, str] = {
     "f32": "pf.float32",
@@ -43,6 +44,7 @@ DTYPE_SOURCE: dict[str, str] = {
     "i8": "pf.int8",
     "u8": "pf.uint8",
     "i16": "pf.int16",
+    "f64": "pf.float64",
 }
 
 

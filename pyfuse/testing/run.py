@@ -22,9 +22,9 @@ Outcome classes (:data:`FAILURES` are the ones a fuzz run reports):
 - ``gpu_error``: the GPU call raised; ``timeout`` and ``crash`` come from the worker pool.
 
 Comparison: floats within ``rtol * |want| + atol * scale`` (``scale`` the output's RMS, at
-least 1; f32 1e-4, f16 1e-2, bf16 3e-2) with NaN where the reference has NaN and infinities
-equal; integers and bools exactly. Elements float32 cannot determine are left out: where the
-reference computed again with a few float32 ulps of noise on every result
+least 1; f64 1e-9, f32 1e-4, f16 1e-2, bf16 3e-2) with NaN where the reference has NaN and
+infinities equal; integers and bools exactly. Elements float32 cannot determine are left out:
+where the reference computed again with a few float32 ulps of noise on every result
 (:mod:`pyfuse.testing.noisy_reference`) moves past that tolerance (a sqrt of a cancellation, a
 comparison of near values, an integer cast of a computed float). An output fed by an op
 that can flip on a last-bit difference (a comparison or integer cast of a computed float)
@@ -64,7 +64,10 @@ FAILURES = (
 CLASSES = ("ok", "compiled", "invalid", *FAILURES)
 
 # (rtol, atol relative to the output's scale) per floating dtype name.
-_TOLERANCE = {"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (3e-2, 3e-2)}
+_TOLERANCE = {
+    "float64": (1e-9, 1e-9), "float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2),
+    "bfloat16": (3e-2, 3e-2),
+}  # fmt: skip
 _LENIENT_SHARE = 0.01
 # At most one element in this many may miss the tolerance, by up to this much (relative).
 _NEAR_MISS_SHARE = 1000

@@ -160,17 +160,25 @@ class NumpyF64(NumpyF32):
         return np.multiply(a, b, dtype=np.float64)
 
     def fma(self, a: Array, b: Array, c: Array) -> Array:
+        """a * b + c by error-free transformations: a * b = p + e exactly (Dekker), p + c =
+        s + t exactly (Knuth), then s + (t + e): one rounding but for rare double-rounding
+        ties (within an ulp then); exact rationals where products leave the safe range."""
         a, b, c = np.broadcast_arrays(*(np.asarray(v, np.float64) for v in (a, b, c)))
         with np.errstate(all="ignore"):
             product = a * b
-            # Where a * b is exact (Dekker's product error is 0), fma is one rounded add.
-            exact = (
-                (_product_error(a, b) == 0)
-                & ((np.abs(product) > 2.0**-960) | (a == 0) | (b == 0))
-                & np.isfinite(product)
-            )
-            result = product + c
-        slow = ~exact
+            error = _product_error(a, b)
+            total = product + c
+            moved = total - product
+            lost = (product - (total - moved)) + (c - moved)
+            result = np.asarray(total + (lost + error), dtype=np.float64)
+            # Dekker's split and partial products neither overflow nor lose bits to underflow.
+            moderate = [
+                (v == 0) | ((np.abs(v) > 2.0**-400) & (np.abs(v) < 2.0**400)) for v in (a, b)
+            ]
+            magnitude = np.abs(product)
+            safe = np.isfinite(result) & moderate[0] & moderate[1]
+            safe &= (magnitude > 2.0**-900) | (product == 0)
+        slow = ~safe
         if slow.any():
             result[slow] = np.asarray(_FMA(a[slow], b[slow], c[slow]), dtype=np.float64)
         return result
@@ -183,3 +191,15 @@ class NumpyF64(NumpyF32):
 
     def select(self, p: Array, a: Array, b: Array) -> Array:
         return np.where(p, a, b).astype(np.float64)
+
+    def scale(self, a: Array, n: Array) -> Array:
+        n = np.clip(np.nan_to_num(np.asarray(n, np.float64)), -2000, 2000).astype(np.int64)
+        first = n >> 1
+        with np.errstate(all="ignore"):
+            return np.ldexp(np.ldexp(np.asarray(a, np.float64), first), n - first)
+
+    def exponent_split(self, a: Array) -> tuple[Array, Array]:
+        bits = np.asarray(a, np.float64).view(np.uint64)
+        exponent = ((bits >> np.uint64(52)) & np.uint64(0x7FF)).astype(np.float64) - 1023.0
+        mantissa = (bits & np.uint64(0x000FFFFFFFFFFFFF)) | np.uint64(0x3FF0000000000000)
+        return mantissa.view(np.float64), exponent

@@ -169,10 +169,15 @@ def test_logical_ops_on_bool(assemble_clean: Assemble) -> None:
         assemble_all(assemble_clean, getattr(pf, op), spec((64,), boolean), spec((64,), boolean))
 
 
-def test_float64_transcendentals_are_refused() -> None:
-    (kernel,) = kernels_of(pf.exp, spec((100,), f64))
-    with pytest.raises(ScheduleError, match="no exp for float64"):
-        emit_ptx(kernel, HOPPER)
+@pytest.mark.parametrize("op", UNARY)
+def test_every_unary_op_in_float64(assemble_clean: Assemble, op: str) -> None:
+    """f64 has no approximate instructions: every op is IEEE arithmetic (emit_math64)."""
+    ((ptx, _),) = assemble_all(assemble_clean, _unary(op), spec((1000,), f64)).values()
+    assert not re.search(r"\b(ex2|lg2|sin|cos|rsqrt)\.approx", ptx)
+
+
+def test_float64_pow_with_a_tensor_exponent(assemble_clean: Assemble) -> None:
+    assemble_all(assemble_clean, lambda x, y: x**y, spec((100,), f64), spec((100,), f64))
 
 
 # ---- structure of the emitted text ----------------------------------------------------------
