@@ -525,11 +525,15 @@ def gelu(ops: FloatOps[V, P], x: V) -> V:
 
 
 def pow_(ops: FloatOps[V, P], x: V, y: V) -> V:
-    """x**y = 2**(y log2|x|) with C's special cases: signed for odd integer y (the sign of
-    zero too: (-0)**-3 is -inf), NaN for finite x < 0 and non-integer y, +inf or +0 for
-    x = -inf and non-integer y, 1 for y = 0, x = 1, and x = -1 with y = +-inf."""
+    """x**y = 2**(y log2|x|) with C's special cases (:func:`pow_special_cases`)."""
+    return pow_special_cases(ops, x, y, ops.ex2(ops.mul(y, ops.lg2(ops.abs(x)))))
+
+
+def pow_special_cases(ops: FloatOps[V, P], x: V, y: V, magnitude: V) -> V:
+    """x**y from ``magnitude`` = |x|**y with C's special cases: signed for odd integer y (the
+    sign of zero too: (-0)**-3 is -inf), NaN for finite x < 0 and non-integer y, +inf or +0
+    for x = -inf and non-integer y, 1 for y = 0, x = 1, and x = -1 with y = +-inf."""
     zero, infinity = ops.const(0.0), ops.const(math.inf)
-    magnitude = ops.ex2(ops.mul(y, ops.lg2(ops.abs(x))))
     integral = ops.equal(ops.rint(y), y)
     half = ops.mul(y, ops.const(0.5))
     odd = ops.both(integral, ops.negate(ops.equal(ops.rint(half), half)))

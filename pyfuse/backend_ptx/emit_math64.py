@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from typing import Protocol, TypeVar
 
-from pyfuse.backend_ptx.emit_math import FloatOps
+from pyfuse.backend_ptx.emit_math import FloatOps, pow_special_cases
 from pyfuse.ir.exprs import ACTIVATION_TAIL_FLUSH
 
 V = TypeVar("V")
@@ -86,10 +86,8 @@ SPLIT_FACTOR = 2.0**27 + 1  # Veltkamp: a double in two halves of at most 26 bit
 CHUNK_SCALE = 600
 
 
-def _two_over_pi_chunks() -> tuple[float, ...]:
-    """2/pi in chunks of 26 bits (bit 26i + 1 on) times 2**CHUNK_SCALE, from Machin's formula
-    in integers."""
-    bits = TWO_OVER_PI_BITS * TWO_OVER_PI_CHUNK_COUNT
+def two_over_pi_scaled(bits: int) -> int:
+    """floor(2/pi * 2**bits), from Machin's formula in integers."""
     scale = bits + 64
 
     def arctan_of_inverse(n: int) -> int:
@@ -101,7 +99,13 @@ def _two_over_pi_chunks() -> tuple[float, ...]:
         return total
 
     pi = 4 * (4 * arctan_of_inverse(5) - arctan_of_inverse(239))
-    scaled = ((2 << (2 * scale)) // pi) >> 64
+    return ((2 << (2 * scale)) // pi) >> 64
+
+
+def _two_over_pi_chunks() -> tuple[float, ...]:
+    """2/pi in chunks of 26 bits (bit 26i + 1 on) times 2**CHUNK_SCALE."""
+    bits = TWO_OVER_PI_BITS * TWO_OVER_PI_CHUNK_COUNT
+    scaled = two_over_pi_scaled(bits)
     mask = (1 << TWO_OVER_PI_BITS) - 1
     return tuple(
         math.ldexp((scaled >> (bits - TWO_OVER_PI_BITS * (i + 1))) & mask,
@@ -340,28 +344,8 @@ def cos(ops: Float64Ops[V, P], x: V) -> V:
 
 
 def pow_(ops: Float64Ops[V, P], x: V, y: V) -> V:
-    """x**y = e**(y log|x|) with C's special cases (see :func:`emit_math.pow_`)."""
-    zero, infinity = ops.const(0.0), ops.const(math.inf)
-    magnitude = exp(ops, ops.mul(y, log(ops, ops.abs(x))))
-    integral = ops.equal(ops.rint(y), y)
-    half = ops.mul(y, ops.const(0.5))
-    odd = ops.both(integral, ops.negate(ops.equal(ops.rint(half), half)))
-    negative = ops.less(x, zero)
-    result = ops.select(ops.both(negative, odd), ops.neg(magnitude), magnitude)
-    finite_negative = ops.both(negative, ops.negate(ops.equal(x, ops.neg(infinity))))
-    result = ops.select(
-        ops.both(finite_negative, ops.negate(integral)), ops.const(math.nan), result
-    )
-    odd_zero = ops.both(ops.equal(x, zero), odd)
-    result = ops.select(odd_zero, ops.select(ops.less(y, zero), ops.rcp(x), x), result)
-    minus_one_infinite = ops.both(ops.equal(x, ops.const(-1.0)), ops.equal(ops.abs(y), infinity))
-    not_trivial = ops.both(
-        ops.both(ops.negate(ops.equal(y, zero)), ops.negate(ops.equal(x, ops.const(1.0)))),
-        ops.negate(minus_one_infinite),
-    )
-    result = ops.select(not_trivial, result, ops.const(1.0))
-    result = ops.select(ops.equal(y, ops.const(2.0)), ops.mul(x, x), result)
-    return ops.select(ops.equal(y, ops.const(1.0)), x, result)
+    """x**y = e**(y log|x|) with C's special cases (:func:`emit_math.pow_special_cases`)."""
+    return pow_special_cases(ops, x, y, exp(ops, ops.mul(y, log(ops, ops.abs(x)))))
 
 
 EXPANSIONS = {

@@ -12,7 +12,7 @@ import numpy.typing as npt
 import pytest
 from numpy_float_ops import NumpyF32
 
-from pyfuse.backend_ptx import emit_math
+from pyfuse.backend_ptx import emit_math, emit_math64
 from pyfuse.ir.exprs import ACTIVATION_TAIL_FLUSH
 
 Array = npt.NDArray[Any]
@@ -158,27 +158,11 @@ def test_pow_special_values_follow_c() -> None:
     assert (np.signbit(got[zeros]) == np.signbit(want[zeros])).all()
 
 
-def _two_over_pi_scaled(bits: int) -> int:
-    """floor(2/pi * 2**bits), from Machin's formula in integers."""
-
-    def arctan_of_inverse(n: int, scale: int) -> int:
-        total, term, k = 0, (1 << scale) // n, 0
-        while term:
-            total += term // (2 * k + 1) * (-1 if k % 2 else 1)
-            term //= n * n
-            k += 1
-        return total
-
-    scale = bits + 64
-    pi = 4 * (4 * arctan_of_inverse(5, scale) - arctan_of_inverse(239, scale))
-    return ((2 << (2 * scale)) // pi) >> 64
-
-
 def test_two_over_pi_chunks_are_its_bits() -> None:
     chunks = emit_math.TWO_OVER_PI_CHUNKS
     bits = 24 * len(chunks)
     total = sum(Fraction(c) for c in chunks)
-    assert total == Fraction(_two_over_pi_scaled(bits), 1 << bits)
+    assert total == Fraction(emit_math64.two_over_pi_scaled(bits), 1 << bits)
     for chunk in chunks:  # 24 significant bits at most: x * chunk is exact in f64
         mantissa, _ = math.frexp(chunk)
         assert (mantissa * 2**24).is_integer()
