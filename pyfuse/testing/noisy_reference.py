@@ -17,8 +17,9 @@ Guarantees, for :func:`evaluate_noisy`:
   round/trunc, floor_divide) take no noise of their own: their results stay what the op
   gives, so a rounded value stays integral.
 - An op that jumps (floor, ceil, round, trunc; floor_divide, remainder, fmod by their
-  quotient) whose operand's noise, as this run moved it from the exact value and as far
-  again the other way, reaches a jump is *undetermined*: it is marked +inf in the run with
+  quotient) whose operand's noise, as this run moved it from the exact value (at least
+  JITTER of it where an operand carries noise at all) and as far again the other way,
+  reaches a jump is *undetermined*: it is marked +inf in the run with
   ``jitter=1.0``, -inf with ``-1.0`` and NaN with a Generator, so every op after it differs
   between the runs too (GPU fuzzer, seed 437: remainders of e**46 by 0.75, and ``x // y``
   with ``x = floor(e)``, ``y = round(e)`` where a kernel's ``e`` lay one ulp over a half).
@@ -114,13 +115,19 @@ def evaluate_noisy(
         env.values[tv] = array
     exact_env = Env()
     exact_env.values = exact
+    carries_noise: set[TensorView] = set()
     with np.errstate(all="ignore"):
         for expr in fusion.exprs():
-            env.values[expr.output] = _noisy_result(expr, env, exact_env, jitter)
+            noisy_inputs = any(tv in carries_noise for tv in expr.tensor_inputs)
+            env.values[expr.output] = _noisy_result(expr, env, exact_env, jitter, noisy_inputs)
+            if _quantizes(expr):
+                continue  # an integral result is exact, or marked where it is not
+            if noisy_inputs or (expr.output.dtype.is_floating and not _is_exact(expr)):
+                carries_noise.add(expr.output)
     return [np.array(env.values[out], order="C", copy=True) for out in fusion.outputs]
 
 
-def _noisy_result(expr: Expr, env: Env, exact: Env, jitter: Jitter) -> Array:
+def _noisy_result(expr: Expr, env: Env, exact: Env, jitter: Jitter, noisy_inputs: bool) -> Array:
     dtype = expr.output.dtype
     if not dtype.is_floating or _is_exact(expr):
         value = evaluate_expr(expr, env)
@@ -136,7 +143,7 @@ def _noisy_result(expr: Expr, env: Env, exact: Env, jitter: Jitter) -> Array:
         else:
             value = narrow(value, dtype)
     if dtype.is_floating and value.size:
-        undetermined = _undetermined_jump(expr, env, exact)
+        undetermined = _undetermined_jump(expr, env, exact, noisy_inputs)
         if undetermined is not None and undetermined.any():
             value = np.where(undetermined, _mark(jitter), value).astype(value.dtype)
     return np.asarray(value)
@@ -152,36 +159,51 @@ def _is_exact(expr: Expr) -> bool:
     return isinstance(expr, ReductionOp) and expr.op in (ReductionOpType.MAX, ReductionOpType.MIN)
 
 
+def _quantizes(expr: Expr) -> bool:
+    """floor, ceil, round, trunc and floor_divide: integral results."""
+    if isinstance(expr, UnaryOp):
+        return expr.op in _ROUNDING
+    return isinstance(expr, BinaryOp) and expr.op == BinaryOpType.FLOOR_DIVIDE
+
+
 def _mark(jitter: Jitter) -> float:
     if not isinstance(jitter, float):
         return math.nan
     return math.inf if jitter >= 0 else -math.inf
 
 
-def _reaches_jump(part: Any, noisy: Array, exact: Array) -> Array:
+def _reaches_jump(part: Any, noisy: Array, exact: Array, floor: Array | float) -> Array:
     """Where ``part`` (floor, rint, ...) differs across the values from ``exact`` to ``noisy``
-    widened by their distance on both sides."""
-    distance = np.abs(noisy - exact)
+    widened by their distance (at least ``floor``) on both sides."""
+    distance = np.maximum(np.abs(noisy - exact), floor)
     low = np.minimum(noisy, exact) - distance
     high = np.maximum(noisy, exact) + distance
     finite = np.isfinite(low) & np.isfinite(high)
     return np.asarray(finite & (part(low) != part(high)))
 
 
-def _undetermined_jump(expr: Expr, env: Env, exact: Env) -> Array | None:
+def _undetermined_jump(expr: Expr, env: Env, exact: Env, noisy_inputs: bool) -> Array | None:
+    """Where a jumping op's result is undetermined. Its operand's noise is how far this run
+    moved it, and at least JITTER of it where an operand carries noise at all: the noise of
+    two ops may cancel in a run (rsqrt(x + 1) with both moved up) where a kernel's does not
+    (GPU fuzzer, seed 451: 8 // rsqrt(9), 23 by f32(1/3) and 24 by rsqrt.approx)."""
     if isinstance(expr, UnaryOp) and expr.op in _ROUNDING:
         (inp,) = expr.tensor_inputs
         if not inp.dtype.is_floating:
             return None
         noisy, true = env.tensor(inp), exact.tensor(inp)
-        return np.broadcast_to(_reaches_jump(_ROUNDING[expr.op], noisy, true), expr.output.shape)
+        floor = JITTER * np.abs(true) if noisy_inputs else 0.0
+        jumps = _reaches_jump(_ROUNDING[expr.op], noisy, true, floor)
+        return np.broadcast_to(jumps, expr.output.shape)
     if isinstance(expr, BinaryOp) and expr.op in _QUOTIENT_PART:
         common = common_dtype(expr.inputs)
         if not common.is_floating:
             return None
         x, y = (env.operand(val, common) for val in expr.inputs)
         x0, y0 = (exact.operand(val, common) for val in expr.inputs)
-        jumps = _reaches_jump(_QUOTIENT_PART[expr.op], x / y, x0 / y0)
+        quotient = x0 / y0
+        floor = 2 * JITTER * np.abs(quotient) if noisy_inputs else 0.0
+        jumps = _reaches_jump(_QUOTIENT_PART[expr.op], x / y, quotient, floor)
         return np.broadcast_to(jumps, expr.output.shape)
     return None
 

@@ -357,3 +357,18 @@ def test_rounded_values_stay_integral_and_a_tie_they_decide_is_undetermined() ->
     assert (
         compare(np.array([0.0, 1.0], np.float32), want, jittered=_noisy(fusion, [x], 1.0)) is None
     )
+
+
+def test_noise_that_cancels_in_a_run_still_marks_a_quotient_next_to_an_integer() -> None:
+    """GPU fuzzer, seed 451: 8 // rsqrt(9 + 0) is 23 with f32(1/3) and 24 with rsqrt.approx;
+    in the all-up run the noise of the add and of the rsqrt cancelled, so the quotient did not
+    move. An operand that carries noise moves its quotient by JITTER at least."""
+    fusion = pf.fuse(lambda x: pf.relu(x) // pf.rsqrt(pf.abs(x) + 1.0)).trace(
+        pf.spec((1,), pf.int32)
+    )
+    x = np.array([8], np.int32)
+    for jitter, mark in ((1.0, np.inf), (-1.0, -np.inf)):
+        assert _noisy(fusion, [x], jitter)[0][0] == mark
+    exact_quotient = pf.fuse(lambda a: a // a).trace(pf.spec((3,), pf.float32))
+    y = np.array([3.0, 5.0, 7.0], np.float32)
+    assert np.array_equal(_noisy(exact_quotient, [y], 1.0)[0], [1.0, 1.0, 1.0])
