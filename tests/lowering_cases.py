@@ -430,6 +430,15 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
         lambda i: pf.sin(~pf.prod(i, 0, keepdim=True)),
         [S((30, 58), pf.int16)],
     ),
+    # NaN to integers is 0 from f64 too (cvt.rzi.s32.f64 gave INT_MIN: GPU fuzzer, seed 461)
+    "float64_nan_to_integers_is_zero": (
+        lambda x, y: tuple(
+            pf.cast(v, dtype)
+            for v in (pf.sqrt(x), pf.pow(x, y))
+            for dtype in (pf.int32, pf.uint8, pf.int64, pf.int8, pf.int16)
+        ),
+        [S((5, 33), pf.float64), S((5, 33), f32)],
+    ),
     "power_of_an_empty_logsumexp": (
         lambda x: (pf.logsumexp(x, (1,)) ** 3.25, pf.logsumexp(x, (1,)) ** -3.0),
         [S((1, 0), bf16)],
