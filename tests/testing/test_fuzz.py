@@ -372,3 +372,17 @@ def test_noise_that_cancels_in_a_run_still_marks_a_quotient_next_to_an_integer()
     exact_quotient = pf.fuse(lambda a: a // a).trace(pf.spec((3,), pf.float32))
     y = np.array([3.0, 5.0, 7.0], np.float32)
     assert np.array_equal(_noisy(exact_quotient, [y], 1.0)[0], [1.0, 1.0, 1.0])
+
+
+def test_an_argmax_over_near_ties_of_computed_values_is_undetermined() -> None:
+    """GPU fuzzer, seed 461: rms_norm over a dim of 1 makes every value about +-w, so which
+    one a kernel finds largest is its rounding's choice; the runs must disagree there, and
+    agree where the maximum stands clear (or the values are the inputs themselves)."""
+    fusion = pf.fuse(lambda x: pf.argmax(x * 3.0, 0)).trace(pf.spec((3, 2), pf.float32))
+    x = np.array([[1.0, 5.0], [1.0 + 2**-22, 2.0], [0.5, 1.0]], np.float32)
+    (want,) = evaluate(fusion, [x])
+    runs = [_noisy(fusion, [x], jitter)[0] for jitter in (1.0, -1.0, np.random.default_rng(0))]
+    assert any(run[0] != want[0] for run in runs)
+    assert all(run[1] == want[1] == 0 for run in runs)
+    exact = pf.fuse(lambda x: pf.argmax(x, 0)).trace(pf.spec((3, 2), pf.float32))
+    assert all(_noisy(exact, [x], j)[0][0] == 1 for j in (1.0, -1.0))
