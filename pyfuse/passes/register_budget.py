@@ -1,0 +1,71 @@
+"""Register-array budgets of lowered kernels: the checks that reject a plan whose register
+arrays ptxas would spill, so that the segment falls back to a simpler plan.
+
+Expects a lowered :class:`~pyfuse.ir.kernel_ir.Kernel` and its plan's params. Guarantees: a
+:class:`~pyfuse.errors.ScheduleError` naming the kernel where an outer reduction keeps more
+than ``MAX_COLUMN_ARRAY_ELEMENTS`` elements per thread, or where a vectorized kernel's arrays,
+64-bit ones among them, take more than ``WIDE_ARRAY_SHARE`` of a thread's registers; nothing
+otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from pyfuse.errors import ScheduleError
+from pyfuse.ir import kernel_ir as k
+from pyfuse.ir.target import HOPPER
+from pyfuse.ir.tensor import MemoryType
+
+
+def check_register_arrays(kernel: k.Kernel, params: Mapping[str, object]) -> None:
+    """Raise where the kernel's register arrays would spill (see the module doc)."""
+    if params.get("kind") == "outer":
+        _check_column_arrays(kernel)
+    elif params.get("vector_width") not in (None, 1):
+        _check_wide_vector_arrays(kernel)
+
+
+# The share of a thread's registers that a vectorized kernel's register arrays may take when
+# some hold 64-bit values. ptxas keeps 32-bit arrays that are not live together in the same
+# registers (72 words of a layer_norm's arrays took 52 registers at 1024 threads), but two
+# 16-element int64 arrays read in vectors of 2 and kept across loop nests at 1024 threads
+# spilled 20 bytes (CPU fuzzer, seed 379), where the same kernel without vectors did not.
+WIDE_ARRAY_SHARE = 0.75
+
+
+def _check_wide_vector_arrays(kernel: k.Kernel) -> None:
+    arrays = [b for b in kernel.buffers.values() if b.memory == MemoryType.LOCAL and b.size > 1]
+    if not any(b.dtype.itemsize == 8 for b in arrays):
+        return
+    words = sum(b.size * -(-b.dtype.itemsize // 4) for b in arrays)
+    threads = math.prod(kernel.block)
+    available = min(HOPPER.max_registers_per_thread, HOPPER.registers_per_sm // threads)
+    if words > available * WIDE_ARRAY_SHARE:
+        raise ScheduleError(
+            f"kernel {kernel.name}: its register arrays, 64-bit ones among them, take {words} "
+            f"registers per thread of the {available} a block of {threads} threads has; "
+            "vectors keep them from sharing registers"
+        )
+
+
+# Register-array elements an outer reduction's thread may keep: it walks a whole column
+# one element per access, and ptxas spilled 4 to 12 bytes of such kernels keeping columns
+# of 24 to 62 elements (a 24-row f32 column kept for two loop nests, two 31-row f16 ones, a
+# 31-row bool one). Inner reductions are not limited so: their rows of up to 96 words
+# (odd-width layer_norms at 1024 threads) assembled without spills.
+MAX_COLUMN_ARRAY_ELEMENTS = 16
+
+
+def _check_column_arrays(kernel: k.Kernel) -> None:
+    elements = sum(
+        buffer.size
+        for buffer in kernel.buffers.values()
+        if buffer.memory == MemoryType.LOCAL and buffer.size > 1
+    )
+    if elements > MAX_COLUMN_ARRAY_ELEMENTS:
+        raise ScheduleError(
+            f"kernel {kernel.name}: an outer reduction keeping {elements} elements per thread "
+            f"in register arrays (at most {MAX_COLUMN_ARRAY_ELEMENTS}): ptxas would spill them"
+        )
