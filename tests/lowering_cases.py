@@ -430,6 +430,16 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
         lambda i: pf.sin(~pf.prod(i, 0, keepdim=True)),
         [S((30, 58), pf.int16)],
     ),
+    # float64 end to end: its transcendentals, reductions, a matmul (multiply+sum), promotion
+    "float64_math_reductions_and_matmul": (
+        lambda x, w, y: (
+            pf.softmax(x, -1),
+            pf.layer_norm(pf.gelu(x) + pf.erf(x) * pf.tanh(x), w),
+            x @ y.double().T,
+            pf.logsumexp(pf.sin(x * 1e7) + pf.cos(y[:1]), -1) ** x[:, 0],
+        ),
+        [S((9, 130), pf.float64), S((130,), pf.float64), S((7, 130), f32)],
+    ),
     # NaN to integers is 0 from f64 too (cvt.rzi.s32.f64 gave INT_MIN: GPU fuzzer, seed 461)
     "float64_nan_to_integers_is_zero": (
         lambda x, y: tuple(

@@ -85,11 +85,12 @@ _INTEGER_RANGE = {
 def check_scalars_fit(operands: Sequence[TensorView | Number], math: DType | None = None) -> None:
     """A FusionError for a Python int operand that does not fit the integer dtype of the
     math (by default torch's result type of the operands)."""
-    tensors = [value.dtype for value in operands if isinstance(value, TensorView)]
+    views = [value for value in operands if isinstance(value, TensorView)]
     scalars = [value for value in operands if not isinstance(value, TensorView)]
-    if not tensors or not scalars:
+    if not views or not scalars:
         return
-    math = math or dtypes.result_type(tensors, scalars)
+    zero_dim = [view.ndim == 0 for view in views]
+    math = math or dtypes.result_type([view.dtype for view in views], scalars, zero_dim)
     for value in scalars:
         check_scalar_fits(value, math)
 

@@ -157,17 +157,35 @@ def promote_pair(a: DType, b: DType) -> DType:
     return a if a.itemsize > b.itemsize else b
 
 
-def result_type(tensor_dtypes: Sequence[DType], scalars: Sequence[object]) -> DType:
-    """torch's result_type of tensors and Python scalars (a scalar never widens its category)."""
+def result_type(
+    tensor_dtypes: Sequence[DType], scalars: Sequence[object], zero_dim: Sequence[bool] = ()
+) -> DType:
+    """torch's result_type of tensors and Python scalars. ``zero_dim`` flags the 0-d tensors
+    (all False when empty): as in torch, dimensioned tensors promote; a 0-d tensor decides the
+    type only where its category is higher (``bf16[4] + f32[]`` is bf16, ``i32[4] + f64[]``
+    is f64); a scalar never widens its category."""
     if not tensor_dtypes:
         raise ValueError("result_type needs at least one tensor dtype")
-    result = tensor_dtypes[0]
-    for dtype in tensor_dtypes[1:]:
-        result = promote_pair(result, dtype)
+    flags = list(zero_dim) or [False] * len(tensor_dtypes)
+    dimensioned = [d for d, zero in zip(tensor_dtypes, flags, strict=True) if not zero]
+    zeros = [d for d, zero in zip(tensor_dtypes, flags, strict=True) if zero]
+    result = _promote_all(dimensioned) if dimensioned else None
+    if zeros:
+        zero_result = _promote_all(zeros)
+        if result is None or zero_result.category > result.category:
+            result = zero_result
+    assert result is not None
     for value in scalars:
         category = scalar_category(value)
         if category > result.category:
             result = DEFAULT_FLOAT if category == Category.FLOATING else DEFAULT_INT
+    return result
+
+
+def _promote_all(dtypes_: Sequence[DType]) -> DType:
+    result = dtypes_[0]
+    for dtype in dtypes_[1:]:
+        result = promote_pair(result, dtype)
     return result
 
 

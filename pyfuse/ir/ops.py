@@ -258,8 +258,10 @@ def unary(op: UnaryOpType, x: TensorView) -> TensorView:
     return out
 
 
-def _math_dtype(op: BinaryOpType, tensors: Sequence[DType], scalars: Sequence[object]) -> DType:
-    dtype = dtypes.result_type(tensors, scalars)
+def _math_dtype(
+    op: BinaryOpType, tensors: Sequence[TensorView], scalars: Sequence[object]
+) -> DType:
+    dtype = dtypes.result_type([t.dtype for t in tensors], scalars, [t.ndim == 0 for t in tensors])
     if op == BinaryOpType.DIV and not dtype.is_floating:
         return dtypes.DEFAULT_FLOAT  # true division, like torch's `/`
     if op in LOGICAL_BINARY:
@@ -284,7 +286,7 @@ def binary(op: BinaryOpType, lhs: Operand, rhs: Operand) -> TensorView:
         if not isinstance(value, bool | int | float):
             raise FusionError(f"operand of type {type(value).__name__} is not a tensor or a number")
     broadcast_shapes(*(t.shape for t in tensors))  # reports a clash in the user's shapes
-    math_dtype = _math_dtype(op, [t.dtype for t in tensors], scalars)
+    math_dtype = _math_dtype(op, tensors, scalars)
     if op == BinaryOpType.SUB and math_dtype.is_bool:
         raise FusionError(
             "subtraction of bool tensors is not supported (as in torch); use logical_xor, or "
@@ -314,10 +316,11 @@ def where(condition: Operand, if_true: Operand, if_false: Operand) -> TensorView
     tensors = [v for v in (condition, if_true, if_false) if isinstance(v, TensorView)]
     if not tensors:
         raise FusionError("where needs at least one tensor operand")
-    value_tensors = [v.dtype for v in (if_true, if_false) if isinstance(v, TensorView)]
+    value_views = [v for v in (if_true, if_false) if isinstance(v, TensorView)]
+    value_tensors = [v.dtype for v in value_views]
     value_scalars = [v for v in (if_true, if_false) if not isinstance(v, TensorView)]
     if value_tensors:
-        dtype = dtypes.result_type(value_tensors, value_scalars)
+        dtype = dtypes.result_type(value_tensors, value_scalars, [v.ndim == 0 for v in value_views])
     else:
         dtype = dtypes.result_type([dtypes.scalar_dtype(value_scalars[0])], value_scalars[1:])
     broadcast_shapes(*(t.shape for t in tensors))

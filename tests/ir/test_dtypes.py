@@ -49,3 +49,24 @@ def test_numpy_round_trip() -> None:
         assert dtypes.from_numpy(dtype.numpy()) == dtype
     with pytest.raises(ValueError, match="unsupported"):
         dtypes.from_numpy("complex64")
+
+
+def test_zero_dim_tensors_promote_only_to_a_higher_category() -> None:
+    """torch's rule: dimensioned tensors decide; a 0-d tensor only where its category is
+    higher (then the type that holds every 0-d tensor of it); a Python scalar never widens."""
+    import pyfuse as pf
+
+    def result(*specs: pf.Spec) -> str:
+        fused = pf.fuse(
+            lambda *xs: xs[0] + xs[1] if len(xs) == 2 else pf.where(xs[0], xs[1], xs[2])
+        )
+        return fused.trace(*specs).outputs[0].dtype.name
+
+    S = pf.spec
+    assert result(S((4,), pf.bfloat16), S((), pf.float32)) == "bfloat16"
+    assert result(S((4,), pf.float32), S((), pf.float64)) == "float32"
+    assert result(S((4,), pf.int32), S((), pf.float64)) == "float64"
+    assert result(S((4,), pf.int8), S((), pf.int64)) == "int8"
+    assert result(S((), pf.int32), S((), pf.float16)) == "float16"
+    assert result(S((4,), pf.float16), S((4,), pf.float32)) == "float32"
+    assert result(S((4,), pf.bool), S((4,), pf.float16), S((), pf.float32)) == "float16"
