@@ -109,3 +109,20 @@ def test_f64_pow_accuracy_and_c_special_values() -> None:
     assert close.all(), list(zip(bx[~close], ey[~close], got[~close], want[~close], strict=True))
     zeros = want == 0
     assert (np.signbit(got[zeros]) == np.signbit(want[zeros])).all()
+
+
+def test_constants_are_their_values() -> None:
+    from fractions import Fraction
+
+    bits = 26 * emit_math64.TWO_OVER_PI_CHUNK_COUNT
+    two_over_pi = Fraction(emit_math64.two_over_pi_scaled(bits), 1 << bits)
+    chunks = sum(Fraction(c) for c in emit_math64.TWO_OVER_PI_CHUNKS)
+    assert chunks / 2**emit_math64.CHUNK_SCALE == two_over_pi
+    for chunk in emit_math64.TWO_OVER_PI_CHUNKS:  # normal, 26 bits at most
+        mantissa, exponent = math.frexp(chunk)
+        assert exponent > -1021 and (mantissa * 2**26).is_integer()
+    parts = sum(Fraction(p) for p in emit_math64.PIO2_PARTS)
+    assert abs(parts - 1 / two_over_pi) < Fraction(1, 2**160)
+    ln2 = Fraction(emit_math64.LN2_HI) + Fraction(emit_math64.LN2_LO)
+    true_ln2 = Fraction(math.log(2)) + Fraction(2.3190468138462996e-17)  # to about 1e-33
+    assert abs(ln2 - true_ln2) < Fraction(1, 2**84)  # LN2_LO's own rounding
