@@ -430,6 +430,11 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
         lambda i: pf.sin(~pf.prod(i, 0, keepdim=True)),
         [S((30, 58), pf.int16)],
     ),
+    # a bool array held across a streaming reduction's nests spilled (CPU fuzzer, seed 457)
+    "bools_beside_a_streaming_logsumexp": (
+        lambda x, y: (pf.logsumexp(pf.cast(pf.ge(x, y), f32), (0, 1, 2), keepdim=True), x >= y),
+        [S((32, 64, 7), pf.uint8), S((32, 64, 7), i32)],
+    ),
     # float64 end to end: its transcendentals, reductions, a matmul (multiply+sum), promotion
     "float64_math_reductions_and_matmul": (
         lambda x, w, y: (

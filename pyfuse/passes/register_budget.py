@@ -3,9 +3,10 @@ arrays ptxas would spill, so that the segment falls back to a simpler plan.
 
 Expects a lowered :class:`~pyfuse.ir.kernel_ir.Kernel` and its plan's params. Guarantees: a
 :class:`~pyfuse.errors.ScheduleError` naming the kernel where an outer reduction keeps more
-than ``MAX_COLUMN_ARRAY_ELEMENTS`` elements per thread, or where a vectorized kernel's arrays,
-64-bit ones among them, take more than ``WIDE_ARRAY_SHARE`` of a thread's registers; nothing
-otherwise.
+than ``MAX_COLUMN_ARRAY_ELEMENTS`` elements per thread, where a streaming (not persistent)
+inner reduction's arrays hold more than ``MAX_STREAMING_PREDICATES`` bools, or where a
+vectorized kernel's arrays, 64-bit ones among them, take more than ``WIDE_ARRAY_SHARE`` of a
+thread's registers; nothing otherwise.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ def check_register_arrays(kernel: k.Kernel, params: Mapping[str, object]) -> Non
     """Raise where the kernel's register arrays would spill (see the module doc)."""
     if params.get("kind") == "outer":
         _check_column_arrays(kernel)
+    elif params.get("kind") == "inner" and not params.get("persistent"):
+        _check_streaming_arrays(kernel)
     elif params.get("vector_width") not in (None, 1):
         _check_wide_vector_arrays(kernel)
 
@@ -68,4 +71,21 @@ def _check_column_arrays(kernel: k.Kernel) -> None:
         raise ScheduleError(
             f"kernel {kernel.name}: an outer reduction keeping {elements} elements per thread "
             f"in register arrays (at most {MAX_COLUMN_ARRAY_ELEMENTS}): ptxas would spill them"
+        )
+
+
+# Bool elements a streaming reduction's register arrays may hold: they live in predicate
+# registers, of which a thread has 7; a 14-element bool array held across two loop nests at
+# 1024 threads spilled 336 bytes (CPU fuzzer, seed 457: a bool output beside a logsumexp of
+# all of it).
+MAX_STREAMING_PREDICATES = 7
+
+
+def _check_streaming_arrays(kernel: k.Kernel) -> None:
+    arrays = [b for b in kernel.buffers.values() if b.memory == MemoryType.LOCAL and b.size > 1]
+    predicates = sum(b.size for b in arrays if b.dtype.is_bool)
+    if predicates > MAX_STREAMING_PREDICATES:
+        raise ScheduleError(
+            f"kernel {kernel.name}: a streaming reduction keeps {predicates} bools per thread "
+            f"in register arrays (at most {MAX_STREAMING_PREDICATES} predicate registers)"
         )
