@@ -381,6 +381,13 @@ def exp(ops: FloatOps[V, P], x: V, x_lo: V | None = None) -> V:
     return ops.mul(ops.ex2(hi), ops.fma(lo, ops.const(LN2), ops.const(1.0)))
 
 
+def two_sum(ops: FloatOps[V, P], a: V, b: V) -> tuple[V, V]:
+    """Knuth's TwoSum: ``a + b`` exactly, as the rounded sum and its rounding error."""
+    total = ops.add(a, b)
+    moved = ops.sub(total, a)
+    return total, ops.add(ops.sub(a, ops.sub(total, moved)), ops.sub(b, moved))
+
+
 def _huge_reduction(ops: FloatOps[V, P], x: V) -> tuple[V, V]:
     """``(k, r)`` with ``x = (4n + k) pi/2 + r``, ``k`` in 0..3 and ``|r| <= pi/4``, for any f32
     ``x`` (Payne and Hanek's idea, with the bits of 2/pi as exact f64 products: each chunk's
@@ -393,11 +400,8 @@ def _huge_reduction(ops: FloatOps[V, P], x: V) -> tuple[V, V]:
         product = wide.mul(xw, wide.const(chunk))
         residue = wide.fma(wide.rint(wide.mul(product, wide.const(0.25))), wide.const(-4.0),
                            product)  # fmt: skip
-        # Knuth's TwoSum: total + residue exactly as the new total and its rounding error.
-        new_total = wide.add(total, residue)
-        moved = wide.sub(new_total, total)
-        lost = wide.add(wide.sub(total, wide.sub(new_total, moved)), wide.sub(residue, moved))
-        total, error = new_total, wide.add(error, lost)
+        total, lost = two_sum(wide, total, residue)
+        error = wide.add(error, lost)
     turns = wide.rint(total)
     fraction = wide.add(wide.sub(total, turns), error)
     quadrant = wide.fma(wide.floor(wide.mul(turns, wide.const(0.25))), wide.const(-4.0), turns)
@@ -466,7 +470,7 @@ def sigmoid(ops: FloatOps[V, P], x: V) -> V:
     return ops.rcp_approx(ops.add(ops.const(1.0), exp(ops, ops.neg(x))))
 
 
-def _flush_tail(ops: FloatOps[V, P], x: V, result: V) -> V:
+def flush_tail(ops: FloatOps[V, P], x: V, result: V) -> V:
     """``result``, or a zero of ``x``'s sign where ``|result|`` is below ACTIVATION_TAIL_FLUSH
     (where the reference returns one: each formula's tail leaves f32 at its own x)."""
     tiny = ops.less(ops.abs(result), ops.const(ACTIVATION_TAIL_FLUSH))
@@ -474,7 +478,7 @@ def _flush_tail(ops: FloatOps[V, P], x: V, result: V) -> V:
 
 
 def silu(ops: FloatOps[V, P], x: V) -> V:
-    return _flush_tail(ops, x, ops.mul(x, sigmoid(ops, x)))
+    return flush_tail(ops, x, ops.mul(x, sigmoid(ops, x)))
 
 
 def gelu_tanh(ops: FloatOps[V, P], x: V) -> V:
@@ -487,7 +491,7 @@ def gelu_tanh(ops: FloatOps[V, P], x: V) -> V:
     exponent = ops.mul(inner, scale)
     exponent_lo = ops.fma(inner, scale, ops.neg(exponent))  # its rounding error, exactly
     result = ops.mul(x, ops.rcp_approx(ops.add(ops.const(1.0), exp(ops, exponent, exponent_lo))))
-    return _flush_tail(ops, x, result)
+    return flush_tail(ops, x, result)
 
 
 def _erfc(ops: FloatOps[V, P], ax: V, scale: float) -> V:
@@ -521,7 +525,7 @@ def gelu(ops: FloatOps[V, P], x: V) -> V:
     half_erfc = ops.mul(_erfc(ops, ops.abs(x), SQRT1_2), ops.const(0.5))
     negative = ops.less(x, ops.const(0.0))
     result = ops.mul(x, ops.select(negative, half_erfc, ops.sub(ops.const(1.0), half_erfc)))
-    return _flush_tail(ops, x, result)
+    return flush_tail(ops, x, result)
 
 
 def pow_(ops: FloatOps[V, P], x: V, y: V) -> V:
@@ -565,7 +569,7 @@ def sigmoid_16(ops: FloatOps[V, P], x: V) -> V:
 
 
 def silu_16(ops: FloatOps[V, P], x: V) -> V:
-    return _flush_tail(ops, x, ops.mul(x, sigmoid_16(ops, x)))
+    return flush_tail(ops, x, ops.mul(x, sigmoid_16(ops, x)))
 
 
 def gelu_tanh_16(ops: FloatOps[V, P], x: V) -> V:
@@ -575,4 +579,4 @@ def gelu_tanh_16(ops: FloatOps[V, P], x: V) -> V:
     x2 = ops.mul(x, x)
     scale = -2.0 * GELU_TANH_K0 * LOG2E
     inner = ops.mul(x, ops.fma(x2, ops.const(scale * GELU_TANH_K1), ops.const(scale)))
-    return _flush_tail(ops, x, ops.mul(x, ops.rcp_approx(ops.add(ops.const(1.0), ops.ex2(inner)))))
+    return flush_tail(ops, x, ops.mul(x, ops.rcp_approx(ops.add(ops.const(1.0), ops.ex2(inner)))))

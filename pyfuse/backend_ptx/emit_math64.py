@@ -33,8 +33,16 @@ from __future__ import annotations
 import math
 from typing import Protocol, TypeVar
 
-from pyfuse.backend_ptx.emit_math import FloatOps, pow_special_cases
-from pyfuse.ir.exprs import ACTIVATION_TAIL_FLUSH
+from pyfuse.backend_ptx.emit_math import (
+    GELU_TANH_K0,
+    GELU_TANH_K1,
+    LOG2E,
+    SQRT1_2,
+    FloatOps,
+    flush_tail,
+    pow_special_cases,
+    two_sum,
+)
 
 V = TypeVar("V")
 P = TypeVar("P")
@@ -51,7 +59,6 @@ class Float64Ops(FloatOps[V, P], Protocol):
 # double nearest ln 2 is 2.3190468138462996e-17 short of it.
 LN2_HI = math.ldexp(math.floor(math.ldexp(math.log(2), 32)), -32)
 LN2_LO = (math.log(2) - LN2_HI) + 2.3190468138462996e-17
-LOG2E = 1.4426950408889634
 EXP_MIN, EXP_MAX = -746.0, 710.0
 EXP_TAYLOR = tuple(1.0 / math.factorial(n) for n in range(14))
 LOG_SERIES = tuple(1.0 / (2 * k + 1) for k in range(12))
@@ -60,13 +67,10 @@ EXPM1_TAYLOR = tuple(1.0 / math.factorial(n) for n in range(1, 21))
 TANH_ONE = 20.0  # tanh(20) is 1 in f64
 TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 ONE_OVER_SQRT_PI = 1.0 / math.sqrt(math.pi)
-SQRT1_2 = math.sqrt(0.5)
 ERF_SERIES_TERMS = 28
 ERFC_FRACTION_FROM = 1.5
 ERFC_FRACTION_LEVELS = 100
 ERFC_ZERO_PAST = 27.3  # erfc(27.3) is below the smallest subnormal
-GELU_TANH_K0 = math.sqrt(2.0 / math.pi)
-GELU_TANH_K1 = 0.044715
 # pi/2 in three parts (each the rounding error of the sum before), for |x| < SIN_REDUCTION_MAX.
 PIO2_PARTS = (
     float.fromhex("0x1.921fb54442d18p+0"),
@@ -183,13 +187,8 @@ def sigmoid(ops: Float64Ops[V, P], x: V) -> V:
     return ops.select(ops.less(x, ops.const(0.0)), negative, positive)
 
 
-def _flush_tail(ops: Float64Ops[V, P], x: V, result: V) -> V:
-    tiny = ops.less(ops.abs(result), ops.const(ACTIVATION_TAIL_FLUSH))
-    return ops.select(tiny, ops.mul(x, ops.const(0.0)), result)
-
-
 def silu(ops: Float64Ops[V, P], x: V) -> V:
-    return _flush_tail(ops, x, ops.mul(x, sigmoid(ops, x)))
+    return flush_tail(ops, x, ops.mul(x, sigmoid(ops, x)))
 
 
 def gelu_tanh(ops: Float64Ops[V, P], x: V) -> V:
@@ -200,7 +199,7 @@ def gelu_tanh(ops: Float64Ops[V, P], x: V) -> V:
     result = ops.div(
         x, ops.add(ops.const(1.0), exp(ops, ops.mul(inner, ops.const(-2 * GELU_TANH_K0))))
     )
-    return _flush_tail(ops, x, result)
+    return flush_tail(ops, x, result)
 
 
 # The scales erf and erfc take their argument in, with their exact squares (sqrt(1/2) rounded
@@ -282,7 +281,7 @@ def gelu(ops: Float64Ops[V, P], x: V) -> V:
     half_erfc = ops.mul(_erfc(ops, ops.abs(x), SQRT1_2), ops.const(0.5))
     negative = ops.less(x, ops.const(0.0))
     result = ops.mul(x, ops.select(negative, half_erfc, ops.sub(ops.const(1.0), half_erfc)))
-    return _flush_tail(ops, x, result)
+    return flush_tail(ops, x, result)
 
 
 def _huge_reduction(ops: Float64Ops[V, P], x: V) -> tuple[V, V]:
@@ -297,9 +296,7 @@ def _huge_reduction(ops: Float64Ops[V, P], x: V) -> tuple[V, V]:
         for half in (high, low):
             product = ops.mul(half, ops.const(chunk))  # 26 bits by 26: exact
             residue = ops.fma(ops.rint(ops.mul(product, ops.const(0.25))), ops.const(-4.0), product)
-            new_total = ops.add(total, residue)
-            moved = ops.sub(new_total, total)
-            lost = ops.add(ops.sub(total, ops.sub(new_total, moved)), ops.sub(residue, moved))
+            new_total, lost = two_sum(ops, total, residue)
             # Keep the total in [-2, 2]: its rounding error stays below 2**-52.
             wrapped = ops.fma(ops.rint(ops.mul(new_total, ops.const(0.25))), ops.const(-4.0),
                               new_total)  # fmt: skip

@@ -534,8 +534,9 @@ class ScalarMath:
                 )
             return self.from_compute(x, target)
         rounding = "rzi" if source.is_floating else "rn" if target.is_floating else None
-        if source.is_floating and target.is_narrow_integer:
-            # Saturating to the narrow type's own range, as the interpreter's cast does.
+        # Saturating to a narrow type's own range, as the interpreter's cast does.
+        saturated = source.is_floating and target.is_narrow_integer
+        if saturated:
             narrow = target.ptx
             result = self._out(dst, lambda d: convert.cvt(narrow, src, d, x, rounding="rzi"))
         else:
@@ -545,8 +546,4 @@ class ScalarMath:
             # fuzzer, seed 461); f32 sources give 0.
             nan = self._out("pred", lambda p: arith.setp("nan", "f64", p, x, x))
             result = self._out(dst, lambda d: arith.selp(dst, d, 0, result, nan))
-        return (
-            result
-            if target.is_narrow_integer and source.is_floating
-            else (self.from_compute(result, target))
-        )
+        return result if saturated else self.from_compute(result, target)
