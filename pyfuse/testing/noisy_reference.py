@@ -25,6 +25,9 @@ Guarantees, for :func:`evaluate_noisy`:
   with ``x = floor(e)``, ``y = round(e)`` where a kernel's ``e`` lay one ulp over a half).
   A product whose partial products overflow and underflow float32 together is marked the
   same way (``sign * inf``, ``sign * 0``, NaN).
+- A float's cast to bool, and ``==``/``!=`` of floats, whose operand's noise reaches 0 (of
+  ``x - y``), and an argmax's hit test over near-ties, are undetermined bools: True in the
+  run with ``jitter=1.0``, False with ``-1.0``, flipped with a Generator.
 
 Where the runs move an output past a comparison's tolerance, it is ill-conditioned in float32
 (a sqrt of a cancellation, a comparison of two near values, a value that underflowed), and
@@ -147,9 +150,9 @@ def _noisy_result(expr: Expr, env: Env, exact: Env, jitter: Jitter, noisy_inputs
         if undetermined is not None and undetermined.any():
             value = np.where(undetermined, _mark(jitter), value).astype(value.dtype)
     if dtype.is_bool and value.size and noisy_inputs:
-        tied = _near_tie_with_extremum(expr, exact)
-        if tied is not None and tied.any():
-            value = np.where(tied, _bool_mark(jitter, np.asarray(value)), value)
+        for undetermined in (_near_tie_with_extremum(expr, exact), _near_zero(expr, env, exact)):
+            if undetermined is not None and undetermined.any():
+                value = np.where(undetermined, _bool_mark(jitter, np.asarray(value)), value)
     return np.asarray(value)
 
 
@@ -187,6 +190,36 @@ def _near_tie_with_extremum(expr: Expr, exact: Env) -> Array | None:
         ties = np.sum(near, axis=reduction.axes, keepdims=True) >= 2
         return np.broadcast_to(near & ties, expr.output.shape)
     return None
+
+
+def _near_zero(expr: Expr, env: Env, exact: Env) -> Array | None:
+    """For a float's cast to bool (``x != 0``) and ``x == y``, ``x != y``: where the noise of
+    ``x`` (of ``x - y``), as far as this run moved it and at least JITTER of the operands,
+    reaches 0. The noise moves a value across 0 but never onto it, where a kernel may land
+    exactly (GPU fuzzer, seed 471: a layer_norm of equal values is exactly 0 on the GPU and
+    a few ulps off in the reference, so its cast to bool was True there and False here)."""
+    if isinstance(expr, CastOp):
+        (inp,) = expr.tensor_inputs
+        if not inp.dtype.is_floating:
+            return None
+        noisy, true = env.tensor(inp), exact.tensor(inp)
+        scale = np.abs(true)
+    elif isinstance(expr, BinaryOp) and expr.op in (BinaryOpType.EQ, BinaryOpType.NE):
+        common = common_dtype(expr.inputs)
+        if not common.is_floating:
+            return None
+        x, y = (env.operand(val, common) for val in expr.inputs)
+        x0, y0 = (exact.operand(val, common) for val in expr.inputs)
+        noisy, true, scale = x - y, x0 - y0, np.abs(x0) + np.abs(y0)
+    else:
+        return None
+    moved = np.abs(noisy - true)
+    distance = np.maximum(moved, JITTER * scale)
+    low = np.minimum(noisy, true) - distance
+    high = np.maximum(noisy, true) + distance
+    # A value no run moved (a relu's 0, an input's) is exact in a kernel too.
+    reaches = np.isfinite(low) & np.isfinite(high) & (low <= 0) & (high >= 0) & (moved > 0)
+    return np.broadcast_to(reaches, expr.output.shape)
 
 
 def _bool_mark(jitter: Jitter, value: Array) -> Array | bool:

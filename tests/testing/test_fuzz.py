@@ -386,3 +386,24 @@ def test_an_argmax_over_near_ties_of_computed_values_is_undetermined() -> None:
     assert all(run[1] == want[1] == 0 for run in runs)
     exact = pf.fuse(lambda x: pf.argmax(x, 0)).trace(pf.spec((3, 2), pf.float32))
     assert all(_noisy(exact, [x], j)[0][0] == 1 for j in (1.0, -1.0))
+
+
+def test_a_cast_to_bool_of_a_value_within_its_noise_of_zero_is_undetermined() -> None:
+    """GPU fuzzer, seed 471: a layer_norm of equal values is exactly 0 on the GPU and a few
+    ulps off it in the reference; noise moves a value across 0 but never onto it, so the runs
+    must disagree there. A value no op rounded (a relu's 0) and one clear of 0 stay determined."""
+    fusion = pf.fuse(lambda x: pf.cast(x - pf.mean(x, 0, keepdim=True), pf.bool)).trace(
+        pf.spec((55,), pf.float32)
+    )
+    x = np.full(55, 0.3, np.float32)
+    x[0] = 0.3 + 2**-25  # the mean's rounding leaves every difference a few ulps off 0
+    runs = [_noisy(fusion, [x], j)[0] for j in (1.0, -1.0, np.random.default_rng(0))]
+    assert not all(np.array_equal(runs[0], run) for run in runs[1:])
+    relu = pf.fuse(lambda x: pf.cast(pf.relu(x), pf.bool)).trace(pf.spec((2,), pf.float32))
+    clear = pf.fuse(lambda x: pf.cast(x * 3.0, pf.bool)).trace(pf.spec((2,), pf.float32))
+    y = np.array([-1.0, 2.0], np.float32)
+    for j in (1.0, -1.0):
+        assert _noisy(relu, [y], j)[0].tolist() == [False, True]
+        assert _noisy(clear, [y], j)[0].tolist() == [True, True]
+    equal = pf.fuse(lambda x: (x * 3.0) == (x + x + x)).trace(pf.spec((2,), pf.float32))
+    assert _noisy(equal, [y], 1.0)[0].tolist() != _noisy(equal, [y], -1.0)[0].tolist()
