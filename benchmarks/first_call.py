@@ -63,6 +63,12 @@ CASES: dict[str, tuple[str, str]] = {
         "        torch.randn(4096, device='cuda', dtype=torch.bfloat16))",
         "lambda x, w: pf.rms_norm(x, w, 1e-6)",
     ),
+    "rope": (
+        "args = (torch.randn(32, 4096, 128, device='cuda', dtype=torch.bfloat16),\n"
+        "        torch.randn(4096, 128, device='cuda', dtype=torch.bfloat16),\n"
+        "        torch.randn(4096, 128, device='cuda', dtype=torch.bfloat16))",
+        "lambda x, c, s: x * c + pf.cat([-x[..., 64:], x[..., :64]], -1) * s",
+    ),
     "gemm": (
         "args = tuple(torch.randn(8192, 8192, device='cuda', dtype=torch.bfloat16)\n"
         "             for _ in range(2))",

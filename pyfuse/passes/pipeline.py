@@ -1,6 +1,7 @@
-"""The pass pipeline, in order. Read this file to follow a fusion from math IR to kernel IR.
+"""The compile's stages, in order, and the one runner that applies them. Read this file to
+follow a fusion from math IR to PTX.
 
-    ── math IR ──────────────────────────────────────────────────────────────────────────
+    ── math IR (MATH_PASSES: each rewrites the fusion in place) ──────────────────────────
     split_k               K split into a batch of partial products summed after, where asked
                           (MatmulParams.splitk) or where few output tiles leave SMs idle
     translate_patterns    MatmulOp / LinearOp / mul-sum -> MmaOp, operand broadcasts kept
@@ -20,15 +21,19 @@
     ── lowering (per kernel) ────────────────────────────────────────────────────────────
     remove_broadcasts     (matmul) operand broadcasts/permutes aliased: TMA reads the inputs
     lower / lower_matmul  kernel IR: loops, allocations, indices, predicates, syncs
+    ── emission (per kernel) ────────────────────────────────────────────────────────────
+    emit                  PTX, by the driver's emitter (backend_ptx, which passes do not
+                          import); then the driver's JIT makes the cubin (runtime/cache.py)
     ── fallback ─────────────────────────────────────────────────────────────────────────
-    a kernel whose plan fails (scheduling, lowering, or the frontend's emission) is built
-    again by a simpler plan (fallback.py), or cut into one kernel per expr
+    a kernel whose plan fails (scheduling, lowering or emission) is built again by a
+    simpler plan (fallback.py), or cut into one kernel per expr
 
-Emission (kernel IR -> PTX) belongs to ``backend_ptx``; the frontend runs it after this.
-The matmul-only passes (pattern translation, the matmul scheduler and lowering) are imported
-when a fusion first needs them, which keeps them out of a pointwise fusion's first call.
-Each stage's artifact is kept in :class:`PipelineResult` by name, and the same record
-drives dumps and ``Kernel.ir``.
+``STAGES`` names every stage and where its artifact is kept; :func:`run` applies them
+through one :class:`_StageRunner` (timing, and the verifier where ``PYFUSE_VERIFY`` asks)
+and returns the :class:`PipelineResult` record from which the driver makes ``Compiled``,
+``Kernel``, the dumps and the variant record. The matmul-only passes (pattern translation,
+the matmul scheduler and lowering) are imported when a fusion first needs them, which keeps
+them out of a pointwise fusion's first call.
 """
 
 from __future__ import annotations
@@ -75,41 +80,139 @@ from pyfuse.passes.split_reductions import split_long_reductions
 from pyfuse.passes.validate import validate
 
 
+# What the driver's emitter makes of one lowered kernel: its PTX, and for a matmul kernel the
+# tensor-map plan its launch needs (``backend_ptx.tensor_maps.MatmulLaunch``, opaque here).
+@record
+class Emitted:
+    ptx: str
+    launch: object | None = None
+
+
 @record
 class KernelStages:
-    """What the pipeline made for one kernel."""
+    """One kernel's artifacts, by stage: its plan (scheduler, params, the fallback taken), the
+    scheduled IR as text, the kernel IR, and what the emitter made of it."""
 
     plan: KernelPlan
     scheduled_ir: str
     kernel_ir: Kernel
+    emitted: Emitted | None = None
+
+
+# The emit stage, given by the driver: a failure there falls back like the pipeline's own.
+Emitter = Callable[[KernelStages], Emitted]
 
 
 @record
 class PipelineResult:
+    """The compile's record: each stage's artifact (``STAGES`` says where), the time each
+    stage took, and the traced fusion the stages started from (left unchanged)."""
+
+    traced: Fusion
     math_ir: str
     segmented: SegmentedFusion
     kernels: list[KernelStages]
     timings: dict[str, float] = field(default_factory=dict)
 
 
-class _Timer:
+class _StageRunner:
+    """Applies every stage the same way: timed (``timings`` by stage name, summed over kernels
+    and fallback plans) and, where ``PYFUSE_VERIFY`` asks, the fusion verified after it: at
+    the pipeline's boundaries at level 1, after every stage at level 2."""
+
     def __init__(self) -> None:
         self.timings: dict[str, float] = {}
+        self.verify_level = knobs.verify_level()
 
     @contextmanager
-    def stage(self, name: str) -> Iterator[None]:
+    def stage(
+        self, name: str, fusion: Fusion | None = None, boundary: bool = False
+    ) -> Iterator[None]:
         start = time.perf_counter()
         try:
             yield
         finally:
             self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - start
+        if fusion is not None:
+            self.verify(fusion, name, boundary)
+
+    def verify(self, fusion: Fusion, after: str, boundary: bool = False) -> None:
+        if self.verify_level >= 2 or (self.verify_level == 1 and boundary):
+            verify_fusion(fusion, after=after)
 
 
-def _check(fusion: Fusion, after: str, boundary: bool) -> None:
-    """The IR verifier: at the pipeline's boundaries (level 1) or after every pass (level 2)."""
-    level = knobs.verify_level()
-    if level >= 2 or (level == 1 and boundary):
-        verify_fusion(fusion, after=after)
+# ── math IR ─────────────────────────────────────────────────────────────────────────────
+
+
+@record(eq=False)
+class _MathContext:
+    target: TargetInfo
+    matmul: MatmulParams | None
+
+
+def _split_k(fusion: Fusion, context: _MathContext) -> None:
+    matmul = context.matmul
+    requested = matmul.splitk if matmul is not None else None  # None: the heuristic's
+    if requested is None or requested > 1:
+        skipped = split_k(fusion, requested, context.target)
+        if skipped:
+            warnings.warn(
+                f"pyfuse: MatmulParams(splitk={requested}) not applied to " + "; ".join(skipped),
+                UserWarning,
+                stacklevel=3,
+            )
+    if matmul is not None:
+        # The split is in the math now: each matmul kernel reduces its whole (part of) K.
+        context.matmul = dataclasses.replace(matmul, splitk=1)
+
+
+# What translate_patterns rewrites or describes: matmuls, and reductions (multiply-then-sum).
+_PATTERN_OPS = (MatmulOp, LinearOp, MmaOp, ReductionOp)
+
+
+def _translate_patterns(fusion: Fusion, context: _MathContext) -> None:
+    if any(isinstance(expr, _PATTERN_OPS) for expr in fusion.exprs()):
+        # Matmul patterns (and the modules that find them) load with the first fusion that
+        # could hold one.
+        from pyfuse.passes.translate_patterns import translate_patterns
+
+        translate_patterns(fusion)
+
+
+def _decompose_matmuls(fusion: Fusion, context: _MathContext) -> None:
+    # What translation left (fp32, 1-D operands) becomes multiply-sum: a reduction.
+    decompose_matmuls(fusion)
+    decompose_unschedulable_mmas(fusion, context.target)
+
+
+MathPass = Callable[[Fusion, _MathContext], object]
+
+# In order; each runs inside ``with fusion`` (new tensors are named by the fusion).
+MATH_PASSES: tuple[tuple[str, MathPass], ...] = (
+    ("split_k", _split_k),
+    ("translate_patterns", _translate_patterns),
+    ("decompose_matmuls", _decompose_matmuls),
+    (
+        "split_long_reductions",
+        lambda fusion, context: split_long_reductions(fusion, context.target),
+    ),
+    ("copy_strided_reshape_inputs", lambda fusion, _: copy_strided_reshape_inputs(fusion)),
+    ("fold_empty_reductions", lambda fusion, _: fold_empty_reductions(fusion)),
+)
+
+# Every stage of a compile, in order, and where its artifact is kept.
+STAGES: tuple[tuple[str, str], ...] = (
+    ("trace", "PipelineResult.traced (the frontend traced it)"),
+    *((name, "PipelineResult.math_ir, after the last") for name, _ in MATH_PASSES),
+    ("segment", "PipelineResult.segmented"),
+    ("schedule", "KernelStages.plan, KernelStages.scheduled_ir"),
+    ("lower", "KernelStages.kernel_ir"),
+    ("emit", "KernelStages.emitted"),
+    ("cubin", "the driver's JIT, on disk by the PTX's hash (runtime/cache.py)"),
+)
+
+
+# ── scheduling and lowering, per kernel ─────────────────────────────────────────────────
 
 
 def schedule_kernel(
@@ -117,31 +220,24 @@ def schedule_kernel(
     target: TargetInfo,
     matmul: MatmulParams | None,
     attempt: Attempt = ATTEMPTS[0],
+    runner: _StageRunner | None = None,
 ) -> IdModel:
     """Run the plan's scheduler on its fusion in place and record its choices; returns the
     IdModel validation built of the scheduled fusion, for lowering to reuse. ``attempt``
     says what the scheduler may use (a fallback plan's limits, passes/fallback.py)."""
+    runner = runner or _StageRunner()
     fusion = plan.fusion
     with fusion:
         # Slices are aliased even without aliases: reading in place is how a slice is read.
         skip_intermediates(fusion, slices_only=not attempt.alias_inputs)
-        _check(fusion, "skip_intermediates", boundary=False)
+        runner.verify(fusion, "skip_intermediates")
         scheduler = scheduler_named(plan.scheduler)
         plan.reference, params = scheduler.schedule(fusion, target, matmul, attempt.vectorize)
         plan.params.update(params)
-        _check(fusion, f"schedule_{plan.scheduler}", boundary=False)
+        runner.verify(fusion, f"schedule_{plan.scheduler}")
         inline.inline_most(fusion)
-        _check(fusion, "inline", boundary=True)
+        runner.verify(fusion, "inline", boundary=True)
         return validate(fusion, plan.reference if scheduler.indexes_from_reference else None)
-
-
-def _lower_kernel(plan: KernelPlan, name: str, target: TargetInfo, id_model: IdModel) -> Kernel:
-    return scheduler_named(plan.scheduler).lower(plan, name, target, id_model)
-
-
-# What a compile does with a lowered kernel before it counts as built (the frontend emits
-# its PTX): a failure there falls back like one of the pipeline's own.
-EmitHook = Callable[[int, "KernelStages"], None]
 
 
 def _build_kernel(
@@ -150,8 +246,8 @@ def _build_kernel(
     index: int,
     target: TargetInfo,
     matmul: MatmulParams | None,
-    timer: _Timer,
-    emit: EmitHook | None,
+    runner: _StageRunner,
+    emit: Emitter | None,
 ) -> KernelStages | Exception:
     """Kernel ``index`` scheduled, lowered and (through ``emit``) emitted by the first plan
     that works (passes/fallback.py), or the first plan's error when none does."""
@@ -164,14 +260,15 @@ def _build_kernel(
                 plan = replan(fusion, segmented, index, target, rewrite)
             else:
                 plan = segmented.kernels[index]
-            with timer.stage("schedule"):
-                id_model = schedule_kernel(plan, target, matmul, attempt)
+            with runner.stage("schedule"):
+                id_model = schedule_kernel(plan, target, matmul, attempt, runner)
                 scheduled = scheduled_to_str(plan.fusion)
-            with timer.stage("lower"):
-                kernel = _lower_kernel(plan, name, target, id_model)
+            with runner.stage("lower"):
+                kernel = scheduler_named(plan.scheduler).lower(plan, name, target, id_model)
             stages = KernelStages(plan, scheduled, kernel)
             if emit is not None:
-                emit(index, stages)
+                with runner.stage("emit"):
+                    stages.emitted = emit(stages)
         except Exception as error:  # any failure of a plan: the next, simpler one runs
             failures.append((attempt, error))
             continue
@@ -192,7 +289,9 @@ def _build_kernel(
     return failures[0][1]
 
 
-def _segment_or_decompose(fusion: Fusion, target: TargetInfo) -> SegmentedFusion:
+def _segment_or_decompose(
+    fusion: Fusion, target: TargetInfo, runner: _StageRunner
+) -> SegmentedFusion:
     """The fusion's kernels; where no scheduler accepts some kernel and the fusion holds
     MMAs (an operand an earlier kernel computes, written with rows TMA cannot load; an MMA
     whose output is read in ways its epilogue cannot take), every MMA runs as
@@ -202,85 +301,44 @@ def _segment_or_decompose(fusion: Fusion, target: TargetInfo) -> SegmentedFusion
     except ScheduleError:
         if not mmas_to_multiply_sum(fusion):
             raise
-        _check(fusion, "decompose_matmuls", boundary=False)
+        runner.verify(fusion, "decompose_matmuls")
         return segment(fusion, target)
 
 
-Pass = Callable[[Fusion], object]
-
-# What translate_patterns rewrites or describes: matmuls, and reductions (multiply-then-sum).
-_PATTERN_OPS = (MatmulOp, LinearOp, MmaOp, ReductionOp)
-
-
-def _has_pattern_ops(fusion: Fusion) -> bool:
-    return any(isinstance(expr, _PATTERN_OPS) for expr in fusion.exprs())
+# ── the runner ──────────────────────────────────────────────────────────────────────────
 
 
 def run(
     fusion: Fusion,
     target: TargetInfo,
     matmul: MatmulParams | None = None,
-    emit: EmitHook | None = None,
+    emit: Emitter | None = None,
 ) -> PipelineResult:
-    """All passes on a copy of ``fusion``: math IR to one kernel IR per kernel. A kernel
-    whose plan fails (``emit``, given, is part of the plan) takes a simpler one
-    (passes/fallback.py); only a fusion no plan can build raises."""
-    timer = _Timer()
+    """Every stage of ``STAGES`` up to ``emit`` (given) on a copy of ``fusion``. A kernel
+    whose plan fails takes a simpler one (passes/fallback.py); only a fusion no plan can
+    build raises."""
+    runner = _StageRunner()
+    traced = fusion
     fusion, _ = fusion.clone()
-    _check(fusion, "trace", boundary=True)
-
-    # ── math IR
-    requested = matmul.splitk if matmul is not None else None  # None: the heuristic's
-    if requested is None or requested > 1:
-        with timer.stage("split_k"):
-            skipped = split_k(fusion, requested, target)
-        _check(fusion, "split_k", boundary=False)
-        if skipped:
-            warnings.warn(
-                f"pyfuse: MatmulParams(splitk={requested}) not applied to " + "; ".join(skipped),
-                UserWarning,
-                stacklevel=2,
-            )
-    if matmul is not None:
-        # The split is in the math now: each matmul kernel reduces its whole (part of) K.
-        matmul = dataclasses.replace(matmul, splitk=1)
-    with timer.stage("translate_patterns"), fusion:
-        if _has_pattern_ops(fusion):
-            # Matmul patterns (and the modules that find them) load with the first fusion
-            # that could hold one.
-            from pyfuse.passes.translate_patterns import translate_patterns
-
-            translate_patterns(fusion)
-    _check(fusion, "translate_patterns", boundary=False)
-    with timer.stage("decompose_matmuls"):
-        # What translation left (fp32, 1-D operands) becomes multiply-sum: a reduction.
-        decompose_matmuls(fusion)
-        decompose_unschedulable_mmas(fusion, target)
-    _check(fusion, "decompose_matmuls", boundary=False)
-    with timer.stage("split_long_reductions"), fusion:
-        split_long_reductions(fusion, target)
-    _check(fusion, "split_long_reductions", boundary=False)
-    copy_strided_reshape_inputs(fusion)
-    _check(fusion, "copy_strided_reshape_inputs", boundary=False)
-    with fusion:
-        fold_empty_reductions(fusion)
-    _check(fusion, "fold_empty_reductions", boundary=False)
+    runner.verify(fusion, "trace", boundary=True)
+    context = _MathContext(target, matmul)
+    for name, apply in MATH_PASSES:
+        with runner.stage(name, fusion), fusion:
+            apply(fusion, context)
     math_ir = str(fusion)
 
-    # ── segmentation
-    with timer.stage("segment"):
-        segmented = _segment_or_decompose(fusion, target)
-
+    with runner.stage("segment"):
+        segmented = _segment_or_decompose(fusion, target, runner)
     kernels: list[KernelStages] = []
     first_failure: Exception | None = None  # what the user hears if no cut helps either
     index = 0
     while index < len(segmented.kernels):
-        built = _build_kernel(fusion, segmented, index, target, matmul, timer, emit)
+        built = _build_kernel(fusion, segmented, index, target, context.matmul, runner, emit)
         if isinstance(built, Exception):
             first_failure = first_failure or built
             # No plan fits the whole segment: one kernel per expr, and build them all again
             # (the kernels' names and arguments change with the cut).
-            with timer.stage("segment"):
+            with runner.stage("segment"):
                 pieces = cut(fusion, segmented, index, target)
             if pieces is None:
                 raise first_failure
@@ -288,4 +346,4 @@ def run(
             continue
         kernels.append(built)
         index += 1
-    return PipelineResult(math_ir, segmented, kernels, timer.timings)
+    return PipelineResult(traced, math_ir, segmented, kernels, runner.timings)

@@ -1,21 +1,21 @@
 """The compile driver: the function that makes :class:`~pyfuse.runtime.compiled.Compiled`
 results from a traced Fusion.
 
-``compile_fusion`` runs the pass pipeline and the PTX emitter; it needs no GPU. Importing
-this module imports both (the call path does so only at its first compile the variant cache
-does not answer, :mod:`pyfuse.runtime.calls`) and tells the variant cache which sources
-they were loaded from. Each
-stage's artifact is kept (math IR, scheduled IR, kernel IR, PTX) and drives both
-``PYFUSE_DUMP`` and the introspection properties. A ``jit`` hook gets each kernel's name and
-PTX the moment it is emitted (before the next kernel is planned), so the runtime can start
-the driver's JIT beside the rest of the compile.
+``compile_fusion`` runs the stages of :mod:`pyfuse.passes.pipeline` with the PTX emitter as
+their emit stage; it needs no GPU. Importing this module imports both (the call path does so
+only at its first compile the variant cache does not answer, :mod:`pyfuse.runtime.calls`)
+and tells the variant cache which sources they were loaded from. The pipeline's record
+(each stage's artifact by name) is the one source of ``Compiled`` and its ``Kernel`` s,
+of ``PYFUSE_DUMP`` and, through ``Compiled``, of the variant record. A ``jit`` hook gets
+each kernel's name and PTX the moment it is emitted (before the next kernel is planned), so
+the runtime can start the driver's JIT beside the rest of the compile.
 """
 
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING, cast
 
 from pyfuse import knobs
 from pyfuse.backend_ptx.emit import emit_ptx
@@ -29,6 +29,9 @@ from pyfuse.passes import pipeline
 from pyfuse.runtime import variant_cache
 from pyfuse.runtime.compiled import Compiled, Kernel
 from pyfuse.runtime.location import user_location
+
+if TYPE_CHECKING:
+    from pyfuse.backend_ptx.tensor_maps import MatmulLaunch
 
 # The sources the compiler was loaded from: the variant cache stores its results only while
 # they are unchanged.
@@ -52,8 +55,48 @@ def _arguments(
 JitHook = Callable[[str, str], None]
 
 
+def _emitter(target: TargetInfo, jit: JitHook | None) -> pipeline.Emitter:
+    """The pipeline's emit stage: one kernel's PTX and, for a matmul kernel, its launch plan
+    (planned while the kernel is built, so its launch needs no IR); the PTX goes to ``jit``
+    at once, so the driver's JIT runs beside the next kernel's planning."""
+
+    def emit(stages: pipeline.KernelStages) -> pipeline.Emitted:
+        kernel_ir = stages.kernel_ir
+        ptx = emit_ptx(kernel_ir, target)
+        launch = None
+        if kernel_ir.main_loop() is not None:
+            from pyfuse.backend_ptx import matmul_host  # the emitter loaded it for this kernel
+
+            launch = matmul_host.matmul_launch(kernel_ir)
+        if jit is not None:
+            jit(kernel_ir.name, ptx)
+        return pipeline.Emitted(ptx, launch)
+
+    return emit
+
+
+def _dump_texts(stage: str, kernel: pipeline.KernelStages) -> str:
+    """One kernel's artifact of a ``PYFUSE_DUMP`` stage, as text."""
+    if stage == "scheduled":
+        return kernel.scheduled_ir
+    if stage == "kernel":
+        from pyfuse.ir.kernel_printer import kernel_to_str  # loads only for this dump
+
+        return kernel_to_str(kernel.kernel_ir)
+    assert kernel.emitted is not None
+    return kernel.emitted.ptx
+
+
 def _dump(stage: str, text: str) -> None:
     print(f"==== pyfuse {stage} ====\n{text}", file=sys.stderr)
+
+
+def _dump_record(record: pipeline.PipelineResult, stages: frozenset[str]) -> None:
+    """``PYFUSE_DUMP``'s kernel stages from the record, kernel by kernel, in stage order."""
+    for kernel in record.kernels:
+        for stage in ("scheduled", "kernel", "ptx"):
+            if stage in stages:
+                _dump(stage, _dump_texts(stage, kernel))
 
 
 def compile_fusion(
@@ -94,73 +137,55 @@ def compile_fusion(
 def _compile(
     fusion: Fusion, target: TargetInfo, matmul: MatmulParams | None, jit: JitHook | None
 ) -> Compiled:
-    # Stages are rendered as text only when PYFUSE_DUMP asks for them.
     dump = knobs.dump()
     if "ir" in dump:
-        _dump("ir", str(fusion))
-    built: dict[int, Kernel] = {}
-    emit_seconds = 0.0
+        _dump("ir", str(fusion))  # before the passes: a compile that fails still shows it
+    record = pipeline.run(fusion, target, matmul, _emitter(target, jit))
+    _dump_record(record, dump)
+    return _compiled_from(record)
 
-    def emit(index: int, stages: pipeline.KernelStages) -> None:
-        """One kernel's PTX; inside the pipeline, so a kernel the emitter cannot write takes a
-        simpler plan."""
-        nonlocal emit_seconds
-        kernel_ir = stages.kernel_ir
-        start = time.perf_counter()
-        ptx = emit_ptx(kernel_ir, target)
-        emit_seconds += time.perf_counter() - start
-        matmul_launch = None
-        if kernel_ir.main_loop() is not None:
-            from pyfuse.backend_ptx import matmul_host  # the emitter loaded it for this kernel
 
-            # Planned here, as part of building the kernel: its launch then needs no IR.
-            matmul_launch = matmul_host.matmul_launch(kernel_ir)
-        if jit is not None:
-            jit(kernel_ir.name, ptx)
-        built[index] = Kernel(
-            name=kernel_ir.name,
-            scheduler=stages.plan.scheduler,
-            ptx=ptx,
-            ir=stages.scheduled_ir,
-            grid=kernel_ir.grid,
-            block=kernel_ir.block,
-            smem_bytes=kernel_ir.smem_bytes,
-            params=dict(stages.plan.params),
-            matmul_launch=matmul_launch,
-            arguments=[],  # set below, once segmentation is final
-            built_ir=kernel_ir,
+def _kernel_from(
+    stages: pipeline.KernelStages,
+    sources: list[tuple[str, int | str]],
+    sinks: list[tuple[str, int | str]],
+) -> Kernel:
+    kernel_ir, emitted = stages.kernel_ir, stages.emitted
+    assert emitted is not None
+    return Kernel(
+        name=kernel_ir.name,
+        scheduler=stages.plan.scheduler,
+        ptx=emitted.ptx,
+        ir=stages.scheduled_ir,
+        grid=kernel_ir.grid,
+        block=kernel_ir.block,
+        smem_bytes=kernel_ir.smem_bytes,
+        params=dict(stages.plan.params),
+        matmul_launch=cast("MatmulLaunch | None", emitted.launch),
+        arguments=_arguments(kernel_ir, sources, sinks),
+        built_ir=kernel_ir,
+    )
+
+
+def _compiled_from(record: pipeline.PipelineResult) -> Compiled:
+    """``Compiled`` and its ``Kernel`` s, made from the pipeline's record."""
+    segmented = record.segmented
+    kernels = [
+        _kernel_from(stages, sources, sinks)
+        for stages, sources, sinks in zip(
+            record.kernels, segmented.sources, segmented.sinks, strict=True
         )
-
-    result = pipeline.run(fusion, target, matmul, emit)
-    timings = dict(result.timings)
-    kernels = []
-    for index, (stages, sources, sinks) in enumerate(
-        zip(result.kernels, result.segmented.sources, result.segmented.sinks, strict=True)
-    ):
-        kernel_ir = stages.kernel_ir
-        if "scheduled" in dump:
-            _dump("scheduled", stages.scheduled_ir)
-        if "kernel" in dump:
-            from pyfuse.ir.kernel_printer import kernel_to_str  # loads only for this dump
-
-            _dump("kernel", kernel_to_str(kernel_ir))
-        kernel = built[index]
-        if "ptx" in dump:
-            _dump("ptx", kernel.ptx)
-        kernel.params = dict(stages.plan.params)  # a fallback's note comes after emission
-        kernel.arguments = _arguments(kernel_ir, sources, sinks)
-        kernels.append(kernel)
-    timings["emit"] = emit_seconds
+    ]
     return Compiled(
-        name=fusion.name,
+        name=record.traced.name,
         kernels=kernels,
-        global_intermediates=sorted(result.segmented.intermediates),
-        timings=timings,
-        math_ir=result.math_ir,
-        fusion=fusion,
+        global_intermediates=sorted(segmented.intermediates),
+        timings=dict(record.timings),
+        math_ir=record.math_ir,
+        fusion=record.traced,
         intermediate_bytes={
             name: tv.numel * tv.dtype.itemsize
-            for name, tv in sorted(result.segmented.intermediates.items())
+            for name, tv in sorted(segmented.intermediates.items())
         },
-        built_segmented=result.segmented,
+        built_segmented=segmented,
     )

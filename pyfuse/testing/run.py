@@ -254,11 +254,10 @@ def run_function(
     fusion = _trace(fused, specs)
     if isinstance(fusion, Outcome):
         return fusion
-    emitted: dict[int, str] = {}
 
-    def emit(index: int, stages: pipeline.KernelStages) -> None:
-        # As the frontend's compile does: a kernel the emitter cannot write falls back.
-        emitted[index] = emit_ptx(stages.kernel_ir, HOPPER)
+    def emit(stages: pipeline.KernelStages) -> pipeline.Emitted:
+        # As the runtime's compile does: a kernel the emitter cannot write falls back.
+        return pipeline.Emitted(emit_ptx(stages.kernel_ir, HOPPER))
 
     try:
         result = pipeline.run(fusion, HOPPER, emit=emit)
@@ -270,8 +269,9 @@ def run_function(
     has_matmul = any(
         not scheduler_named(stages.plan.scheduler).interpreted for stages in result.kernels
     )
-    for index in range(kernels):
-        ptx = emitted[index]
+    for stages in result.kernels:
+        assert stages.emitted is not None
+        ptx = stages.emitted.ptx
         if not assemble:
             continue
         try:

@@ -39,12 +39,11 @@ def compiled(fn: Callable[..., Any], *arrays: np.ndarray) -> list[np.ndarray]:
     require_ptxas()
     fused = pf.fuse(fn)
     fusion = fused.trace(*arrays)
-    ptx: list[str] = []
     result = pipeline.run(
-        fusion, HOPPER, emit=lambda _, s: ptx.append(emit_ptx(s.kernel_ir, HOPPER))
+        fusion, HOPPER, emit=lambda s: pipeline.Emitted(emit_ptx(s.kernel_ir, HOPPER))
     )
-    for text in ptx:
-        assert not assemble(text).problems()
+    for stages in result.kernels:
+        assert stages.emitted is not None and not assemble(stages.emitted.ptx).problems()
     shapes = [(tv.shape, tv.dtype) for tv in fusion.outputs]
     outputs = run_on_simulator(result, list(arrays), shapes)
     reference = fused.reference(*arrays)
