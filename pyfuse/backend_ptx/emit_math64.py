@@ -349,3 +349,40 @@ EXPANSIONS = {
     "exp": exp, "log": log, "tanh": tanh, "sigmoid": sigmoid, "silu": silu, "gelu": gelu,
     "gelu_tanh": gelu_tanh, "sin": sin, "cos": cos, "erf": erf,
 }  # fmt: skip
+
+
+# Newton steps on f64's rcp.approx before the quotient: each squares the relative error, and
+# the remainder step squares it once more, so a seed good to 2**-13 already leaves 2**-104.
+DIVIDE_NEWTON_STEPS = 2
+
+
+def divide_f32(ops: FloatOps[V, P], a: V, b: V) -> V:
+    """``a / b`` of two f32 values correctly rounded (``div.rn.f32``), inline: no subroutine.
+
+    ptxas compiles ``div.rn.f32`` into a fast path and a call of a slow-path subroutine for
+    the operands its fast path cannot take; the call's ABI kept 44 more registers live in a
+    persistent layer_norm of a softplus at 512 threads, which spilled (CPU fuzzer, seed 473).
+    Here the quotient is taken in f64, where every f32 operand and quotient is normal: the
+    reciprocal's seed ``rcp.approx.ftz.f64`` refined by Newton's steps, the product corrected
+    by its remainder, then rounded to f32 once. The f64 quotient is within 2**-100 of ``a/b``,
+    and no quotient of two f32 values lies closer than about 2**-50 (relative) to the midpoint
+    of two f32 values, so that one rounding is the correct one. Zeros, infinities and NaNs
+    (operands that are not normal in f64) take ``x * rcp(y)``, which is exact there:
+    ``0/0``, ``inf/inf`` are NaN, ``x/0`` an infinity of the right sign, ``x/inf`` a zero."""
+    wide = ops.widened()
+    x, y = (wide.const(v) if isinstance(v, float) else ops.widen(v) for v in (a, b))
+    if isinstance(b, float) and math.isfinite(b) and b != 0.0:
+        reciprocal = wide.const(1.0 / b)  # correctly rounded: Newton's steps add nothing
+        seed = reciprocal
+    else:
+        seed = wide.rcp_approx(y)
+        reciprocal = seed
+        one, minus_y = wide.const(1.0), wide.neg(y)
+        for _ in range(DIVIDE_NEWTON_STEPS):
+            reciprocal = wide.fma(reciprocal, wide.fma(minus_y, reciprocal, one), reciprocal)
+    quotient = wide.mul(x, reciprocal)
+    remainder = wide.fma(wide.neg(y), quotient, x)
+    quotient = wide.fma(remainder, reciprocal, quotient)
+    # A nonzero finite f32 is a normal f64.
+    regular = wide.normal(x) if isinstance(b, float) else wide.both(wide.normal(x), wide.normal(y))
+    return ops.narrow(wide.select(regular, quotient, wide.mul(x, seed)))
