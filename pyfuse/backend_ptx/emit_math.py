@@ -38,9 +38,7 @@ Accuracy (float32 results against float64 math; "ulp" of f32):
   2/pi (Payne-Hanek), as accurate up to 3.4e38: sin(1e10) is the sine of that f32, as in
   torch (``sin.approx`` is bounded only on [-100pi, 100pi]; it gave 0 for sin(3e10): GPU
   fuzzer, seed 443).
-- rsqrt: ``rsqrt.approx`` (2**-22.9 relative); sqrt is IEEE (``sqrt.rn``); div and
-  reciprocal are correctly rounded too, inline through f64 (``emit_math64.divide_f32``:
-  ``div.rn.f32`` calls a slow-path subroutine whose ABI spilled register-heavy kernels).
+- rsqrt: ``rsqrt.approx`` (2**-22.9 relative); sqrt, reciprocal and div are IEEE (``.rn``).
 
 Float64 keeps IEEE arithmetic, sqrt, reciprocal and rsqrt (as 1/sqrt); its transcendental
 ops and pow are :mod:`pyfuse.backend_ptx.emit_math64`'s expansions.
@@ -299,7 +297,6 @@ class FloatOps(Protocol, Generic[V, P]):
     def floor(self, a: V) -> V: ...  # cvt.rmi.f32.f32
     def less(self, a: V, b: V) -> P: ...
     def equal(self, a: V, b: V) -> P: ...
-    def normal(self, a: V) -> P: ...  # testp.normal: nonzero, finite, not subnormal
     def both(self, p: P, q: P) -> P: ...
     def negate(self, p: P) -> P: ...
     def select(self, p: P, a: V, b: V) -> V: ...

@@ -111,13 +111,9 @@ class _PtxFloat:
         return self._out(lambda d: arith.fma(self.t, d, a, b, c))
 
     def div(self, a: Value, b: Value) -> Value:
-        if self.t == "f32":
-            return emit_math64.divide_f32(self, a, b)  # div.rn.f32 would call a subroutine
         return self._out(lambda d: arith.div(self.t, d, a, b, mode="rn"))
 
     def rcp(self, a: Value) -> Value:
-        if self.t == "f32":
-            return emit_math64.divide_f32(self, 1.0, a)
         return self._out(lambda d: arith.rcp(self.t, d, a, mode="rn"))
 
     def rcp_approx(self, a: Value) -> Value:
@@ -158,10 +154,6 @@ class _PtxFloat:
 
     def equal(self, a: Value, b: Value) -> Reg:
         return self._out(lambda p: arith.setp("eq", self.t, p, a, b), RegClass.PRED)
-
-    def normal(self, a: Value) -> Reg:
-        source = self._reg(a)
-        return self._out(lambda p: arith.testp("normal", self.t, p, source), RegClass.PRED)
 
     def both(self, p: Reg, q: Reg) -> Reg:
         return self._out(lambda d: logic.and_("pred", d, p, q), RegClass.PRED)
@@ -347,7 +339,7 @@ class ScalarMath:
         if op == "sqrt":
             return self._out(ctype, lambda d: arith.sqrt(ctype, d, x, mode="rn"))
         if op == "reciprocal":
-            return (self.f32 if ctype == "f32" else self.f64).rcp(x)
+            return self._out(ctype, lambda d: arith.rcp(ctype, d, x, mode="rn"))
         if op == "rsqrt" and ctype == "f32":
             return self._out(ctype, lambda d: arith.rsqrt(ctype, d, x))
         if op == "rsqrt":
@@ -391,7 +383,7 @@ class ScalarMath:
         if rounded is not None:
             return self._out(ctype, lambda d: rounded(ctype, d, x, y, rounding="rn"))
         if op == "div":
-            return (self.f32 if ctype == "f32" else self.f64).div(x, y)
+            return self._out(ctype, lambda d: arith.div(ctype, d, x, y, mode="rn"))
         if op in ("maximum", "minimum"):
             pick = arith.max_ if op == "maximum" else arith.min_
             if ctype == "f32":

@@ -86,10 +86,6 @@ class NumpyF32:
     def equal(self, a: Array, b: Array) -> Array:
         return np.equal(a, b)
 
-    def normal(self, a: Array) -> Array:
-        a = np.asarray(a)
-        return np.isfinite(a) & (np.abs(a) >= np.finfo(a.dtype).tiny)
-
     def both(self, p: Array, q: Array) -> Array:
         return np.logical_and(p, q)
 
@@ -207,20 +203,3 @@ class NumpyF64(NumpyF32):
         exponent = ((bits >> np.uint64(52)) & np.uint64(0x7FF)).astype(np.float64) - 1023.0
         mantissa = (bits & np.uint64(0x000FFFFFFFFFFFFF)) | np.uint64(0x3FF0000000000000)
         return mantissa.view(np.float64), exponent
-
-
-class CrudeRcpF64(NumpyF64):
-    """:class:`NumpyF64` whose ``rcp_approx`` (``rcp.approx.ftz.f64``) is only good to
-    ``2**-bits`` (relative, pushed by ``bias``), and flushes subnormal inputs and results: a
-    seed worse than the hardware's, for the division's proof of margin."""
-
-    def __init__(self, bits: int = 13, bias: float = 1.0) -> None:
-        super().__init__()
-        self.bits, self.push = bits, bias
-
-    def rcp_approx(self, a: Array) -> Array:
-        a = np.asarray(a, np.float64)
-        flushed = np.where(np.abs(a) < 2.0**-1022, 0.0 * a, a)
-        with np.errstate(all="ignore"):
-            result = np.divide(1.0, flushed) * (1 + self.push * 2.0**-self.bits)
-        return np.where(np.abs(result) < 2.0**-1022, 0.0 * result, result)

@@ -78,9 +78,8 @@ def test_float32_sine_past_2p22_matches_torch() -> None:
 
 @pytest.mark.gpu
 def test_float32_division_and_reciprocal_are_bitwise_numpys() -> None:
-    """The inline division (``emit_math64.divide_f32``: an f64 ``rcp.approx`` seed, Newton
-    steps and a remainder step) gives NumPy's correctly rounded f32 quotient for every bit
-    pattern: subnormals, zeros, infinities, NaNs and quotients by a constant included."""
+    """f32 division (``div.rn.f32``), reciprocal and division by a constant give NumPy's
+    correctly rounded quotient for every bit pattern: subnormals, zeros, infinities, NaNs."""
     import torch
 
     rng = np.random.default_rng(14)

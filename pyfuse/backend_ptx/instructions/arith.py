@@ -393,18 +393,6 @@ def setp(
 _SELP_TYPES = ("b16", "b32", "b64", *INT_TYPES, *FLOAT_TYPES)
 
 
-_TESTP_CLASSES = ("finite", "infinite", "number", "notanumber", "normal", "subnormal")
-
-
-def testp(test: str, dtype: str, p: Reg, a: Operand) -> Instr:
-    """``testp.test.type p, a``: p = whether ``a`` is of the class (``normal``: nonzero,
-    finite, not subnormal)."""
-    _check_dtype("testp", dtype, ("f32", "f64"))
-    check_choice(test, _TESTP_CLASSES, "testp: class")
-    source = fmt_operand(a, dtype, "testp: a")
-    return Instr(f"testp.{test}.{dtype} {check_pred(p, 'testp: p')}, {source}")
-
-
 def selp(dtype: str, d: Reg, a: Operand, b: Operand, c: Reg) -> Instr:
     """d = c ? a : b."""
     _check_dtype("selp", dtype, _SELP_TYPES)
