@@ -482,6 +482,17 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
         lambda i, j: (i // j, i % j, pf.fmod(i, j), i // 3, 7 % j, -7 // j),
         [S((33, 65), i32), S((1, 65), i32)],
     ),
+    # integer negations into a max or min over rows of 128 int32 (4 per thread): ptxas
+    # folds neg.s32 into VIMNMX3 and drops one of them (GPU fuzzer, seed 503)
+    "max_and_min_of_negated_integers": (
+        lambda x: (
+            pf.max(-x.ceil(), (1,), keepdim=True),
+            pf.min(0 - x, 1),
+            pf.max(x * -1, 1),
+            pf.maximum(pf.maximum(-x, -(x * 3)), -(x + 1)),
+        ),
+        [S((146, 128), i32)],
+    ),
     "odd_layer_norm_long_epilogue": (
         lambda x, r, w: (pf.layer_norm(pf.gelu(x + r) * x, w) * r, x + r),
         [S((2, 12285), f16)] * 2 + [S((12285,), f16)],

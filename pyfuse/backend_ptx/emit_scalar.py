@@ -322,8 +322,10 @@ class ScalarMath:
 
     def _simple_unary(self, op: str, x: Value, ctype: str) -> Value | None:
         floating = ctype in ("f32", "f64")
-        if op == "neg" and ctype != "pred":
+        if op == "neg" and ctype in ("f32", "f64"):
             return self._out(ctype, lambda d: arith.neg(ctype, d, x))
+        if op == "neg" and ctype != "pred":
+            return self._int_negate(x, ctype)
         if op == "abs" and ctype != "pred":
             return self._out(ctype, lambda d: arith.abs_(ctype, d, x))
         if op == "relu" and ctype != "pred":
@@ -395,7 +397,24 @@ class ScalarMath:
             return self._out(ctype, lambda d: arith.selp(ctype, d, total, plain, nan))
         raise ScheduleError(f"the PTX emitter has no {op} for {ctype}")
 
+    def _int_negate(self, x: Value, ctype: str) -> Value:
+        """``-x`` for an integer as ``~x + 1`` (the same two's-complement wrap).
+
+        ptxas (CUDA 13, and the 580 driver's JIT) miscompiles integer negations that feed a
+        chain of integer max or min at -O1 and up: it folds them into 3-input VIMNMX3 and
+        drops one of the negations (``max(-v)`` over rows of 128 int32 was wrong in a third of
+        the rows on the H200; -O0 was right). ``neg.s32``, ``sub.s32 d, 0, x`` and
+        ``mul.lo.s32 d, x, -1`` all fail; the not-then-add form does not reach that fold."""
+        flipped = self._out(ctype, lambda d: logic.not_("b" + ctype[1:], d, x))
+        return self._out(ctype, lambda d: arith.add(ctype, d, flipped, 1))
+
     def _int_binary(self, op: str, x: Value, y: Value, ctype: str) -> Value:
+        if op == "sub" and isinstance(x, int) and x == 0:
+            return self._int_negate(y, ctype)
+        if op == "mul" and isinstance(y, int) and y == -1:
+            return self._int_negate(x, ctype)
+        if op == "mul" and isinstance(x, int) and x == -1:
+            return self._int_negate(y, ctype)
         if op in ("add", "sub"):
             add_like = arith.add if op == "add" else arith.sub
             return self._out(ctype, lambda d: add_like(ctype, d, x, y))

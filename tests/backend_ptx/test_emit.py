@@ -230,6 +230,19 @@ def test_params_directives_and_read_only_loads() -> None:
     assert ".extern .shared" not in ptx  # smem_bytes == 0
 
 
+@pytest.mark.parametrize("dtype", [dtypes.int32, dtypes.int64])
+def test_integer_negation_is_not_then_add(dtype: DType) -> None:
+    # ptxas drops one of several neg.s32 that feed an integer max chain (GPU fuzzer, seed
+    # 503); -x, 0 - x and x * -1 are all emitted as ~x + 1, which it compiles right.
+    (kernel,) = kernels_of(
+        lambda x: (pf.max(-x, 1), pf.min(0 - x, 1), pf.max(x * -1, 1)), spec((146, 128), dtype)
+    )
+    ptx = emit_ptx(kernel, HOPPER)
+    bits = dtype.itemsize * 8
+    assert not re.search(rf"neg\.s{bits}|sub\.s{bits} %r\w*, 0,|mul\.lo\.s{bits} .*, -1;", ptx)
+    assert ptx.count(f"not.b{bits}") >= 3 * 4
+
+
 def test_int64_kernels_compute_addresses_in_64_bits() -> None:
     (kernel,) = kernels_of(lambda x: x * 2.0, spec((2**31 + 5,), bf16))
     assert kernel.index_dtype == dtypes.int64
