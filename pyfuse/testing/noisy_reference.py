@@ -24,7 +24,8 @@ Guarantees, for :func:`evaluate_noisy`:
   between the runs too (GPU fuzzer, seed 437: remainders of e**46 by 0.75, and ``x // y``
   with ``x = floor(e)``, ``y = round(e)`` where a kernel's ``e`` lay one ulp over a half).
   A product whose partial products overflow and underflow float32 together is marked the
-  same way (``sign * inf``, ``sign * 0``, NaN).
+  same way (``sign * inf``, ``sign * 0``, NaN), and so is a sin or cos whose operand's
+  noise reaches 2**-7 radians (of ``cos(exp(x))``).
 - A float's cast to bool, and ``==``/``!=`` of floats, whose operand's noise reaches 0 (of
   ``x - y``), and an argmax's hit test over near-ties, are undetermined bools: True in the
   run with ``jitter=1.0``, False with ``-1.0``, flipped with a Generator.
@@ -100,6 +101,12 @@ _ROUNDING = {
 }  # fmt: skip
 _EXACT_UNARY = frozenset({UnaryOpType.NEG, UnaryOpType.ABS, UnaryOpType.RELU, *_ROUNDING})
 _EXACT_BINARY = frozenset({BinaryOpType.MAXIMUM, BinaryOpType.MINIMUM, BinaryOpType.FLOOR_DIVIDE})
+# sin and cos of an operand whose noise reaches this many radians are undetermined: past it a
+# kernel's result moves by far more than float32's tolerance, and where a relu or a clamp after
+# it cuts the runs' moves off, they do not show it (GPU fuzzer, seed 471: relu(cos(exp(x))),
+# x up to 50, one ulp of exp(50) is 2**49 radians).
+_PERIODIC = frozenset({UnaryOpType.SIN, UnaryOpType.COS})
+_PHASE_NOISE = 2.0**-7
 # The integral part each division-like op takes of its quotient (where it jumps).
 _QUOTIENT_PART = {
     BinaryOpType.FLOOR_DIVIDE: np.floor, BinaryOpType.REMAINDER: np.floor,
@@ -264,7 +271,8 @@ def _reaches_jump(part: Any, noisy: Array, exact: Array, floor: Array | float) -
 
 
 def _undetermined_jump(expr: Expr, env: Env, exact: Env, noisy_inputs: bool) -> Array | None:
-    """Where a jumping op's result is undetermined. Its operand's noise is how far this run
+    """Where a jumping op's result (or a sin or cos of a noisy operand past _PHASE_NOISE) is
+    undetermined. Its operand's noise is how far this run
     moved it, and at least JITTER of it where an operand carries noise at all: the noise of
     two ops may cancel in a run (rsqrt(x + 1) with both moved up) where a kernel's does not
     (GPU fuzzer, seed 451: 8 // rsqrt(9), 23 by f32(1/3) and 24 by rsqrt.approx)."""
@@ -276,6 +284,11 @@ def _undetermined_jump(expr: Expr, env: Env, exact: Env, noisy_inputs: bool) -> 
         floor = JITTER * np.abs(true) if noisy_inputs else 0.0
         jumps = _reaches_jump(_ROUNDING[expr.op], noisy, true, floor)
         return np.broadcast_to(jumps, expr.output.shape)
+    if isinstance(expr, UnaryOp) and expr.op in _PERIODIC and noisy_inputs:
+        (inp,) = expr.tensor_inputs
+        noisy, true = env.tensor(inp), exact.tensor(inp)
+        distance = np.maximum(np.abs(noisy - true), JITTER * np.abs(true))
+        return np.broadcast_to(np.isfinite(true) & (distance >= _PHASE_NOISE), expr.output.shape)
     if isinstance(expr, BinaryOp) and expr.op in _QUOTIENT_PART:
         common = common_dtype(expr.inputs)
         if not common.is_floating:
@@ -287,6 +300,11 @@ def _undetermined_jump(expr: Expr, env: Env, exact: Env, noisy_inputs: bool) -> 
         jumps = _reaches_jump(_QUOTIENT_PART[expr.op], x / y, quotient, floor)
         return np.broadcast_to(jumps, expr.output.shape)
     return None
+
+
+def rounds(expr: Expr) -> bool:
+    """Whether a kernel rounds ``expr``'s result its own way (it takes noise here)."""
+    return not _is_exact(expr)
 
 
 def _float32_product(expr: ReductionOp, env: Env, order: str) -> Array:

@@ -26,7 +26,7 @@ from pyfuse.testing.program import (
     repro_script,
     to_json,
 )
-from pyfuse.testing.run import Outcome, compare, run_program
+from pyfuse.testing.run import Outcome, compare, output_precisions, run_program
 from pyfuse.testing.shrink import shrink, size
 from pyfuse.testing.simulator import laid_out, random_inputs, run_on_simulator
 
@@ -407,3 +407,45 @@ def test_a_cast_to_bool_of_a_value_within_its_noise_of_zero_is_undetermined() ->
         assert _noisy(clear, [y], j)[0].tolist() == [True, True]
     equal = pf.fuse(lambda x: (x * 3.0) == (x + x + x)).trace(pf.spec((2,), pf.float32))
     assert _noisy(equal, [y], 1.0)[0].tolist() != _noisy(equal, [y], -1.0)[0].tolist()
+
+
+def test_a_cosine_of_a_huge_noisy_value_is_undetermined() -> None:
+    """GPU fuzzer, seed 471: relu(cos(exp(x))) with x up to 50, where one ulp of exp(50) is
+    2**49 radians; the relu cut off every run's move where the cosine was negative, so the
+    GPU's positive values were held to 0. A sin or cos of a value whose noise reaches
+    2**-7 radians is marked; one of a small value, or of an input, is not."""
+    cosine = pf.fuse(lambda x: pf.cos(pf.exp(x))).trace(pf.spec((2,), pf.int32))
+    x = np.array([50, 1], np.int32)
+    (want,) = evaluate(cosine, [x])
+    for jitter, mark in ((1.0, np.inf), (-1.0, -np.inf), (np.random.default_rng(0), np.nan)):
+        (moved,) = _noisy(cosine, [x], jitter)
+        assert np.array_equal(moved[:1], [mark], equal_nan=True)
+        assert abs(float(moved[1]) - float(want[1])) < 1e-5
+    clipped = pf.fuse(lambda x: pf.relu(pf.cos(pf.exp(x)))).trace(pf.spec((2,), pf.int32))
+    x = np.array([50, 1], np.int32)  # cos(f32(e**50)) < 0: the reference's relu is 0
+    (want,) = evaluate(clipped, [x])
+    assert want[0] == 0.0
+    runs = [_noisy(clipped, [x], j)[0] for j in (1.0, -1.0, np.random.default_rng(0))]
+    got = np.array([0.78, want[1]], np.float32)
+    assert compare(got, want, jittered=runs) is None
+    plain = pf.fuse(lambda x: pf.sin(x) * 2.0).trace(pf.spec((1,), pf.float32))
+    big = np.array([3e8], np.float32)
+    assert np.isfinite(_noisy(plain, [big], 1.0)[0][0])
+
+
+def test_a_float64_output_of_float32_math_is_held_to_float32() -> None:
+    """GPU fuzzer, seed 471: cat([rsqrt(|x| + 1), y]) into float64, one ulp of float32 from
+    the reference in the rsqrt part, where the runs' noise of the add and the rsqrt
+    cancelled; it is held to float32's tolerance, and float64 math to float64's."""
+    mixed = pf.fuse(lambda x, y: pf.cat([pf.rsqrt(pf.abs(x) + 1.0), y], -1)).trace(
+        pf.spec((3, 2), pf.float32), pf.spec((3, 1), pf.float64)
+    )
+    pure = pf.fuse(lambda y: y * 3.0).trace(pf.spec((3, 1), pf.float64))
+    assert output_precisions(mixed) == ["float32"] and output_precisions(pure) == [None]
+    x = np.array([[0.3, 1.7], [2.5, 0.1], [4.0, 9.0]], np.float32)
+    y = np.array([[1.0], [2.0], [3.0]])
+    (want,) = evaluate(mixed, [x, y])
+    got = want.copy()
+    got[:, :2] = np.nextafter(want[:, :2].astype(np.float32), np.float32(2))
+    assert compare(got, want, precision="float32") is None
+    assert compare(got, want) is not None
