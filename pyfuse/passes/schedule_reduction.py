@@ -23,7 +23,19 @@ largest tensor that feeds a reduction). Guarantees, on success:
 
 from __future__ import annotations
 
-from pyfuse.ir.exprs import BroadcastOp, LinearOp, MatmulOp, MmaOp, ReductionOp
+from collections.abc import Iterable
+
+from pyfuse.ir.exprs import (
+    BinaryOp,
+    BinaryOpType,
+    BroadcastOp,
+    LinearOp,
+    MatmulOp,
+    MmaOp,
+    ReductionOp,
+    UnaryOp,
+    UnaryOpType,
+)
 from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.hopper import SM90
 from pyfuse.ir.id_model import IdMappingMode, IdModel
@@ -178,6 +190,49 @@ def _staged_budget(threads: int) -> int:
     return STAGED_WIDE_WORDS_AT_1024 * SM90.max_threads_per_block // threads
 
 
+# Elements per thread of each persistent tensor of a row that divides by computed values on
+# the way into its reduction. div.rn's slow path is a subroutine call whose convention takes
+# about 44 registers while the row's elements are live: layer_norm(softplus(x)) (softplus's
+# t / (t + 2)) spilled 8 to 52 bytes at 30 and 32 elements per thread at 512 threads and at
+# 28 at 1024 (CPU fuzzer, seed 473), and assembled clean at 24 at 512. A division after the
+# reduction (softmax's) runs when the row's other values are dead: 48 hold there, and 1024
+# threads (64 registers) hold softmax rows of 32768. A row dividing on the way in runs at most
+# MAX_PERSISTENT_THREADS: at 1024 the slow path itself spilled 4 bytes (a streaming row of
+# 8192 elements of that layer_norm's statistics).
+DIVIDING_ROW_BUDGET = 24
+
+
+def _divides(tensors: Iterable[TensorView]) -> bool:
+    """Some float tensor of ``tensors`` is a division by a computed value or a reciprocal
+    (a div.rn or rcp.rn, whose slow path is a subroutine call)."""
+    for tv in tensors:
+        expr = tv.definition
+        if not tv.dtype.is_floating:
+            continue
+        if isinstance(expr, UnaryOp) and expr.op == UnaryOpType.RECIPROCAL:
+            return True
+        if (
+            isinstance(expr, BinaryOp)
+            and expr.op == BinaryOpType.DIV
+            and isinstance(expr.inputs[1], TensorView)
+        ):
+            return True
+    return False
+
+
+def _divides_on_the_way_in(fusion: Fusion) -> bool:
+    """A division (see :func:`_divides`) feeds some reduction."""
+    return any(_divides(upstream([r.input]).values()) for r in _reductions(fusion))
+
+
+def _row_budget(fusion: Fusion, pressure: int, vector: int, words: int) -> int:
+    """:func:`persistent_budget`, and at most DIVIDING_ROW_BUDGET for a dividing row."""
+    budget = persistent_budget(pressure, vector, words)
+    if _divides_on_the_way_in(fusion):
+        return min(budget, DIVIDING_ROW_BUDGET // words)
+    return budget
+
+
 def _kept_and_read(fusion: Fusion) -> list[tuple[list[TensorView], int]]:
     held: list[tuple[list[TensorView], int]] = []
     for reduction in _reductions(fusion):
@@ -232,7 +287,7 @@ def decline_reason(fusion: Fusion, target: TargetInfo) -> str | None:
     params = choose_params(fusion, reference, flags, target)
     row_tensors = _kept_and_read(fusion)
     pressure = _pressure(_held(row_tensors))
-    budget = persistent_budget(pressure, params.vector_width, _register_words(row_tensors))
+    budget = _row_budget(fusion, pressure, params.vector_width, _register_words(row_tensors))
     staged = _staged_wide(fusion)
     staged_words = 2 * staged * params.serial * params.vector_width
     if params.kind == "inner" and staged and staged_words > _staged_budget(params.threads):
@@ -329,6 +384,8 @@ def choose_params(
         # Aim for about 4 vectors per thread, 32 to 1024 threads (whole warps).
         threads = _power_of_two_at_least(max(1, vectors // 4))
         most = MAX_THREADS
+        if _divides_on_the_way_in(fusion):
+            most = MAX_PERSISTENT_THREADS  # see DIVIDING_ROW_BUDGET
         if persistent and (
             pressure > 1
             or words > 1  # 64 registers at 1024 threads spilled 16 int64 (seed 379)
@@ -339,7 +396,7 @@ def choose_params(
         threads = max(MIN_THREADS, min(most, threads))
         if persistent:
             # More threads where the row's tensors would not fit the budget per thread.
-            budget = persistent_budget(pressure, vector, words)
+            budget = _row_budget(fusion, pressure, vector, words)
             while threads < most and -(-vectors // threads) * vector > budget:
                 threads *= 2
         staged = _staged_wide(fusion)
