@@ -452,6 +452,12 @@ def log_softmax(x: Tensor, dim: int) -> Tensor:
 
 
 def _normalized_dims(x: Tensor, weight: Tensor | None) -> tuple[int, ...]:
+    if weight is not None and not isinstance(weight, Tensor):
+        # torch's layer_norm takes normalized_shape second; pyfuse's takes the weight.
+        raise FusionError(
+            f"the weight must be a tensor, got {type(weight).__name__} {weight!r}: the "
+            "normalized dims are the trailing dims the weight covers (the last without one)"
+        )
     count = 1 if weight is None else weight.ndim
     if count > x.ndim or (weight is not None and x.shape[-count:] != weight.shape):
         shape = None if weight is None else weight.shape

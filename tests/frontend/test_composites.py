@@ -581,3 +581,11 @@ def test_bitwise_ops_of_integers_are_twos_complement_bit_logic() -> None:
         pf.fuse(lambda x: x | 1.0).trace(pf.spec((4,), pf.int32))
     with pytest.raises(pf.FusionError, match="cannot be converted to type int32"):
         pf.fuse(lambda x: x & 2**40).trace(pf.spec((4,), pf.int32))
+
+
+def test_a_normalized_shape_for_a_weight_is_a_clear_error() -> None:
+    # torch.nn.functional.layer_norm takes normalized_shape second; pyfuse takes the weight.
+    for norm in (pf.layer_norm, pf.rms_norm):
+        fused = pf.fuse(lambda x, norm=norm: norm(x, (4,)))
+        with pytest.raises(pf.FusionError, match="the weight must be a tensor, got tuple"):
+            fused.trace(pf.spec((2, 4), pf.float32))
