@@ -7,9 +7,10 @@ scheduler names:
 
 - ``indexes_from_reference``: its lowering derives every index from the reference tensor's
   loop indices (the SIMT schedulers), which validation rule 6 protects;
-- ``interpreted``: the kernel-IR interpreter (:mod:`pyfuse.ir.interpreter`) runs its kernels;
-  it simulates SIMT kernels, not the matmul kernel's TMA loads and wgmma (the fuzzer
-  stops such cases after assembly). Every scheduler's kernels launch without their IR: a
+- ``interpreted``: the kernel-IR interpreter (:mod:`pyfuse.ir.kernel_interpreter`) runs its
+  kernels; it simulates SIMT kernels, not the matmul kernel's TMA loads and wgmma, which the
+  testing package runs as PTX on its Hopper simulator (``pyfuse.testing.ptx_sim``). Every
+  scheduler's kernels launch without their IR: a
   matmul kernel's tensor maps are planned when it is built (``Kernel.matmul_launch``).
 
 :data:`SCHEDULERS` lists them in order of preference (the segmenter takes the first that

@@ -2,21 +2,25 @@
 
 :func:`run_program` (CPU) traces the program, runs ``pipeline.run(fusion, HOPPER)``, emits
 every kernel's PTX, assembles each with ``ptxas -arch=sm_90a -v``, runs
-every kernel on the kernel-IR interpreter (unless the fusion has a matmul kernel, which the
-interpreter does not run: those cases stop after assembly) and compares each output with
+every kernel on the kernel-IR interpreter (a tensor-core matmul kernel as its PTX on the Hopper
+simulator, :mod:`pyfuse.testing.ptx_sim`, up to ``SIMULATED_MATMUL_CTAS`` CTAs; larger ones
+stop after assembly) and compares each output with
 ``FusedFunction.reference`` on fresh random inputs laid out as the specs say.
 :func:`run_program_gpu` calls ``FusedFunction.__call__`` twice on torch CUDA tensors with
 fresh data each time and compares with the reference of the same inputs copied to the host.
 
 Outcome classes (:data:`FAILURES` are the ones a fuzz run reports):
 
-- ``ok``: every output matches; ``compiled``: compiled and assembled, not simulated (matmul).
+- ``ok``: every output matches; ``compiled``: compiled and assembled, not simulated (a
+  matmul kernel of more than ``SIMULATED_MATMUL_CTAS`` CTAs).
 - ``invalid``: tracing raised :class:`pyfuse.FusionError` (not a failure: the program is one
   pyfuse refuses).
 - ``compile_error``: any other exception from tracing, the passes, the emitter or ptxas.
 - ``spill``: ptxas reported spills, a stack frame, local memory or an advisory for the PTX.
 - ``interpreter_error``: the kernel-IR interpreter refused a kernel (out of bounds,
-  misaligned, a race...).
+  misaligned, a race...), or the Hopper simulator failed.
+- ``kernel_fault``: the Hopper simulator found a matmul kernel racing, deadlocking or
+  breaking the TMA/mbarrier/wgmma protocol.
 - ``reference_error``: the NumPy reference raised.
 - ``wrong_result``: an output differs (values, NaN positions, unwritten poison, shape/dtype).
 - ``gpu_error``: the GPU call raised; ``timeout`` and ``crash`` come from the worker pool.
@@ -35,6 +39,7 @@ amplified after).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -47,12 +52,14 @@ from pyfuse.ir.interpreter import evaluate_all
 from pyfuse.ir.records import record
 from pyfuse.testing.noisy_reference import evaluate_noisy, rounds
 from pyfuse.testing.program import Program, build_function
+from pyfuse.testing.ptx_sim import SimulationError
 from pyfuse.testing.simulator import random_inputs, run_on_simulator
 
 Array = npt.NDArray[Any]
 
 FAILURES = (
     "wrong_result",
+    "kernel_fault",
     "interpreter_error",
     "compile_error",
     "spill",
@@ -75,6 +82,8 @@ _NEAR_MISS_TOLERANCE = 5e-3
 # The share of the tolerance by which a jittered reference may move an element that is
 # still compared (see compare()).
 _JITTER_SENSITIVITY = 0.1
+# The most CTAs of a tensor-core matmul kernel the CPU fuzzer simulates (about 0.3 s each).
+SIMULATED_MATMUL_CTAS = 16
 
 
 @record(frozen=True)
@@ -303,10 +312,13 @@ def run_function(
     except Exception as error:
         return _error("compile_error", "pipeline", error)
     kernels = len(result.kernels)
-    # The kernel interpreter runs SIMT kernels only: a matmul kernel (TMA loads, wgmma) is
-    # compiled and assembled, not simulated.
-    has_matmul = any(
-        not scheduler_named(stages.plan.scheduler).interpreted for stages in result.kernels
+    # The kernel interpreter runs SIMT kernels; a tensor-core matmul kernel runs as its PTX on
+    # the Hopper simulator, up to SIMULATED_MATMUL_CTAS CTAs (a larger one is compiled and
+    # assembled only: its simulation would take most of a case's time budget).
+    too_big = any(
+        not scheduler_named(stages.plan.scheduler).interpreted
+        and math.prod(stages.kernel_ir.grid) > SIMULATED_MATMUL_CTAS
+        for stages in result.kernels
     )
     for stages in result.kernels:
         assert stages.emitted is not None
@@ -319,7 +331,7 @@ def run_function(
             return _error("compile_error", "ptxas", error, kernels)
         if problems:
             return Outcome("spill", "ptxas", "", problems[0], kernels)
-    if has_matmul:
+    if too_big:
         return Outcome("compiled", kernels=kernels)
     arrays = random_inputs(specs, data_seed)
     try:
@@ -328,7 +340,9 @@ def run_function(
         return _error("reference_error", "reference", error, kernels)
     output_specs = [(tv.shape, tv.dtype) for tv in fusion.outputs]
     try:
-        actual = run_on_simulator(result, arrays, output_specs)
+        actual = run_on_simulator(result, arrays, output_specs, schedule_seed=data_seed)
+    except SimulationError as error:  # the kernel raced, deadlocked or broke a protocol
+        return _error("kernel_fault", "simulate", error, kernels)
     except Exception as error:
         return _error("interpreter_error", "simulate", error, kernels)
     flags = list(lenient) if lenient is not None else [False] * len(expected)

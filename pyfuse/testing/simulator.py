@@ -1,7 +1,8 @@
 """Run a :class:`~pyfuse.passes.pipeline.PipelineResult`'s kernels on the CPU.
 
 Every kernel of the segmented fusion runs on the kernel-IR interpreter
-(:mod:`pyfuse.ir.kernel_interpreter`), intermediates flow between kernels as they would on the
+(:mod:`pyfuse.ir.kernel_interpreter`), a tensor-core matmul kernel as its PTX on the Hopper
+simulator (:mod:`pyfuse.testing.ptx_sim`); intermediates flow between kernels as they would on the
 GPU, and the outputs can be compared with the NumPy reference (``FusedFunction.reference``).
 
 Guarantees:
@@ -32,6 +33,8 @@ from pyfuse.ir.kernel_interpreter import launch
 from pyfuse.ir.target import HOPPER, TargetInfo
 from pyfuse.passes import pipeline
 from pyfuse.passes.pipeline import PipelineResult
+from pyfuse.passes.schedulers import scheduler_named
+from pyfuse.testing.ptx_sim import run_kernel
 
 Array = npt.NDArray[Any]
 
@@ -133,8 +136,11 @@ def run_on_simulator(
     arrays: Sequence[Array],
     output_specs: Sequence[tuple[tuple[int, ...], DType]],
     specs: Sequence[pf.Spec | None] | None = None,
+    schedule_seed: int = 0,
 ) -> list[Array]:
-    """Run every kernel of ``result`` on the kernel-IR interpreter and return the outputs.
+    """Run every kernel of ``result`` on the kernel-IR interpreter (a matmul kernel's PTX on
+    the Hopper simulator, :mod:`pyfuse.testing.ptx_sim`, its warps interleaved by
+    ``schedule_seed``) and return the outputs.
 
     ``arrays`` are the fusion's inputs; each is used as laid out, unless ``specs`` gives a
     layout it lacks (then a copy in that layout is)."""
@@ -167,7 +173,16 @@ def run_on_simulator(
                 kernel_outputs.append(outputs[int(key)])
             else:
                 kernel_outputs.append(intermediates[str(key)])
-        launch(stages.kernel_ir, inputs, kernel_outputs)
+        if scheduler_named(stages.plan.scheduler).interpreted:
+            launch(stages.kernel_ir, inputs, kernel_outputs)
+        else:
+            # A tensor-core kernel runs as its PTX, on the Hopper simulator.
+            ptx = stages.emitted.ptx if stages.emitted is not None else None
+            if ptx is None:
+                from pyfuse.backend_ptx.emit import emit_ptx
+
+                ptx = emit_ptx(stages.kernel_ir, HOPPER)
+            run_kernel(stages.kernel_ir, ptx, inputs, kernel_outputs, seed=schedule_seed)
     return outputs
 
 

@@ -1,0 +1,398 @@
+"""Per-thread PTX instructions on lanes: moves, integer and float arithmetic, comparisons,
+conversions and the special-function unit.
+
+Expects an :class:`Operands` view of the active lanes of one thread group. Guarantees, for the
+instructions :func:`execute` accepts (it returns False for any other, which the machine then
+handles or refuses): integer results wrap at their type's width; ``.rn`` float results are
+the exact result rounded once to the type (float64 math rounded to f32/f16/bf16; f64 ``fma``
+rounds twice, a documented gap); ``.approx`` instructions are the exact function rounded
+(``ex2``, ``lg2``, ``rcp``, ``rsqrt``, ``sin``, ``cos``, ``tanh``), their inputs and results
+flushed with ``.ftz``; ``min``/``max`` return the other operand for one NaN (``.NaN``: NaN);
+``cvt`` to an integer saturates, NaN giving 0; ``div``/``rem`` by zero give -1 (unsigned all
+ones) and the dividend, as the GPU does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+import numpy as np
+
+from pyfuse.testing.ptx_sim.parse import Instr, Operand
+from pyfuse.testing.ptx_sim.values import (
+    NUMPY_TYPES,
+    TYPE_NAMES,
+    Array,
+    flush_subnormals,
+    is_float,
+    is_signed,
+    round_to,
+    width,
+)
+
+
+class Operands(Protocol):
+    """Operand access for the active lanes of the instruction being run."""
+
+    count: int
+
+    def read(self, operand: Operand, type_: str) -> Array: ...
+    def write(self, operand: Operand, values: Array, type_: str) -> None: ...
+
+
+def types_of(instr: Instr) -> list[str]:
+    return [m for m in instr.modifiers if m in TYPE_NAMES]
+
+
+def _wide(type_: str) -> str:
+    return {"u16": "u32", "s16": "s32", "u32": "u64", "s32": "s64"}[type_]
+
+
+def _as_int(values: Array) -> Array:
+    return values.astype(np.int64) if values.dtype != np.uint64 else values
+
+
+def _wrap(values: Array, type_: str) -> Array:
+    """Python-int-safe wrap of int64/uint64 results to ``type_``."""
+    bits = width(type_) * 8
+    unsigned = values.astype(np.uint64) & np.uint64((1 << bits) - 1)
+    result: Array = unsigned.astype(NUMPY_TYPES[f"b{bits}"]).view(NUMPY_TYPES[type_])
+    return result
+
+
+def _f64(values: Array) -> Array:
+    return values.astype(np.float64)
+
+
+def _float_result(exact: Array, type_: str, instr: Instr) -> Array:
+    out = round_to(exact, type_)
+    if "ftz" in instr.modifiers and type_ == "f32":
+        out = flush_subnormals(out)
+    return out
+
+
+def _float_inputs(values: list[Array], instr: Instr, type_: str) -> list[Array]:
+    if "ftz" in instr.modifiers and type_ == "f32":
+        return [flush_subnormals(v) for v in values]
+    return values
+
+
+def _min_max(a: Array, b: Array, pick: Callable[..., Array], nan: bool, floating: bool) -> Array:
+    if not floating:
+        return pick(a, b)
+    # fmin/fmax return the number for one NaN; .NaN propagates it.
+    result = (np.minimum if pick is np.fmin else np.maximum) if nan else pick
+    return result(a, b)
+
+
+_SPECIAL: dict[str, Callable[[Array], Array]] = {
+    "ex2": np.exp2,
+    "lg2": np.log2,
+    "rcp": lambda x: 1.0 / x,
+    "rsqrt": lambda x: 1.0 / np.sqrt(x),
+    "sqrt": np.sqrt,
+    "sin": np.sin,
+    "cos": np.cos,
+    "tanh": np.tanh,
+}
+
+_COMPARE: dict[str, Callable[[Array, Array], Array]] = {
+    "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
+    "gt": np.greater, "ge": np.greater_equal, "lo": np.less, "ls": np.less_equal,
+    "hi": np.greater, "hs": np.greater_equal,
+}  # fmt: skip
+_BOOL = {"and": np.logical_and, "or": np.logical_or, "xor": np.logical_xor}
+
+
+def execute(instr: Instr, ops: Operands) -> bool:
+    """Run ``instr`` on the active lanes; False when it is not an ALU instruction."""
+    handler = _HANDLERS.get(instr.opcode)
+    if handler is None:
+        return False
+    handler(instr, ops)
+    return True
+
+
+def _mov(instr: Instr, ops: Operands) -> None:
+    (type_,) = types_of(instr)
+    dest, source = instr.operands
+    if dest.kind == "vector":  # unpack: mov.b32 {lo, hi}, r
+        whole = ops.read(source, type_).view(NUMPY_TYPES["b" + str(width(type_) * 8)])
+        part = width(type_) * 8 // len(dest.items)
+        for i, item in enumerate(dest.items):
+            piece = (whole.astype(np.uint64) >> np.uint64(part * i)) & np.uint64((1 << part) - 1)
+            ops.write(item, piece.astype(NUMPY_TYPES[f"b{part}"]), f"b{part}")
+        return
+    if source.kind == "vector":  # pack: mov.b32 r, {lo, hi}
+        part = width(type_) * 8 // len(source.items)
+        total = np.zeros(ops.count, dtype=np.uint64)
+        for i, item in enumerate(source.items):
+            piece = ops.read(item, f"b{part}").astype(np.uint64)
+            total |= piece << np.uint64(part * i)
+        ops.write(
+            dest,
+            total.astype(NUMPY_TYPES["b" + str(width(type_) * 8)]),
+            "b" + str(width(type_) * 8),
+        )
+        return
+    ops.write(dest, ops.read(source, type_), type_)
+
+
+def _arith(instr: Instr, ops: Operands) -> None:
+    op = instr.opcode
+    (type_,) = types_of(instr)
+    mods = instr.modifiers
+    dest, *sources = instr.operands
+    if is_float(type_):
+        values = _float_inputs([_f64(ops.read(s, type_)) for s in sources], instr, type_)
+        with np.errstate(all="ignore"):
+            if op == "add":
+                exact = values[0] + values[1]
+            elif op == "sub":
+                exact = values[0] - values[1]
+            elif op == "mul":
+                exact = values[0] * values[1]
+            elif op in ("fma", "mad"):
+                exact = values[0] * values[1] + values[2]
+            elif op == "div":
+                exact = values[0] / values[1]
+            elif op in ("min", "max"):
+                pick = np.fmin if op == "min" else np.fmax
+                exact = _min_max(values[0], values[1], pick, "NaN" in mods, True)
+            elif op == "neg":
+                exact = -values[0]
+            elif op == "abs":
+                exact = np.abs(values[0])
+            elif op == "copysign":  # copysign d, a, b: b's magnitude, a's sign
+                exact = np.copysign(values[1], values[0])
+            else:
+                exact = _SPECIAL[op](values[0])
+        ops.write(dest, _float_result(exact, type_, instr), type_)
+        return
+    result_type = _wide(type_) if "wide" in mods else type_
+    raw = [ops.read(s, type_) for s in sources]
+    values = [_as_int(v) for v in raw]
+    with np.errstate(all="ignore"):
+        if op in ("add", "sub"):
+            exact = values[0] + values[1] if op == "add" else values[0] - values[1]
+        elif op in ("mul", "mad"):
+            if "hi" in mods:
+                bits = width(type_) * 8
+                product = [int(a) * int(b) for a, b in zip(values[0], values[1], strict=True)]
+                exact = np.array([(p >> bits) & ((1 << bits) - 1) for p in product], np.uint64)
+            elif "wide" in mods:
+                exact = values[0].astype(np.int64) * values[1].astype(np.int64)
+            else:
+                exact = values[0] * values[1]
+            if op == "mad":
+                exact = exact + _as_int(ops.read(sources[2], result_type))
+        elif op in ("div", "rem"):
+            a, b = raw
+            zero = b == 0
+            safe = np.where(zero, 1, b)
+            if is_signed(type_):
+                quotient = _exact_signed_div(a, safe)
+                exact = quotient if op == "div" else a.astype(np.int64) - quotient * safe
+            else:
+                exact = (a // safe) if op == "div" else (a % safe)
+            exact = np.where(zero, -1 if op == "div" else a, exact)
+        elif op in ("min", "max"):
+            exact = (np.minimum if op == "min" else np.maximum)(raw[0], raw[1])
+        elif op == "neg":
+            exact = -values[0]
+        elif op == "abs":
+            exact = np.abs(values[0])
+        else:
+            raise NotImplementedError(instr.text)
+    ops.write(dest, _wrap(np.asarray(exact), result_type), result_type)
+
+
+def _exact_signed_div(a: Array, b: Array) -> Array:
+    """C's truncating signed division, exact for 64-bit values."""
+    a64, b64 = a.astype(np.int64), b.astype(np.int64)
+    quotient = np.abs(a64) // np.abs(b64)
+    return np.where((a64 < 0) != (b64 < 0), -quotient, quotient)
+
+
+def _logic(instr: Instr, ops: Operands) -> None:
+    op = instr.opcode
+    (type_,) = types_of(instr)
+    dest, *sources = instr.operands
+    values = [ops.read(s, type_) for s in sources]
+    if op == "not":
+        result = ~values[0] if type_ != "pred" else np.logical_not(values[0])
+    elif op == "cnot":
+        result = (values[0] == 0).astype(values[0].dtype)
+    elif type_ == "pred":
+        result = _BOOL[op](values[0], values[1])
+    else:
+        result = {"and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}[op](
+            values[0], values[1]
+        )
+    ops.write(dest, result, type_)
+
+
+def _shift(instr: Instr, ops: Operands) -> None:
+    (type_,) = types_of(instr)
+    dest, a, b = instr.operands
+    value = ops.read(a, type_)
+    amount = np.minimum(ops.read(b, "u32").astype(np.uint64), np.uint64(width(type_) * 8))
+    bits = width(type_) * 8
+    if instr.opcode == "shl":
+        wide = value.view(NUMPY_TYPES[f"b{bits}"]).astype(np.uint64) << amount
+        result = np.where(amount >= bits, 0, wide)
+        ops.write(dest, _wrap(result.astype(np.uint64), type_), type_)
+        return
+    if type_.startswith("s"):
+        shifted = value.astype(np.int64) >> np.minimum(amount, 63).astype(np.int64)
+        ops.write(dest, _wrap(shifted, type_), type_)
+        return
+    unsigned = value.view(NUMPY_TYPES[f"b{bits}"]).astype(np.uint64)
+    result = np.where(amount >= bits, 0, unsigned >> np.minimum(amount, np.uint64(63)))
+    ops.write(dest, _wrap(result.astype(np.uint64), type_), type_)
+
+
+def _setp(instr: Instr, ops: Operands) -> None:
+    (type_,) = types_of(instr)
+    compare = next(m for m in instr.modifiers if m not in TYPE_NAMES and m not in _BOOL)
+    combine = next((m for m in instr.modifiers if m in _BOOL), None)
+    dest, a, b, *rest = instr.operands
+    x, y = ops.read(a, type_), ops.read(b, type_)
+    with np.errstate(invalid="ignore"):
+        if is_float(type_):
+            nan = np.isnan(x) | np.isnan(y)
+            if compare == "num":
+                result = ~nan
+            elif compare == "nan":
+                result = nan
+            elif compare in _COMPARE:  # ordered: false where either is NaN
+                result = _COMPARE[compare](x, y) & ~nan
+            else:  # equ, neu, ltu, ...: true where either is NaN
+                result = _COMPARE[compare[:-1]](x, y) | nan
+        else:
+            result = _COMPARE[compare](x, y)
+    if combine is not None:
+        result = _BOOL[combine](result, ops.read(rest[0], "pred"))
+    if dest.kind == "pair":
+        ops.write(dest.items[0], result, "pred")
+        ops.write(dest.items[1], ~result, "pred")
+    else:
+        ops.write(dest, result, "pred")
+
+
+def _selp(instr: Instr, ops: Operands) -> None:
+    (type_,) = types_of(instr)
+    dest, a, b, c = instr.operands
+    choose = ops.read(c, "pred")
+    ops.write(dest, np.where(choose, ops.read(a, type_), ops.read(b, type_)), type_)
+
+
+def _cvt(instr: Instr, ops: Operands) -> None:
+    to, source = types_of(instr)
+    dest, a = instr.operands
+    mods = instr.modifiers
+    value = ops.read(a, source)
+    if is_float(to):
+        exact = _f64(value) if is_float(source) else value.astype(np.float64)
+        if not is_float(source) and width(source) == 8:
+            exact = value.astype(np.float64)  # int64 -> f32 may round twice, as documented
+        for mode, function in (
+            ("rni", np.rint),
+            ("rzi", np.trunc),
+            ("rmi", np.floor),
+            ("rpi", np.ceil),
+        ):
+            if mode in mods:
+                exact = function(exact)
+        if "rz" in mods and to == "f32" and source == "f64":
+            narrowed = exact.astype(np.float32)
+            over = np.abs(narrowed.astype(np.float64)) > np.abs(exact)
+            narrowed = np.where(over, np.nextafter(narrowed, np.float32(0)), narrowed)
+            ops.write(dest, narrowed, to)
+            return
+        out = _float_result(exact, to, instr)
+        if "sat" in mods:
+            out = np.clip(np.nan_to_num(out, nan=0.0), 0, 1).astype(out.dtype)
+        ops.write(dest, out, to)
+        return
+    if is_float(source):
+        exact = _f64(value)
+        rounding = {"rni": np.rint, "rzi": np.trunc, "rmi": np.floor, "rpi": np.ceil}
+        mode = next((m for m in mods if m in rounding), "rzi")
+        exact = rounding[mode](exact)
+        info = np.iinfo(NUMPY_TYPES[to])
+        with np.errstate(invalid="ignore"):
+            clipped = np.clip(np.nan_to_num(exact, nan=0.0), info.min, info.max)
+        if width(to) == 8:
+            result = np.array([_saturate64(x, info) for x in exact], dtype=NUMPY_TYPES[to])
+        else:
+            result = clipped.astype(NUMPY_TYPES[to])
+        ops.write(dest, result, to)
+        return
+    # integer -> integer: sign or zero extension from the source, wrap to the target
+    ops.write(dest, _wrap(_as_int(value), to), to)
+
+
+def _saturate64(x: float, info: np.iinfo) -> int:
+    if np.isnan(x):
+        return 0
+    return (
+        int(min(max(x, float(info.min)), float(info.max)))
+        if abs(x) < 2**63
+        else (int(info.max) if x > 0 else int(info.min))
+    )
+
+
+def _cvta(instr: Instr, ops: Operands) -> None:
+    (type_,) = types_of(instr)
+    dest, a = instr.operands
+    ops.write(dest, ops.read(a, type_), type_)
+
+
+def _testp(instr: Instr, ops: Operands) -> None:
+    (type_,) = types_of(instr)
+    test = next(m for m in instr.modifiers if m not in TYPE_NAMES)
+    dest, a = instr.operands
+    x = ops.read(a, type_)
+    tests: dict[str, Callable[[Array], Array]] = {
+        "finite": np.isfinite, "infinite": np.isinf, "number": lambda v: ~np.isnan(v),
+        "notanumber": np.isnan,
+        "normal": lambda v: np.isfinite(v) & (np.abs(v) >= np.finfo(v.dtype).tiny),
+        "subnormal": lambda v: (v != 0) & (np.abs(v) < np.finfo(v.dtype).tiny),
+    }  # fmt: skip
+    ops.write(dest, tests[test](x), "pred")
+
+
+def _bits(instr: Instr, ops: Operands) -> None:
+    (type_,) = types_of(instr)
+    dest, a = instr.operands
+    value = ops.read(a, type_).view(NUMPY_TYPES[f"b{width(type_) * 8}"])
+    bits = width(type_) * 8
+    ints = [int(v) for v in value]
+    if instr.opcode == "popc":
+        out = [bin(v).count("1") for v in ints]
+    elif instr.opcode == "clz":
+        out = [bits - v.bit_length() for v in ints]
+    else:  # brev
+        out = [int(f"{v:0{bits}b}"[::-1], 2) for v in ints]
+    target = "u32" if instr.opcode != "brev" else type_
+    ops.write(dest, np.array(out, dtype=NUMPY_TYPES["u64"]).astype(NUMPY_TYPES[target]), target)
+
+
+_HANDLERS: dict[str, Callable[[Instr, Operands], None]] = {
+    "mov": _mov,
+    **{op: _arith for op in ("add", "sub", "mul", "mad", "fma", "div", "rem", "min", "max")},
+    **{op: _arith for op in ("neg", "abs", "copysign", *_SPECIAL)},
+    **{op: _logic for op in ("and", "or", "xor", "not", "cnot")},
+    "shl": _shift,
+    "shr": _shift,
+    "setp": _setp,
+    "selp": _selp,
+    "cvt": _cvt,
+    "cvta": _cvta,
+    "testp": _testp,
+    "popc": _bits,
+    "clz": _bits,
+    "brev": _bits,
+}

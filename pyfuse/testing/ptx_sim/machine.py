@@ -1,0 +1,505 @@
+"""The simulated Hopper machine: CTAs of one cluster at a time, their threads in groups that
+share a program counter, a seeded scheduler that interleaves them, and the asynchronous
+units (TMA loads, mbarriers, wgmma groups) whose completions it orders.
+
+Expects an :class:`~.parse.Entry`, launch dims, the kernel's parameter values (pointers into a
+:class:`GlobalMemory`, :class:`~.tensor_core.TensorMap` for tensor-map params) and a seed.
+Guarantees: every thread runs the entry to its end; threads of one CTA start as one group, a
+branch the group's lanes disagree on splits it, and groups at one instruction merge again.
+The scheduler runs a random runnable group for a random quantum; an mbarrier wait that is not
+yet satisfied blocks its group until the barrier's phase changes; a TMA load completes at a
+random later step (``eager``), or only when every group is blocked (``late``: the most
+adversarial order for a consumer that waits too little); a wgmma group completes at the
+``wait_group`` that retires it, computing from shared memory then. Every violation below
+raises a :class:`~.tensor_core.SimulationError` naming the CTA, the thread group, the PTX
+line and what it found:
+
+- a global access outside every buffer, or a store into a read-only one;
+- a register read on a thread that never wrote it;
+- ``bra.uni`` whose lanes disagree; an ``.aligned`` warpgroup instruction (wgmma, setmaxnreg)
+  or a barrier that part of its threads never reach (a deadlock);
+- no runnable group and no pending asynchronous work: a deadlock, listing each group's wait;
+- a TMA load into bytes that an unretired wgmma reads (a stage released too early); a wgmma
+  or a generic load reading bytes a TMA load has not yet written (a stage used before full),
+  or a wgmma reading bytes nothing ever wrote;
+- a TMA completion on an mbarrier that ``fence.mbarrier_init`` has not published; more
+  arrivals than pending; a transaction count left unbalanced, or a TMA load still in flight,
+  when the kernel ends;
+- a wgmma without ``wgmma.fence`` after its accumulators were touched, an accumulator read or
+  written while a wgmma on it is in flight, a kernel ending with a wgmma in flight.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pyfuse.testing.ptx_sim import alu
+from pyfuse.testing.ptx_sim.parse import Entry, Instr, Operand
+from pyfuse.testing.ptx_sim.tensor_core import Mbarrier, SimulationError, TensorMap
+from pyfuse.testing.ptx_sim.values import (
+    NUMPY_TYPES,
+    Array,
+    from_bits,
+    immediate,
+    storage_dtype,
+    to_bits,
+    width,
+)
+
+PARAM_BASE = 0x10000  # tensor maps live in the param space at 128-byte slots from here
+RANK_SHIFT = 24  # a shared::cluster address carries (rank + 1) above this bit
+WARPGROUP = 128
+
+
+class GlobalMemory:
+    """Device buffers at fake addresses (256-byte aligned, with gaps between them)."""
+
+    def __init__(self) -> None:
+        self.bases: list[int] = []
+        self.arrays: list[Array] = []
+        self.writable: list[bool] = []
+        self.names: list[str] = []
+        self._next = 0x7F0000000000
+
+    def add(self, array: Array, name: str, writable: bool) -> int:
+        flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+        base = self._next
+        self._next += (flat.size + 511) // 256 * 256 + 256
+        self.bases.append(base)
+        self.arrays.append(flat)
+        self.writable.append(writable)
+        self.names.append(name)
+        return base
+
+    def _locate(self, addresses: Array, size: int, store: bool, where: str) -> tuple[Array, Array]:
+        addresses = addresses.astype(np.int64)
+        index = np.searchsorted(np.array(self.bases, dtype=np.int64), addresses, side="right") - 1
+        for i in np.unique(index):
+            chosen = index == i
+            ok = i >= 0
+            if ok:
+                offsets = addresses[chosen] - self.bases[i]
+                ok = bool((offsets >= 0).all() and (offsets + size <= self.arrays[i].size).all())
+            if not ok:
+                bad = int(addresses[chosen][0])
+                raise SimulationError(
+                    f"{where}: a {size}-byte access at {bad:#x} is outside every buffer"
+                )
+            if store and not self.writable[i]:
+                raise SimulationError(f"{where}: a store into the read-only buffer {self.names[i]}")
+        return index, addresses - np.array(self.bases, dtype=np.int64)[index]
+
+    def read(self, addresses: Array, size: int, where: str = "load") -> Array:
+        index, offsets = self._locate(addresses, size, False, where)
+        out = np.empty((addresses.size, size), dtype=np.uint8)
+        span = np.arange(size)
+        for i in np.unique(index):
+            chosen = index == i
+            out[chosen] = self.arrays[i][offsets[chosen][:, None] + span]
+        return out
+
+    def write(self, addresses: Array, data: Array, where: str) -> None:
+        size = data.shape[1]
+        index, offsets = self._locate(addresses, size, True, where)
+        span = np.arange(size)
+        for i in np.unique(index):
+            chosen = index == i
+            self.arrays[i][offsets[chosen][:, None] + span] = data[chosen]
+
+
+@dataclass(eq=False)
+class Group:
+    cta: CTA
+    lanes: Array  # thread indices in the CTA, sorted
+    pc: int
+    wait: tuple[Any, ...] | None = None  # why it is blocked: ("mbarrier", key), ("bar", ...)
+
+
+@dataclass(eq=False)
+class PendingMma:
+    instr: Instr
+    dest: tuple[str, ...]
+    a: int
+    b: int
+    accumulate: bool
+    scale_a: int
+    scale_b: int
+    a_k_major: bool
+    b_k_major: bool
+    reads: Array  # shared byte addresses both operands read
+
+
+@dataclass
+class WarpgroupState:
+    fenced: bool = False
+    touched_since_fence: bool = True
+    accumulators: set[str] = field(default_factory=set)
+    open: list[PendingMma] = field(default_factory=list)
+    committed: deque[list[PendingMma]] = field(default_factory=deque)
+
+    @property
+    def in_flight(self) -> set[str]:
+        regs = {r for mma in self.open for r in mma.dest}
+        for group in self.committed:
+            regs.update(r for mma in group for r in mma.dest)
+        return regs
+
+
+class CTA:
+    def __init__(self, machine: Machine, ctaid: tuple[int, int, int], rank: int) -> None:
+        self.machine = machine
+        self.ctaid = ctaid
+        self.rank = rank
+        block = machine.block
+        self.threads = block[0] * block[1] * block[2]
+        linear = np.arange(self.threads)
+        self.tid = (
+            linear % block[0],
+            linear // block[0] % block[1],
+            linear // (block[0] * block[1]),
+        )
+        self.regs: dict[str, Array] = {}
+        self.defined: dict[str, Array] = {}
+        self.smem = np.full(machine.smem_bytes, 0xFF, dtype=np.uint8)
+        self.tma_pending = np.zeros(machine.smem_bytes, dtype=np.int32)
+        self.smem_written = np.zeros(machine.smem_bytes, dtype=bool)
+        self.mma_reading = np.zeros(machine.smem_bytes, dtype=np.int32)
+        self.mbarriers: dict[int, Mbarrier] = {}
+        self.warpgroups = [WarpgroupState() for _ in range(-(-self.threads // WARPGROUP))]
+        self.exited = np.zeros(self.threads, dtype=bool)
+        self.bar_arrived: dict[int, set[int]] = {}
+        # barrier.cluster: arrivals and completed waits per thread
+        self.cluster_arrivals = np.zeros(self.threads, dtype=np.int64)
+        self.cluster_waits = np.zeros(self.threads, dtype=np.int64)
+
+    def name(self) -> str:
+        return f"CTA {self.ctaid}"
+
+
+class Machine:
+    def __init__(
+        self,
+        entry: Entry,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        smem_bytes: int,
+        params: dict[str, int],
+        tensor_maps: dict[str, TensorMap],
+        memory: GlobalMemory,
+        *,
+        cluster: tuple[int, int, int] = (1, 1, 1),
+        seed: int = 0,
+        order: str = "eager",
+        quantum: int = 16,
+    ) -> None:
+        self.entry, self.grid, self.block, self.smem_bytes = entry, grid, block, smem_bytes
+        self.params, self.memory, self.cluster = params, memory, cluster
+        self.rng = np.random.default_rng(seed)
+        self.order, self.quantum = order, quantum
+        self.map_slots = {name: PARAM_BASE + 128 * i for i, name in enumerate(tensor_maps)}
+        self.maps_by_address = {self.map_slots[n]: m for n, m in tensor_maps.items()}
+        self.steps = 0
+
+    # ---- running ---------------------------------------------------------------------------
+
+    def run(self) -> None:
+        from pyfuse.testing.ptx_sim import units
+
+        size = self.cluster[0] * self.cluster[1] * self.cluster[2]
+        if self.cluster[1:] != (1, 1):
+            raise SimulationError("clusters along y or z are not modeled")
+        total = self.grid[0] * self.grid[1] * self.grid[2]
+        ids = [
+            (x, y, z)
+            for z in range(self.grid[2])
+            for y in range(self.grid[1])
+            for x in range(self.grid[0])
+        ]
+        for first in range(0, total, size):
+            ctas = [CTA(self, ids[first + r], r) for r in range(size)]
+            self.ctas = ctas
+            self.copies: list[units.AsyncCopy] = []
+            self.cluster_arrived: set[tuple[int, int]] = set()
+            self.groups = [Group(cta, np.arange(cta.threads), 0) for cta in ctas]
+            self._run_cluster(units)
+
+    def _run_cluster(self, units: Any) -> None:
+        while self.groups:
+            self._merge()
+            runnable = [g for g in self.groups if g.wait is None]
+            if self.copies and (
+                not runnable or (self.order == "eager" and self.rng.random() < 0.3)
+            ):
+                units.complete_copy(self, self.copies.pop(int(self.rng.integers(len(self.copies)))))
+                continue
+            if not runnable:
+                raise SimulationError("deadlock: every thread waits\n" + self._waits())
+            group = runnable[int(self.rng.integers(len(runnable)))]
+            for _ in range(int(self.rng.integers(1, self.quantum + 1))):
+                if not self._step(group, units) or group.wait is not None:
+                    break
+        if self.copies:
+            raise SimulationError(f"{self.copies[0].where}: a TMA load is in flight at the end")
+        for cta in self.ctas:
+            for wg, state in enumerate(cta.warpgroups):
+                if state.open or state.committed:
+                    raise SimulationError(
+                        f"{cta.name()}: warpgroup {wg} exits with a wgmma in flight"
+                    )
+            for offset, barrier in cta.mbarriers.items():
+                if barrier.tx:
+                    raise SimulationError(
+                        f"{cta.name()}: the mbarrier at shared offset {offset} ends with "
+                        f"{barrier.tx} transaction bytes unbalanced (an expect-tx miscount)"
+                    )
+
+    def _waits(self) -> str:
+        lines = []
+        for g in self.groups:
+            instr = self.entry.instrs[g.pc] if g.pc < len(self.entry.instrs) else None
+            where = f"line {instr.line}: {instr.text}" if instr else "the end"
+            lines.append(
+                f"  {g.cta.name()} threads {_ranges(g.lanes)} at {where}: {self._wait_text(g)}"
+            )
+        return "\n".join(lines)
+
+    def _wait_text(self, group: Group) -> str:
+        wait = group.wait
+        if wait is None:
+            return "running"
+        if wait[0] == "mbarrier":
+            cta = next(c for c in self.ctas if id(c) == wait[1])
+            b = cta.mbarriers[wait[2]]
+            return (
+                f"the mbarrier at {cta.name()} offset {wait[2]}: phase {b.phases} has "
+                f"{b.pending} of {b.expected} arrivals and {b.tx} transaction bytes to go"
+            )
+        if wait[0] == "bar":
+            return f"bar.sync {wait[1]}"
+        if wait[0] == "aligned":
+            return "the rest of its warpgroup (an .aligned instruction)"
+        return "barrier.cluster.wait"
+
+    def _merge(self) -> None:
+        """Groups of one CTA at one instruction become one (running, or waiting for the rest
+        of a warpgroup at an ``.aligned`` instruction, which re-checks once others join)."""
+        first: dict[tuple[int, int], Group] = {}
+        out = []
+        for g in self.groups:
+            if g.wait is not None and g.wait[0] != "aligned":
+                out.append(g)
+                continue
+            key = (id(g.cta), g.pc)
+            other = first.get(key)
+            if other is None:
+                first[key] = g
+                out.append(g)
+                continue
+            other.lanes = np.union1d(other.lanes, g.lanes)
+            other.wait = None
+        self.groups = out
+
+    def where(self, group: Group, instr: Instr) -> str:
+        return (
+            f"{group.cta.name()} threads {_ranges(group.lanes)}, line {instr.line} ({instr.text})"
+        )
+
+    def _step(self, group: Group, units: Any) -> bool:
+        """Run one instruction of ``group``; False when the group ended, split or blocked."""
+        self.steps += 1
+        instrs = self.entry.instrs
+        if group.pc >= len(instrs):
+            self._exit(group, group.lanes)
+            return False
+        instr = instrs[group.pc]
+        lanes = group.lanes
+        if instr.guard is not None:
+            pred = self.read_reg(group.cta, instr.guard, lanes, instr, group)
+            lanes = lanes[~pred] if instr.negated else lanes[pred]
+        if instr.opcode == "bra":
+            return self._branch(group, instr, lanes)
+        if instr.opcode in ("ret", "exit"):
+            self._exit(group, lanes)
+            if lanes.size < group.lanes.size:
+                group.lanes = np.setdiff1d(group.lanes, lanes)
+                group.pc += 1
+                return True
+            return False
+        ops = LaneOps(self, group, lanes, instr)
+        if lanes.size and not alu.execute(instr, ops):
+            result = units.execute(self, group, instr, lanes, ops)
+            if result == "blocked":
+                return False
+        group.pc += 1
+        return True
+
+    def _branch(self, group: Group, instr: Instr, taken: Array) -> bool:
+        target = self.entry.labels[instr.operands[0].name]
+        if taken.size == group.lanes.size:
+            group.pc = target
+            return True
+        if taken.size == 0:
+            group.pc += 1
+            return True
+        if "uni" in instr.modifiers:
+            # .uni promises every thread of a warp takes the same way
+            split = np.intersect1d(
+                np.unique(taken // 32), np.unique(np.setdiff1d(group.lanes, taken) // 32)
+            )
+            if split.size:
+                raise SimulationError(
+                    f"{self.where(group, instr)}: bra.uni diverged inside warp {int(split[0])}"
+                )
+        rest = np.setdiff1d(group.lanes, taken)
+        group.lanes, group.pc = rest, group.pc + 1
+        self.groups.append(Group(group.cta, taken, target))
+        return False
+
+    def _exit(self, group: Group, lanes: Array) -> None:
+        group.cta.exited[lanes] = True
+        if lanes.size == group.lanes.size:
+            self.groups.remove(group)
+        for other in self.groups:  # a barrier may now be complete
+            if other.wait is not None and other.wait[0] == "bar":
+                other.wait = None
+
+    # ---- registers -------------------------------------------------------------------------
+
+    def read_reg(self, cta: CTA, name: str, lanes: Array, instr: Instr, group: Group) -> Array:
+        bits = cta.regs.get(name)
+        if bits is None or not cta.defined[name][lanes].all():
+            raise SimulationError(f"{self.where(group, instr)}: {name} read before any write")
+        self._check_accumulator(cta, name, lanes, instr, group)
+        return bits[lanes]
+
+    def write_reg(
+        self,
+        cta: CTA,
+        name: str,
+        lanes: Array,
+        bits: Array,
+        instr: Instr | None,
+        group: Group | None,
+    ) -> None:
+        if name not in cta.regs:
+            cta.regs[name] = np.zeros(cta.threads, dtype=storage_dtype(self.entry.reg_type(name)))
+            cta.defined[name] = np.zeros(cta.threads, dtype=bool)
+        if instr is not None and group is not None:
+            self._check_accumulator(cta, name, lanes, instr, group)
+        cta.regs[name][lanes] = bits
+        cta.defined[name][lanes] = True
+
+    def _check_accumulator(
+        self, cta: CTA, name: str, lanes: Array, instr: Instr, group: Group
+    ) -> None:
+        if instr.opcode == "wgmma":
+            return
+        for wg in np.unique(lanes // WARPGROUP):
+            state = cta.warpgroups[wg]
+            if name in state.accumulators:
+                if name in state.in_flight:
+                    raise SimulationError(
+                        f"{self.where(group, instr)}: accumulator {name} used while a wgmma on it "
+                        "is in flight (before wgmma.wait_group retires it)"
+                    )
+                state.touched_since_fence = True
+
+
+class LaneOps:
+    """:class:`~.alu.Operands` for the active lanes of one instruction."""
+
+    def __init__(self, machine: Machine, group: Group, lanes: Array, instr: Instr) -> None:
+        self.machine, self.group, self.lanes, self.instr = machine, group, lanes, instr
+        self.cta = group.cta
+        self.count = lanes.size
+
+    def read(self, operand: Operand, type_: str) -> Array:
+        kind = operand.kind
+        if kind == "reg":
+            bits = self.machine.read_reg(self.cta, operand.name, self.lanes, self.instr, self.group)
+            value = from_bits(bits, type_)
+            return ~value if operand.negated else value
+        if kind == "imm":
+            return immediate(operand.value, operand.float_bits, type_, self.count)
+        if kind == "special":
+            return self._special(operand.name).astype(NUMPY_TYPES[type_])
+        if kind == "symbol":
+            return np.full(self.count, self.symbol(operand.name), dtype=np.uint64).astype(
+                NUMPY_TYPES[type_]
+            )
+        raise SimulationError(
+            f"{self.machine.where(self.group, self.instr)}: cannot read {operand}"
+        )
+
+    def write(self, operand: Operand, values: Array, type_: str) -> None:
+        if operand.kind == "sink":
+            return
+        if operand.kind != "reg":
+            raise SimulationError(
+                f"{self.machine.where(self.group, self.instr)}: cannot write {operand}"
+            )
+        storage = storage_dtype(self.machine.entry.reg_type(operand.name))
+        bits = to_bits(np.asarray(values), type_, storage)
+        self.machine.write_reg(self.cta, operand.name, self.lanes, bits, self.instr, self.group)
+
+    def symbol(self, name: str) -> int:
+        machine = self.machine
+        if name in machine.entry.shared_symbols:
+            return 0
+        if name in machine.map_slots:
+            return machine.map_slots[name]
+        if name in machine.params:
+            return machine.params[name]
+        raise SimulationError(f"{machine.where(self.group, self.instr)}: unknown symbol {name}")
+
+    def address(self, operand: Operand) -> Array:
+        """Per-lane addresses of an ``[base+offset]`` operand (a param: its value's slot)."""
+        base = operand.base
+        assert base is not None
+        if base.kind == "symbol":
+            return np.full(self.count, self.symbol(base.name) + operand.offset, dtype=np.int64)
+        values = self.read(base, "u64").astype(np.int64)
+        return values + operand.offset
+
+    def _special(self, name: str) -> Array:
+        cta, lanes, machine = self.cta, self.lanes, self.machine
+        axis = "xyz".index(name[-1]) if name[-2] == "." else 0
+        size = machine.cluster[0] * machine.cluster[1] * machine.cluster[2]
+        values: dict[str, Any] = {
+            "tid": lambda: cta.tid[axis][lanes],
+            "ntid": lambda: np.full(lanes.size, machine.block[axis]),
+            "ctaid": lambda: np.full(lanes.size, cta.ctaid[axis]),
+            "nctaid": lambda: np.full(lanes.size, machine.grid[axis]),
+            "laneid": lambda: lanes % 32,
+            "warpid": lambda: lanes // 32,
+            "cluster_ctarank": lambda: np.full(lanes.size, cta.rank),
+            "cluster_nctarank": lambda: np.full(lanes.size, size),
+            "clusterid": lambda: np.full(lanes.size, cta.ctaid[axis] // machine.cluster[axis]),
+            "nclusterid": lambda: np.full(lanes.size, machine.grid[axis] // machine.cluster[axis]),
+            "cluster_ctaid": lambda: np.full(lanes.size, cta.ctaid[axis] % machine.cluster[axis]),
+            "cluster_nctaid": lambda: np.full(lanes.size, machine.cluster[axis]),
+        }
+        key = name.split(".")[0]
+        if key not in values:
+            raise SimulationError(f"special register %{name} is not modeled")
+        return np.asarray(values[key]())
+
+
+def _ranges(lanes: Array) -> str:
+    if lanes.size == 0:
+        return "none"
+    parts, start, prev = [], int(lanes[0]), int(lanes[0])
+    for value in lanes[1:]:
+        if int(value) != prev + 1:
+            parts.append(f"{start}-{prev}" if start != prev else f"{start}")
+            start = int(value)
+        prev = int(value)
+    parts.append(f"{start}-{prev}" if start != prev else f"{start}")
+    return ",".join(parts[:4]) + ("..." if len(parts) > 4 else "")
+
+
+__all__ = ["CTA", "GlobalMemory", "Group", "LaneOps", "Machine", "width"]

@@ -1,0 +1,49 @@
+"""Tensor-core matmul kernels for the Hopper simulator's tests: every layout, ragged edges,
+K shorter than the pipeline, epilogues, batches, persistent and grid-swizzled tile orders,
+clusters and split-K. Each: (function, input specs, MatmulParams or None)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pyfuse as pf
+
+S = pf.spec
+bf16, f16 = pf.bfloat16, pf.float16
+P = pf.MatmulParams
+
+CASES: dict[str, tuple[Callable[..., object], list[pf.Spec], pf.MatmulParams | None]] = {
+    "nt_ragged": (lambda a, b: a @ b.T, [S((200, 128), bf16), S((136, 128), bf16)], None),
+    "nn_mn_major_b": (lambda a, b: a @ b, [S((130, 72), bf16), S((72, 200), bf16)], None),
+    "tn_mn_major_a": (lambda a, b: a.T @ b, [S((64, 144), bf16), S((64, 136), bf16)], None),
+    "tt": (lambda a, b: a.T @ b.T, [S((80, 136), f16), S((72, 80), f16)], None),
+    "k_shorter_than_one_tile": (lambda a, b: a @ b.T, [S((64, 24), bf16), S((72, 24), bf16)], None),
+    "linear_bias_gelu": (
+        lambda x, w, b: pf.gelu(pf.linear(x, w) + b, approximate="tanh"),
+        [S((150, 256), bf16), S((136, 256), bf16), S((136,), bf16)],
+        None,
+    ),
+    "gate_up": (
+        lambda x, w1, w3: pf.silu(x @ w1.T) * (x @ w3.T),
+        [S((96, 128), bf16), S((136, 128), bf16), S((136, 128), bf16)],
+        None,
+    ),
+    "nn_narrow_n_64b_swizzle": (lambda a, b: a @ b, [S((128, 64), bf16), S((64, 32), bf16)], None),
+    "batched": (lambda a, b: a @ b, [S((2, 72, 64), bf16), S((2, 64, 80), bf16)], None),
+    "persistent_swizzled": (
+        lambda a, b: a @ b.T,
+        [S((300, 64), bf16), S((264, 64), bf16)],
+        P(persistent=True, grid_swizzle=2, tile_m=128, tile_n=64),
+    ),
+    "cluster_2x1": (
+        lambda a, b: a @ b.T,
+        [S((256, 128), bf16), S((128, 128), bf16)],
+        P(cluster_m=2),
+    ),
+    "split_k": (lambda a, b: a @ b.T, [S((128, 512), bf16), S((64, 512), bf16)], P(splitk=2)),
+}
+CASES["tile_128x256_three_stages"] = (
+    lambda a, b: a @ b.T,
+    [S((200, 200), bf16), S((300, 200), bf16)],
+    P(tile_m=128, tile_n=256, stages=3),
+)
