@@ -4,7 +4,9 @@
 every kernel's PTX, assembles each with ``ptxas -arch=sm_90a -v``, runs
 every kernel on the kernel-IR interpreter (a tensor-core matmul kernel as its PTX on the Hopper
 simulator, :mod:`pyfuse.testing.ptx_sim`, up to ``SIMULATED_MATMUL_CTAS`` CTAs; larger ones
-stop after assembly) and compares each output with
+stop after assembly), then, for cases of at most ``PTX_SIMULATED_CTAS`` CTAs, every kernel
+as its PTX on that simulator (stage ``ptx``: the emitter's instructions), and compares each
+output with
 ``FusedFunction.reference`` on fresh random inputs laid out as the specs say.
 :func:`run_program_gpu` calls ``FusedFunction.__call__`` twice on torch CUDA tensors with
 fresh data each time and compares with the reference of the same inputs copied to the host.
@@ -18,9 +20,10 @@ Outcome classes (:data:`FAILURES` are the ones a fuzz run reports):
 - ``compile_error``: any other exception from tracing, the passes, the emitter or ptxas.
 - ``spill``: ptxas reported spills, a stack frame, local memory or an advisory for the PTX.
 - ``interpreter_error``: the kernel-IR interpreter refused a kernel (out of bounds,
-  misaligned, a race...), or the Hopper simulator failed.
-- ``kernel_fault``: the Hopper simulator found a matmul kernel racing, deadlocking or
-  breaking the TMA/mbarrier/wgmma protocol.
+  misaligned, a race...), or the Hopper simulator met an instruction it does not model
+  (``NotModeledError``) or failed.
+- ``kernel_fault``: the Hopper simulator found a kernel's PTX racing, deadlocking, accessing
+  out of bounds, storing garbage or breaking the TMA/mbarrier/wgmma protocol.
 - ``reference_error``: the NumPy reference raised.
 - ``wrong_result``: an output differs (values, NaN positions, unwritten poison, shape/dtype).
 - ``gpu_error``: the GPU call raised; ``timeout`` and ``crash`` come from the worker pool.
@@ -84,6 +87,8 @@ _NEAR_MISS_TOLERANCE = 5e-3
 _JITTER_SENSITIVITY = 0.1
 # The most CTAs of a tensor-core matmul kernel the CPU fuzzer simulates (about 0.3 s each).
 SIMULATED_MATMUL_CTAS = 16
+# The most CTAs (all kernels together) of a case the CPU fuzzer also runs as PTX.
+PTX_SIMULATED_CTAS = 1024
 
 
 @record(frozen=True)
@@ -347,11 +352,21 @@ def run_function(
         return _error("interpreter_error", "simulate", error, kernels)
     flags = list(lenient) if lenient is not None else [False] * len(expected)
     precisions = output_precisions(fusion)
-    for index, (got, want, flag) in enumerate(zip(actual, expected, flags, strict=True)):
-        difference = compare(got, want, flag, jittered[index], precisions[index])
-        if difference is not None:
-            kind, text = difference
-            return Outcome("wrong_result", "compare", kind, f"output {index}: {text}", kernels)
+    runs = [("compare", actual)]
+    if sum(math.prod(stages.kernel_ir.grid) for stages in result.kernels) <= PTX_SIMULATED_CTAS:
+        # The emitter's instructions too: every kernel again, as its PTX.
+        try:
+            runs.append(("ptx", run_on_simulator(result, arrays, output_specs, as_ptx=True)))
+        except SimulationError as error:
+            return _error("kernel_fault", "ptx", error, kernels)
+        except Exception as error:
+            return _error("interpreter_error", "ptx", error, kernels)
+    for stage, outputs in runs:
+        for index, (got, want, flag) in enumerate(zip(outputs, expected, flags, strict=True)):
+            difference = compare(got, want, flag, jittered[index], precisions[index])
+            if difference is not None:
+                kind, text = difference
+                return Outcome("wrong_result", stage, kind, f"output {index}: {text}", kernels)
     return Outcome("ok", kernels=kernels)
 
 

@@ -137,10 +137,12 @@ def run_on_simulator(
     output_specs: Sequence[tuple[tuple[int, ...], DType]],
     specs: Sequence[pf.Spec | None] | None = None,
     schedule_seed: int = 0,
+    as_ptx: bool = False,
 ) -> list[Array]:
     """Run every kernel of ``result`` on the kernel-IR interpreter (a matmul kernel's PTX on
     the Hopper simulator, :mod:`pyfuse.testing.ptx_sim`, its warps interleaved by
-    ``schedule_seed``) and return the outputs.
+    ``schedule_seed``; every kernel's PTX there with ``as_ptx``, which checks the emitter's
+    instructions too) and return the outputs.
 
     ``arrays`` are the fusion's inputs; each is used as laid out, unless ``specs`` gives a
     layout it lacks (then a copy in that layout is)."""
@@ -173,7 +175,7 @@ def run_on_simulator(
                 kernel_outputs.append(outputs[int(key)])
             else:
                 kernel_outputs.append(intermediates[str(key)])
-        if scheduler_named(stages.plan.scheduler).interpreted:
+        if scheduler_named(stages.plan.scheduler).interpreted and not as_ptx:
             launch(stages.kernel_ir, inputs, kernel_outputs)
         else:
             # A tensor-core kernel runs as its PTX, on the Hopper simulator.

@@ -222,3 +222,39 @@ def test_swizzles_permute_16_byte_chunks_inside_each_pattern() -> None:
         row, chunk = addresses // 128, addresses % 128 // 16
         assert (moved % 128 // 16 == chunk ^ (row % rows)).all()
     assert (swizzled(addresses, 0) == addresses).all()
+
+
+# ---- SIMT kernels as PTX -----------------------------------------------------------------------
+
+
+def _simt_kernel(
+    fn: Callable[..., object], specs: list[pf.Spec]
+) -> tuple[pf.FusedFunction, pf.Fusion, pipeline.KernelStages]:
+    fused, fusion, result = _compile(fn, specs, None)
+    (stages,) = result.kernels
+    return fused, fusion, stages
+
+
+def test_a_softmax_kernel_runs_as_ptx_with_its_shuffles_and_shared_memory() -> None:
+    specs = [pf.spec((37, 1000), pf.float32)]
+    fused, fusion, stages = _simt_kernel(lambda x: pf.softmax(x, -1), specs)
+    assert "shfl.sync" in stages.emitted.ptx
+    arrays = random_inputs(specs, 0)
+    out = poison(fusion.outputs[0].shape, fusion.outputs[0].dtype)
+    run_kernel(stages.kernel_ir, stages.emitted.ptx, arrays, [out])
+    _close(out, fused.reference(*arrays))
+
+
+def test_a_store_past_the_output_and_a_store_of_garbage_are_reported() -> None:
+    specs = [pf.spec((300,), pf.float32)]
+    _, fusion, stages = _simt_kernel(lambda x: x * 2.0, specs)
+    arrays = random_inputs(specs, 0)
+    out = poison(fusion.outputs[0].shape, fusion.outputs[0].dtype)
+    # The bounds test of the ragged last block, dropped: its threads store past the output.
+    unguarded = _mutate(stages.emitted.ptx, r"^\s*@!?%p\d+ bra \$L__\w+;\n", "")
+    with pytest.raises(SimulationError, match="outside every buffer"):
+        run_kernel(stages.kernel_ir, unguarded, arrays, [out])
+    # The load dropped: the stored value comes from a register nothing wrote.
+    unloaded = _mutate(stages.emitted.ptx, r"^\s*ld\.global[^\n]*\n", "")
+    with pytest.raises(SimulationError, match="never written"):
+        run_kernel(stages.kernel_ir, unloaded, arrays, [out])

@@ -19,10 +19,10 @@ from pyfuse.ir import kernel_ir as kir
 from pyfuse.ir.kernel_interpreter import memory_span
 from pyfuse.testing.ptx_sim.machine import GlobalMemory, Machine
 from pyfuse.testing.ptx_sim.parse import parse_module
-from pyfuse.testing.ptx_sim.tensor_core import SimulationError, TensorMap
+from pyfuse.testing.ptx_sim.tensor_core import NotModeledError, SimulationError, TensorMap
 from pyfuse.testing.ptx_sim.values import Array
 
-__all__ = ["SimulationError", "run_kernel"]
+__all__ = ["NotModeledError", "SimulationError", "run_kernel"]
 
 
 def run_kernel(

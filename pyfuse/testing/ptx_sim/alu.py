@@ -20,6 +20,7 @@ from typing import Protocol
 import numpy as np
 
 from pyfuse.testing.ptx_sim.parse import Instr, Operand
+from pyfuse.testing.ptx_sim.tensor_core import NotModeledError
 from pyfuse.testing.ptx_sim.values import (
     NUMPY_TYPES,
     TYPE_NAMES,
@@ -204,7 +205,7 @@ def _arith(instr: Instr, ops: Operands) -> None:
         elif op == "abs":
             exact = np.abs(values[0])
         else:
-            raise NotImplementedError(instr.text)
+            raise NotModeledError(f"line {instr.line}: {instr.text} is not modeled")
     ops.write(dest, _wrap(np.asarray(exact), result_type), result_type)
 
 
@@ -294,9 +295,14 @@ def _cvt(instr: Instr, ops: Operands) -> None:
     mods = instr.modifiers
     value = ops.read(a, source)
     if is_float(to):
+        if (
+            not is_float(source)
+            and to in ("f32", "f64")
+            and not any(m in mods for m in ("rni", "rzi", "rmi", "rpi", "rz", "rm", "rp"))
+        ):
+            ops.write(dest, value.astype(NUMPY_TYPES[to]), to)  # one rounding, to nearest
+            return
         exact = _f64(value) if is_float(source) else value.astype(np.float64)
-        if not is_float(source) and width(source) == 8:
-            exact = value.astype(np.float64)  # int64 -> f32 may round twice, as documented
         for mode, function in (
             ("rni", np.rint),
             ("rzi", np.trunc),
@@ -342,6 +348,40 @@ def _saturate64(x: float, info: np.iinfo) -> int:
         if abs(x) < 2**63
         else (int(info.max) if x > 0 else int(info.min))
     )
+
+
+def _bfe(instr: Instr, ops: Operands) -> None:
+    """Bit-field extract: ``len`` bits from ``pos``, sign-extended for signed types."""
+    (type_,) = types_of(instr)
+    dest, a, b, c = instr.operands
+    bits = width(type_) * 8
+    value = ops.read(a, type_).view(NUMPY_TYPES[f"b{bits}"]).astype(np.uint64)
+    pos = np.minimum(ops.read(b, "u32").astype(np.uint64), np.uint64(bits))
+    length = np.minimum(ops.read(c, "u32").astype(np.uint64), np.uint64(bits))
+    field = (value >> np.minimum(pos, np.uint64(63))) & ((np.uint64(1) << length) - np.uint64(1))
+    field = np.where(pos >= bits, 0, field).astype(np.uint64)
+    if is_signed(type_):
+        top = np.where(
+            length > 0, (field >> np.maximum(length, np.uint64(1)) - np.uint64(1)) & np.uint64(1), 0
+        )
+        fill = np.where(top.astype(bool), ~((np.uint64(1) << length) - np.uint64(1)), np.uint64(0))
+        field = field | fill.astype(np.uint64)
+    ops.write(dest, _wrap(field, type_), type_)
+
+
+def _bfi(instr: Instr, ops: Operands) -> None:
+    """Bit-field insert: ``len`` low bits of ``a`` into ``b`` at ``pos``."""
+    (type_,) = types_of(instr)
+    dest, a, b, c, d = instr.operands
+    bits = width(type_) * 8
+    unsigned = NUMPY_TYPES[f"b{bits}"]
+    source = ops.read(a, type_).view(unsigned).astype(np.uint64)
+    base = ops.read(b, type_).view(unsigned).astype(np.uint64)
+    pos = np.minimum(ops.read(c, "u32").astype(np.uint64), np.uint64(bits))
+    length = np.minimum(ops.read(d, "u32").astype(np.uint64), np.uint64(bits) - pos)
+    mask = ((np.uint64(1) << length) - np.uint64(1)) << pos
+    result = (base & ~mask) | ((source << pos) & mask)
+    ops.write(dest, _wrap(result.astype(np.uint64), type_), type_)
 
 
 def _cvta(instr: Instr, ops: Operands) -> None:
@@ -391,6 +431,8 @@ _HANDLERS: dict[str, Callable[[Instr, Operands], None]] = {
     "selp": _selp,
     "cvt": _cvt,
     "cvta": _cvta,
+    "bfe": _bfe,
+    "bfi": _bfi,
     "testp": _testp,
     "popc": _bits,
     "clz": _bits,

@@ -15,7 +15,9 @@ raises a :class:`~.tensor_core.SimulationError` naming the CTA, the thread group
 line and what it found:
 
 - a global access outside every buffer, or a store into a read-only one;
-- a register read on a thread that never wrote it;
+- a value computed from a register no instruction wrote, reaching memory (a store), an
+  address, a guard of a memory or barrier instruction, or a wgmma operand (computing and
+  branching with garbage is allowed: a guarded-off load leaves it, and the GPU does too);
 - ``bra.uni`` whose lanes disagree; an ``.aligned`` warpgroup instruction (wgmma, setmaxnreg)
   or a barrier that part of its threads never reach (a deadlock);
 - no runnable group and no pending asynchronous work: a deadlock, listing each group's wait;
@@ -39,7 +41,7 @@ import numpy as np
 
 from pyfuse.testing.ptx_sim import alu
 from pyfuse.testing.ptx_sim.parse import Entry, Instr, Operand
-from pyfuse.testing.ptx_sim.tensor_core import Mbarrier, SimulationError, TensorMap
+from pyfuse.testing.ptx_sim.tensor_core import Mbarrier, NotModeledError, SimulationError, TensorMap
 from pyfuse.testing.ptx_sim.values import (
     NUMPY_TYPES,
     Array,
@@ -50,6 +52,10 @@ from pyfuse.testing.ptx_sim.values import (
     width,
 )
 
+# Kernels using any of these run one cluster at a time (their CTAs' async units and barriers
+# are per CTA); others run SIMT_BATCH CTAs as one.
+_ASYNC_OPCODES = frozenset({"mbarrier", "cp", "wgmma", "barrier", "mapa", "elect", "setmaxnreg"})
+SIMT_BATCH = 64
 PARAM_BASE = 0x10000  # tensor maps live in the param space at 128-byte slots from here
 RANK_SHIFT = 24  # a shared::cluster address carries (rank + 1) above this bit
 WARPGROUP = 128
@@ -75,7 +81,9 @@ class GlobalMemory:
         self.names.append(name)
         return base
 
-    def _locate(self, addresses: Array, size: int, store: bool, where: str) -> tuple[Array, Array]:
+    def _locate(
+        self, addresses: Array, size: int, store: bool, where: object
+    ) -> tuple[Array, Array]:
         addresses = addresses.astype(np.int64)
         index = np.searchsorted(np.array(self.bases, dtype=np.int64), addresses, side="right") - 1
         for i in np.unique(index):
@@ -93,7 +101,7 @@ class GlobalMemory:
                 raise SimulationError(f"{where}: a store into the read-only buffer {self.names[i]}")
         return index, addresses - np.array(self.bases, dtype=np.int64)[index]
 
-    def read(self, addresses: Array, size: int, where: str = "load") -> Array:
+    def read(self, addresses: Array, size: int, where: object = "load") -> Array:
         index, offsets = self._locate(addresses, size, False, where)
         out = np.empty((addresses.size, size), dtype=np.uint8)
         span = np.arange(size)
@@ -102,7 +110,7 @@ class GlobalMemory:
             out[chosen] = self.arrays[i][offsets[chosen][:, None] + span]
         return out
 
-    def write(self, addresses: Array, data: Array, where: str) -> None:
+    def write(self, addresses: Array, data: Array, where: object) -> None:
         size = data.shape[1]
         index, offsets = self._locate(addresses, size, True, where)
         span = np.arange(size)
@@ -150,31 +158,53 @@ class WarpgroupState:
 
 
 class CTA:
-    def __init__(self, machine: Machine, ctaid: tuple[int, int, int], rank: int) -> None:
+    """One CTA, or a batch of CTAs of a kernel that needs no cross-thread hardware beyond
+    ``bar.sync`` and shuffles (each CTA's threads padded to whole warps, its shared memory a
+    slice of its own): their threads then run as lanes of one, far faster."""
+
+    def __init__(self, machine: Machine, ctaids: list[tuple[int, int, int]], rank: int) -> None:
         self.machine = machine
-        self.ctaid = ctaid
+        self.ctaids = ctaids
+        self.ctaid = ctaids[0]
         self.rank = rank
         block = machine.block
-        self.threads = block[0] * block[1] * block[2]
-        linear = np.arange(self.threads)
+        per_cta = block[0] * block[1] * block[2]
+        self.stride = per_cta if len(ctaids) == 1 else -(-per_cta // 32) * 32
+        self.threads = self.stride * len(ctaids)
+        lane = np.arange(self.threads)
+        self.local = lane % self.stride  # the thread's index in its CTA
+        batch = lane // self.stride
         self.tid = (
-            linear % block[0],
-            linear // block[0] % block[1],
-            linear // (block[0] * block[1]),
+            self.local % block[0],
+            self.local // block[0] % block[1],
+            self.local // (block[0] * block[1]),
         )
+        ids = np.array(ctaids, dtype=np.int64)
+        self.ctaid_of = (ids[batch, 0], ids[batch, 1], ids[batch, 2])
+        self.smem_offset = batch * machine.smem_bytes
+        smem = machine.smem_bytes * len(ctaids)
         self.regs: dict[str, Array] = {}
         self.defined: dict[str, Array] = {}
-        self.smem = np.full(machine.smem_bytes, 0xFF, dtype=np.uint8)
-        self.tma_pending = np.zeros(machine.smem_bytes, dtype=np.int32)
-        self.smem_written = np.zeros(machine.smem_bytes, dtype=bool)
-        self.mma_reading = np.zeros(machine.smem_bytes, dtype=np.int32)
+        self.smem = np.full(smem, 0xFF, dtype=np.uint8)
+        self.tma_pending = np.zeros(smem, dtype=np.int32)
+        self.smem_written = np.zeros(smem, dtype=bool)
+        self.mma_reading = np.zeros(smem, dtype=np.int32)
         self.mbarriers: dict[int, Mbarrier] = {}
         self.warpgroups = [WarpgroupState() for _ in range(-(-self.threads // WARPGROUP))]
-        self.exited = np.zeros(self.threads, dtype=bool)
+        self.accumulator_names: set[str] = set()  # every warpgroup's, for a fast check
+        self.exited = self.local >= per_cta  # padding lanes never run
         self.bar_arrived: dict[int, set[int]] = {}
         # barrier.cluster: arrivals and completed waits per thread
         self.cluster_arrivals = np.zeros(self.threads, dtype=np.int64)
         self.cluster_waits = np.zeros(self.threads, dtype=np.int64)
+
+    def describe(self, lanes: Array) -> str:
+        """The CTA and its threads of ``lanes`` (those of the first lane's CTA in a batch)."""
+        if lanes.size == 0:
+            return f"CTA {self.ctaid} threads none"
+        first = int(lanes[0]) // self.stride
+        mine = lanes[lanes // self.stride == first]
+        return f"CTA {self.ctaids[first]} threads {_ranges(self.local[mine])}"
 
     def name(self) -> str:
         return f"CTA {self.ctaid}"
@@ -211,7 +241,7 @@ class Machine:
 
         size = self.cluster[0] * self.cluster[1] * self.cluster[2]
         if self.cluster[1:] != (1, 1):
-            raise SimulationError("clusters along y or z are not modeled")
+            raise NotModeledError("clusters along y or z are not modeled")
         total = self.grid[0] * self.grid[1] * self.grid[2]
         ids = [
             (x, y, z)
@@ -219,12 +249,19 @@ class Machine:
             for y in range(self.grid[1])
             for x in range(self.grid[0])
         ]
-        for first in range(0, total, size):
-            ctas = [CTA(self, ids[first + r], r) for r in range(size)]
+        simt = size == 1 and not any(i.opcode in _ASYNC_OPCODES for i in self.entry.instrs)
+        if simt:  # CTAs in batches, each run as one
+            batches = [ids[i : i + SIMT_BATCH] for i in range(0, total, SIMT_BATCH)]
+            clusters = [[CTA(self, batch, 0)] for batch in batches]
+        else:
+            clusters = [
+                [CTA(self, [ids[first + r]], r) for r in range(size)]
+                for first in range(0, total, size)
+            ]
+        for ctas in clusters:
             self.ctas = ctas
             self.copies: list[units.AsyncCopy] = []
-            self.cluster_arrived: set[tuple[int, int]] = set()
-            self.groups = [Group(cta, np.arange(cta.threads), 0) for cta in ctas]
+            self.groups = [Group(cta, np.flatnonzero(~cta.exited), 0) for cta in ctas]
             self._run_cluster(units)
 
     def _run_cluster(self, units: Any) -> None:
@@ -262,9 +299,7 @@ class Machine:
         for g in self.groups:
             instr = self.entry.instrs[g.pc] if g.pc < len(self.entry.instrs) else None
             where = f"line {instr.line}: {instr.text}" if instr else "the end"
-            lines.append(
-                f"  {g.cta.name()} threads {_ranges(g.lanes)} at {where}: {self._wait_text(g)}"
-            )
+            lines.append(f"  {g.cta.describe(g.lanes)} at {where}: {self._wait_text(g)}")
         return "\n".join(lines)
 
     def _wait_text(self, group: Group) -> str:
@@ -303,10 +338,9 @@ class Machine:
             other.wait = None
         self.groups = out
 
-    def where(self, group: Group, instr: Instr) -> str:
-        return (
-            f"{group.cta.name()} threads {_ranges(group.lanes)}, line {instr.line} ({instr.text})"
-        )
+    def where(self, group: Group, instr: Instr) -> Where:
+        """Where an instruction runs, for messages (formatted only when one is raised)."""
+        return Where(group.cta, group.lanes, instr)
 
     def _step(self, group: Group, units: Any) -> bool:
         """Run one instruction of ``group``; False when the group ended, split or blocked."""
@@ -317,10 +351,14 @@ class Machine:
             return False
         instr = instrs[group.pc]
         lanes = group.lanes
+        garbage = None  # lanes that chose by an undefined guard
         if instr.guard is not None:
-            pred = self.read_reg(group.cta, instr.guard, lanes, instr, group)
-            lanes = lanes[~pred] if instr.negated else lanes[pred]
+            bits, defined = self.read_reg(group.cta, instr.guard, lanes, instr, group)
+            pred = bits.astype(bool) != instr.negated
+            lanes, garbage = lanes[pred], ~defined[pred]
         if instr.opcode == "bra":
+            # Threads may branch on garbage (an out-of-bounds thread's rare path): what they
+            # then store or address is caught as it happens.
             return self._branch(group, instr, lanes)
         if instr.opcode in ("ret", "exit"):
             self._exit(group, lanes)
@@ -330,7 +368,14 @@ class Machine:
                 return True
             return False
         ops = LaneOps(self, group, lanes, instr)
+        if garbage is not None:
+            ops.tainted |= garbage
         if lanes.size and not alu.execute(instr, ops):
+            if garbage is not None and garbage.any():
+                raise SimulationError(
+                    f"{self.where(group, instr)}: guarded by {instr.guard}, which no "
+                    "instruction wrote on some of its threads"
+                )
             result = units.execute(self, group, instr, lanes, ops)
             if result == "blocked":
                 return False
@@ -369,12 +414,22 @@ class Machine:
 
     # ---- registers -------------------------------------------------------------------------
 
-    def read_reg(self, cta: CTA, name: str, lanes: Array, instr: Instr, group: Group) -> Array:
-        bits = cta.regs.get(name)
-        if bits is None or not cta.defined[name][lanes].all():
-            raise SimulationError(f"{self.where(group, instr)}: {name} read before any write")
+    def _register(self, cta: CTA, name: str) -> Array:
+        if name not in cta.regs:
+            # Never-written registers hold poison bits (NaN as a float) and are undefined.
+            dtype = storage_dtype(self.entry.reg_type(name))
+            fill = False if dtype == np.bool_ else np.iinfo(dtype).max
+            cta.regs[name] = np.full(cta.threads, fill, dtype=dtype)
+            cta.defined[name] = np.zeros(cta.threads, dtype=bool)
+        return cta.regs[name]
+
+    def read_reg(
+        self, cta: CTA, name: str, lanes: Array, instr: Instr, group: Group
+    ) -> tuple[Array, Array]:
+        """The register's bits on ``lanes`` and where they are defined."""
+        bits = self._register(cta, name)
         self._check_accumulator(cta, name, lanes, instr, group)
-        return bits[lanes]
+        return bits[lanes], cta.defined[name][lanes]
 
     def write_reg(
         self,
@@ -384,19 +439,18 @@ class Machine:
         bits: Array,
         instr: Instr | None,
         group: Group | None,
+        defined: Array | bool = True,
     ) -> None:
-        if name not in cta.regs:
-            cta.regs[name] = np.zeros(cta.threads, dtype=storage_dtype(self.entry.reg_type(name)))
-            cta.defined[name] = np.zeros(cta.threads, dtype=bool)
+        self._register(cta, name)
         if instr is not None and group is not None:
             self._check_accumulator(cta, name, lanes, instr, group)
         cta.regs[name][lanes] = bits
-        cta.defined[name][lanes] = True
+        cta.defined[name][lanes] = defined
 
     def _check_accumulator(
         self, cta: CTA, name: str, lanes: Array, instr: Instr, group: Group
     ) -> None:
-        if instr.opcode == "wgmma":
+        if name not in cta.accumulator_names or instr.opcode == "wgmma":
             return
         for wg in np.unique(lanes // WARPGROUP):
             state = cta.warpgroups[wg]
@@ -416,11 +470,24 @@ class LaneOps:
         self.machine, self.group, self.lanes, self.instr = machine, group, lanes, instr
         self.cta = group.cta
         self.count = lanes.size
+        # Lanes whose operands so far include an undefined register: what this instruction
+        # writes there is undefined too (garbage a kernel may compute, never store or branch on).
+        self.tainted = np.zeros(lanes.size, dtype=bool)
+
+    def require_defined(self, what: str) -> None:
+        if self.tainted.any():
+            raise SimulationError(
+                f"{self.machine.where(self.group, self.instr)}: {what} computed from a "
+                "register never written"
+            )
 
     def read(self, operand: Operand, type_: str) -> Array:
         kind = operand.kind
         if kind == "reg":
-            bits = self.machine.read_reg(self.cta, operand.name, self.lanes, self.instr, self.group)
+            bits, defined = self.machine.read_reg(
+                self.cta, operand.name, self.lanes, self.instr, self.group
+            )
+            self.tainted |= ~defined
             value = from_bits(bits, type_)
             return ~value if operand.negated else value
         if kind == "imm":
@@ -444,7 +511,9 @@ class LaneOps:
             )
         storage = storage_dtype(self.machine.entry.reg_type(operand.name))
         bits = to_bits(np.asarray(values), type_, storage)
-        self.machine.write_reg(self.cta, operand.name, self.lanes, bits, self.instr, self.group)
+        self.machine.write_reg(
+            self.cta, operand.name, self.lanes, bits, self.instr, self.group, ~self.tainted
+        )
 
     def symbol(self, name: str) -> int:
         machine = self.machine
@@ -472,10 +541,10 @@ class LaneOps:
         values: dict[str, Any] = {
             "tid": lambda: cta.tid[axis][lanes],
             "ntid": lambda: np.full(lanes.size, machine.block[axis]),
-            "ctaid": lambda: np.full(lanes.size, cta.ctaid[axis]),
+            "ctaid": lambda: cta.ctaid_of[axis][lanes],
             "nctaid": lambda: np.full(lanes.size, machine.grid[axis]),
-            "laneid": lambda: lanes % 32,
-            "warpid": lambda: lanes // 32,
+            "laneid": lambda: cta.local[lanes] % 32,
+            "warpid": lambda: cta.local[lanes] // 32,
             "cluster_ctarank": lambda: np.full(lanes.size, cta.rank),
             "cluster_nctarank": lambda: np.full(lanes.size, size),
             "clusterid": lambda: np.full(lanes.size, cta.ctaid[axis] // machine.cluster[axis]),
@@ -485,8 +554,22 @@ class LaneOps:
         }
         key = name.split(".")[0]
         if key not in values:
-            raise SimulationError(f"special register %{name} is not modeled")
+            raise NotModeledError(f"special register %{name} is not modeled")
         return np.asarray(values[key]())
+
+
+class Where:
+    """A CTA, its threads and a PTX line, formatted when a message is."""
+
+    def __init__(self, cta: CTA, lanes: Array, instr: Instr) -> None:
+        self.cta, self.lanes, self.instr = cta, lanes, instr
+
+    def __str__(self) -> str:
+        instr = self.instr
+        return f"{self.cta.describe(self.lanes)}, line {instr.line} ({instr.text})"
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
 
 
 def _ranges(lanes: Array) -> str:

@@ -70,10 +70,15 @@ class Entry:
     # Register-name prefix -> declared type ("%rd" -> "b64"), longest prefixes first.
     reg_prefixes: list[tuple[str, str]] = field(default_factory=list)
     shared_symbols: list[str] = field(default_factory=list)
+    _types: dict[str, str] = field(default_factory=dict, repr=False)
 
     def reg_type(self, name: str) -> str:
+        known = self._types.get(name)
+        if known is not None:
+            return known
         for prefix, type_ in self.reg_prefixes:
             if name.startswith(prefix) and name[len(prefix) :].isdigit():
+                self._types[name] = type_
                 return type_
         raise PtxParseError(f"register {name} has no declaration in {self.name}")
 

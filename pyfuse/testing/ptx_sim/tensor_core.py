@@ -47,6 +47,11 @@ class SimulationError(PyfuseError):
     """The simulated kernel did something the hardware does not allow or that races."""
 
 
+class NotModeledError(PyfuseError):
+    """The kernel uses an instruction or a form the simulator does not model (a gap of the
+    simulator, not a fault of the kernel)."""
+
+
 @dataclass
 class Mbarrier:
     expected: int
@@ -56,7 +61,7 @@ class Mbarrier:
     fenced: bool = False  # fence.mbarrier_init ran after the init
     phases: int = 0
 
-    def arrive(self, count: int, where: str) -> bool:
+    def arrive(self, count: int, where: object) -> bool:
         """``count`` arrivals; True when the phase completed."""
         if count > self.pending:
             raise SimulationError(
@@ -124,11 +129,11 @@ def tma_box(
     size = tmap.element_bytes
     span = TMA_SWIZZLE_SPAN[tmap.swizzle]
     if span and tmap.box[0] * size != span:
-        raise SimulationError(
+        raise NotModeledError(
             f"TMA: an inner box of {tmap.box[0] * size} B with a {span} B swizzle is not modeled"
         )
     if any(s != 1 for s in tmap.element_strides):
-        raise SimulationError("TMA: element strides other than 1 are not modeled")
+        raise NotModeledError("TMA: element strides other than 1 are not modeled")
     grids = np.meshgrid(*[np.arange(b) for b in reversed(tmap.box)], indexing="ij")
     index = [g.reshape(-1) for g in reversed(grids)]  # innermost first, box order
     inside = np.ones(index[0].shape, dtype=bool)
@@ -161,7 +166,7 @@ def operand_addresses(descriptor: int, rows: int, k: int, size: int, k_major: bo
         address = start + (row // 8) * sbo + (row % 8) * width + (kb // width) * lbo + kb % width
     else:
         if not span:
-            raise SimulationError("wgmma: an unswizzled MN-major operand is not modeled")
+            raise NotModeledError("wgmma: an unswizzled MN-major operand is not modeled")
         mb = row * size
         address = start + (mb // span) * lbo + (col // 8) * sbo + (col % 8) * span + mb % span
     return swizzled(address, span)

@@ -18,12 +18,13 @@ from pyfuse.testing.ptx_sim.alu import types_of
 from pyfuse.testing.ptx_sim.parse import Instr, Operand
 from pyfuse.testing.ptx_sim.tensor_core import (
     Mbarrier,
+    NotModeledError,
     SimulationError,
     TensorMap,
     operand_addresses,
     tma_box,
 )
-from pyfuse.testing.ptx_sim.values import NUMPY_TYPES, Array, width
+from pyfuse.testing.ptx_sim.values import NUMPY_TYPES, Array, from_bits, width
 
 if TYPE_CHECKING:
     from pyfuse.testing.ptx_sim.machine import CTA, Group, LaneOps, Machine, PendingMma
@@ -37,7 +38,7 @@ class AsyncCopy:
     addresses it writes and the mbarrier it completes."""
 
     instr: Instr
-    where: str
+    where: object
     tmap: TensorMap
     coords: tuple[int, ...]
     dst: int
@@ -47,7 +48,7 @@ class AsyncCopy:
 def execute(machine: Machine, group: Group, instr: Instr, lanes: Array, ops: LaneOps) -> str:
     handler = _HANDLERS.get(instr.opcode)
     if handler is None:
-        raise SimulationError(f"{machine.where(group, instr)}: {instr.opcode} is not modeled")
+        raise NotModeledError(f"{machine.where(group, instr)}: {instr.opcode} is not modeled")
     return handler(machine, group, instr, lanes, ops) or "ok"
 
 
@@ -81,17 +82,23 @@ def _ld_st(machine: Machine, group: Group, instr: Instr, lanes: Array, ops: Lane
         ops.write(items[0], np.full(lanes.size, machine.params[name], dtype=np.uint64), "u64")
         return
     addresses = ops.address(address_operand)
+    ops.require_defined("an address")
     if (addresses % (size * count)).any():
         bad = int(addresses[(addresses % (size * count)) != 0][0])
         raise SimulationError(f"{where}: misaligned {size * count}-byte access at {bad:#x}")
     if space == "shared":
-        _shared_access(group.cta, addresses, size * count, load, where)
         cta = group.cta
+        limit = machine.smem_bytes
+        if (addresses < 0).any() or (addresses + size * count > limit).any():
+            raise SimulationError(f"{where}: a shared access outside the {limit} B of the CTA")
+        addresses = addresses + cta.smem_offset[lanes]  # a batch's CTAs each have their own
+        _shared_access(cta, addresses, size * count, load, where)
         span = np.arange(size * count)
         if load:
             raw = cta.smem[addresses[:, None] + span]
         else:
             data = np.concatenate([_raw(ops.read(item, type_)) for item in items], axis=1)
+            ops.require_defined("a stored value")
             cta.smem[addresses[:, None] + span] = data
             cta.smem_written[addresses[:, None] + span] = True
             return
@@ -100,10 +107,11 @@ def _ld_st(machine: Machine, group: Group, instr: Instr, lanes: Array, ops: Lane
             raw = machine.memory.read(addresses, size * count, where)
         else:
             data = np.concatenate([_raw(ops.read(item, type_)) for item in items], axis=1)
+            ops.require_defined("a stored value")
             machine.memory.write(addresses, data, where)
             return
     else:
-        raise SimulationError(f"{where}: {space} memory is not modeled")
+        raise NotModeledError(f"{where}: {space} memory is not modeled")
     for i, item in enumerate(items):
         piece = np.ascontiguousarray(raw[:, i * size : (i + 1) * size]).view(NUMPY_TYPES[type_])
         ops.write(item, piece.reshape(-1), type_)
@@ -113,9 +121,7 @@ def _raw(values: Array) -> Array:
     return np.ascontiguousarray(values).view(np.uint8).reshape(values.size, -1)
 
 
-def _shared_access(cta: CTA, addresses: Array, size: int, load: bool, where: str) -> None:
-    if (addresses < 0).any() or (addresses + size > cta.smem.size).any():
-        raise SimulationError(f"{where}: a shared access outside the {cta.smem.size} B of the CTA")
+def _shared_access(cta: CTA, addresses: Array, size: int, load: bool, where: object) -> None:
     span = (addresses[:, None] + np.arange(size)).reshape(-1)
     if cta.tma_pending[span].any():
         raise SimulationError(f"{where}: shared bytes a TMA load has not yet written")
@@ -204,6 +210,7 @@ def _mbarrier(machine: Machine, group: Group, instr: Instr, lanes: Array, ops: L
     where = machine.where(group, instr)
     address_operand = next(o for o in instr.operands if o.kind == "address")
     addresses = ops.address(address_operand)
+    ops.require_defined("an mbarrier address")
     if action == "init":
         count = int(ops.read(instr.operands[1], "u32")[0])
         for a in np.unique(addresses):
@@ -239,11 +246,11 @@ def _mbarrier(machine: Machine, group: Group, instr: Instr, lanes: Array, ops: L
         for i, a in enumerate(addresses):
             _barrier_at(machine, group.cta, int(a), where)[1].expect(int(expect[i]))
         return "ok"
-    raise SimulationError(f"{where}: mbarrier.{action} is not modeled")
+    raise NotModeledError(f"{where}: mbarrier.{action} is not modeled")
 
 
 def _barrier_at(
-    machine: Machine, cta: CTA, address: int, where: str
+    machine: Machine, cta: CTA, address: int, where: object
 ) -> tuple[tuple[CTA, int], Mbarrier]:
     target, offset = _target(machine, cta, address)
     barrier = target.mbarriers.get(offset)
@@ -283,6 +290,57 @@ def _elect(machine: Machine, group: Group, instr: Instr, lanes: Array, ops: Lane
     ops.write(leader, np.repeat(lanes[first] % 32, counts).astype(np.uint32), "u32")
 
 
+def _converged(group: Group, instr: Instr, lanes: Array, mask: int) -> bool:
+    """Every live thread of ``mask`` in each warp ``lanes`` touch runs this instruction
+    (``.sync``); else the group waits for the rest to reach it."""
+    cta = group.cta
+    for warp in np.unique(lanes // 32):
+        members = warp * 32 + np.flatnonzero([(mask >> i) & 1 for i in range(32)])
+        members = members[members < cta.threads]
+        live = members[~cta.exited[members]]
+        if not np.isin(live, lanes).all():
+            group.wait = ("aligned", instr.line)
+            return False
+    return True
+
+
+def _shfl(machine: Machine, group: Group, instr: Instr, lanes: Array, ops: LaneOps) -> str:
+    dest, a, b, c, mask_operand = instr.operands
+    mask = int(ops.read(mask_operand, "u32")[0])
+    if not _converged(group, instr, lanes, mask):
+        return "blocked"
+    mode = instr.modifiers[1]
+    if a.kind != "reg":
+        raise NotModeledError(f"{machine.where(group, instr)}: shfl of a non-register")
+    lane = (lanes % 32).astype(np.int64)
+    shift = ops.read(b, "u32").astype(np.int64)
+    packed = ops.read(c, "u32").astype(np.int64)
+    clamp, segment = packed & 0x1F, (packed >> 8) & 0x1F
+    most, least = (lane & segment) | (clamp & ~segment), lane & segment
+    if mode == "up":
+        j = lane - shift
+        ok = j >= most
+    elif mode == "down":
+        j = lane + shift
+        ok = j <= most
+    elif mode == "bfly":
+        j = lane ^ shift
+        ok = j <= most
+    else:  # idx
+        j = least | (shift & 0x1F & ~segment)
+        ok = j <= most
+    source = lanes - lane + np.where(ok, j, lane)
+    cta = group.cta
+    bits = machine._register(cta, a.name)[source]
+    # A source lane outside this instruction's threads gives an undefined value.
+    ops.tainted |= ~(cta.defined[a.name][source] & np.isin(source, lanes))
+    value_dest, pred_dest = dest.items if dest.kind == "pair" else (dest, None)
+    ops.write(value_dest, from_bits(bits, "b32"), "b32")
+    if pred_dest is not None:
+        ops.write(pred_dest, ok, "pred")
+    return "ok"
+
+
 # ---- TMA ---------------------------------------------------------------------------------------
 
 
@@ -293,7 +351,7 @@ def _cp(machine: Machine, group: Group, instr: Instr, lanes: Array, ops: LaneOps
         "shared",
         "global",
     ):
-        raise SimulationError(f"{where}: only TMA tile loads (global to shared) are modeled")
+        raise NotModeledError(f"{where}: only TMA tile loads (global to shared) are modeled")
     dst_operand, source, barrier_operand, *rest = instr.operands
     dsts = ops.address(dst_operand)
     maps = ops.address(Operand("address", base=source.base))
@@ -301,6 +359,7 @@ def _cp(machine: Machine, group: Group, instr: Instr, lanes: Array, ops: LaneOps
     barriers = ops.address(barrier_operand)
     multicast = any(m.startswith("multicast") for m in instr.modifiers)
     masks = ops.read(rest[0], "u16") if multicast else None
+    ops.require_defined("a TMA operand")
     for i in range(lanes.size):
         tmap = machine.maps_by_address.get(int(maps[i]))
         if tmap is None:
@@ -403,6 +462,7 @@ def _wgmma(machine: Machine, group: Group, instr: Instr, lanes: Array, ops: Lane
             dest, a_desc, b_desc, scale_d, scale_a, scale_b, trans_a, trans_b = instr.operands
             a, b = (_uniform(sub.read(o, "u64"), where) for o in (a_desc, b_desc))
             accumulate = bool(_uniform(sub.read(scale_d, "pred"), where))
+            sub.require_defined("a wgmma descriptor or scale")
             shape = next(m for m in instr.modifiers if m.startswith("m64"))
             n = int(shape.split("n")[1].split("k")[0])
             reads = np.concatenate(
@@ -431,11 +491,11 @@ def _wgmma(machine: Machine, group: Group, instr: Instr, lanes: Array, ops: Lane
                 not int(trans_a.value), not int(trans_b.value), reads,
             ))  # fmt: skip
         else:
-            raise SimulationError(f"{where}: wgmma.{action} is not modeled")
+            raise NotModeledError(f"{where}: wgmma.{action} is not modeled")
     return "ok"
 
 
-def _uniform(values: Array, where: str) -> int:
+def _uniform(values: Array, where: object) -> int:
     if (values != values[0]).any():
         raise SimulationError(f"{where}: a wgmma operand differs between a warpgroup's threads")
     return int(values[0])
@@ -446,7 +506,7 @@ def _operand_bytes(descriptor: int, rows: int, k_major: bool) -> Array:
     return (first.reshape(-1)[:, None] + np.arange(2)).reshape(-1)
 
 
-def _retire(machine: Machine, cta: CTA, wg: int, mma: PendingMma, where: str) -> None:
+def _retire(machine: Machine, cta: CTA, wg: int, mma: PendingMma, where: object) -> None:
     dtype = {"bf16": ml_dtypes.bfloat16, "f16": np.float16}[mma.instr.modifiers[-1]]
     n = len(mma.dest) * 2
     a = _operand(cta, mma.a, 64, mma.a_k_major, dtype) * mma.scale_a
@@ -488,4 +548,5 @@ _HANDLERS = {
     "cp": _cp,
     "wgmma": _wgmma,
     "mapa": _mapa,
+    "shfl": _shfl,
 }

@@ -30,9 +30,12 @@ _BITS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 TYPE_NAMES = frozenset(NUMPY_TYPES)
 
 
+_WIDTHS = {name: int(np.dtype(t).itemsize) for name, t in NUMPY_TYPES.items()}
+
+
 def width(type_: str) -> int:
     """Bytes of a PTX type (1 for pred)."""
-    return int(np.dtype(NUMPY_TYPES[type_]).itemsize)
+    return _WIDTHS[type_]
 
 
 def storage_dtype(declared: str) -> Any:
