@@ -17,8 +17,9 @@ import numpy as np
 
 from pyfuse.ir import kernel_ir as kir
 from pyfuse.ir.kernel_interpreter import memory_span
-from pyfuse.testing.ptx_sim.machine import GlobalMemory, Machine
+from pyfuse.testing.ptx_sim.machine import Machine
 from pyfuse.testing.ptx_sim.parse import parse_module
+from pyfuse.testing.ptx_sim.state import GlobalMemory
 from pyfuse.testing.ptx_sim.tensor_core import NotModeledError, SimulationError, TensorMap
 from pyfuse.testing.ptx_sim.values import Array
 

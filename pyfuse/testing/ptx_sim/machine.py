@@ -33,15 +33,21 @@ line and what it found:
 
 from __future__ import annotations
 
-from collections import deque
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from pyfuse.testing.ptx_sim import alu
+from pyfuse.testing.ptx_sim import alu, units
 from pyfuse.testing.ptx_sim.parse import Entry, Instr, Operand
-from pyfuse.testing.ptx_sim.tensor_core import Mbarrier, NotModeledError, SimulationError, TensorMap
+from pyfuse.testing.ptx_sim.state import (
+    CTA,
+    PARAM_BASE,
+    WARPGROUP,
+    GlobalMemory,
+    Group,
+    Where,
+)
+from pyfuse.testing.ptx_sim.tensor_core import NotModeledError, SimulationError, TensorMap
 from pyfuse.testing.ptx_sim.values import (
     NUMPY_TYPES,
     Array,
@@ -49,165 +55,12 @@ from pyfuse.testing.ptx_sim.values import (
     immediate,
     storage_dtype,
     to_bits,
-    width,
 )
 
 # Kernels using any of these run one cluster at a time (their CTAs' async units and barriers
 # are per CTA); others run SIMT_BATCH CTAs as one.
 _ASYNC_OPCODES = frozenset({"mbarrier", "cp", "wgmma", "barrier", "mapa", "elect", "setmaxnreg"})
 SIMT_BATCH = 64
-PARAM_BASE = 0x10000  # tensor maps live in the param space at 128-byte slots from here
-RANK_SHIFT = 24  # a shared::cluster address carries (rank + 1) above this bit
-WARPGROUP = 128
-
-
-class GlobalMemory:
-    """Device buffers at fake addresses (256-byte aligned, with gaps between them)."""
-
-    def __init__(self) -> None:
-        self.bases: list[int] = []
-        self.arrays: list[Array] = []
-        self.writable: list[bool] = []
-        self.names: list[str] = []
-        self._next = 0x7F0000000000
-
-    def add(self, array: Array, name: str, writable: bool) -> int:
-        flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
-        base = self._next
-        self._next += (flat.size + 511) // 256 * 256 + 256
-        self.bases.append(base)
-        self.arrays.append(flat)
-        self.writable.append(writable)
-        self.names.append(name)
-        return base
-
-    def _locate(
-        self, addresses: Array, size: int, store: bool, where: object
-    ) -> tuple[Array, Array]:
-        addresses = addresses.astype(np.int64)
-        index = np.searchsorted(np.array(self.bases, dtype=np.int64), addresses, side="right") - 1
-        for i in np.unique(index):
-            chosen = index == i
-            ok = i >= 0
-            if ok:
-                offsets = addresses[chosen] - self.bases[i]
-                ok = bool((offsets >= 0).all() and (offsets + size <= self.arrays[i].size).all())
-            if not ok:
-                bad = int(addresses[chosen][0])
-                raise SimulationError(
-                    f"{where}: a {size}-byte access at {bad:#x} is outside every buffer"
-                )
-            if store and not self.writable[i]:
-                raise SimulationError(f"{where}: a store into the read-only buffer {self.names[i]}")
-        return index, addresses - np.array(self.bases, dtype=np.int64)[index]
-
-    def read(self, addresses: Array, size: int, where: object = "load") -> Array:
-        index, offsets = self._locate(addresses, size, False, where)
-        out = np.empty((addresses.size, size), dtype=np.uint8)
-        span = np.arange(size)
-        for i in np.unique(index):
-            chosen = index == i
-            out[chosen] = self.arrays[i][offsets[chosen][:, None] + span]
-        return out
-
-    def write(self, addresses: Array, data: Array, where: object) -> None:
-        size = data.shape[1]
-        index, offsets = self._locate(addresses, size, True, where)
-        span = np.arange(size)
-        for i in np.unique(index):
-            chosen = index == i
-            self.arrays[i][offsets[chosen][:, None] + span] = data[chosen]
-
-
-@dataclass(eq=False)
-class Group:
-    cta: CTA
-    lanes: Array  # thread indices in the CTA, sorted
-    pc: int
-    wait: tuple[Any, ...] | None = None  # why it is blocked: ("mbarrier", key), ("bar", ...)
-
-
-@dataclass(eq=False)
-class PendingMma:
-    instr: Instr
-    dest: tuple[str, ...]
-    a: int
-    b: int
-    accumulate: bool
-    scale_a: int
-    scale_b: int
-    a_k_major: bool
-    b_k_major: bool
-    reads: Array  # shared byte addresses both operands read
-
-
-@dataclass
-class WarpgroupState:
-    fenced: bool = False
-    touched_since_fence: bool = True
-    accumulators: set[str] = field(default_factory=set)
-    open: list[PendingMma] = field(default_factory=list)
-    committed: deque[list[PendingMma]] = field(default_factory=deque)
-
-    @property
-    def in_flight(self) -> set[str]:
-        regs = {r for mma in self.open for r in mma.dest}
-        for group in self.committed:
-            regs.update(r for mma in group for r in mma.dest)
-        return regs
-
-
-class CTA:
-    """One CTA, or a batch of CTAs of a kernel that needs no cross-thread hardware beyond
-    ``bar.sync`` and shuffles (each CTA's threads padded to whole warps, its shared memory a
-    slice of its own): their threads then run as lanes of one, far faster."""
-
-    def __init__(self, machine: Machine, ctaids: list[tuple[int, int, int]], rank: int) -> None:
-        self.machine = machine
-        self.ctaids = ctaids
-        self.ctaid = ctaids[0]
-        self.rank = rank
-        block = machine.block
-        per_cta = block[0] * block[1] * block[2]
-        self.stride = per_cta if len(ctaids) == 1 else -(-per_cta // 32) * 32
-        self.threads = self.stride * len(ctaids)
-        lane = np.arange(self.threads)
-        self.local = lane % self.stride  # the thread's index in its CTA
-        batch = lane // self.stride
-        self.tid = (
-            self.local % block[0],
-            self.local // block[0] % block[1],
-            self.local // (block[0] * block[1]),
-        )
-        ids = np.array(ctaids, dtype=np.int64)
-        self.ctaid_of = (ids[batch, 0], ids[batch, 1], ids[batch, 2])
-        self.smem_offset = batch * machine.smem_bytes
-        smem = machine.smem_bytes * len(ctaids)
-        self.regs: dict[str, Array] = {}
-        self.defined: dict[str, Array] = {}
-        self.smem = np.full(smem, 0xFF, dtype=np.uint8)
-        self.tma_pending = np.zeros(smem, dtype=np.int32)
-        self.smem_written = np.zeros(smem, dtype=bool)
-        self.mma_reading = np.zeros(smem, dtype=np.int32)
-        self.mbarriers: dict[int, Mbarrier] = {}
-        self.warpgroups = [WarpgroupState() for _ in range(-(-self.threads // WARPGROUP))]
-        self.accumulator_names: set[str] = set()  # every warpgroup's, for a fast check
-        self.exited = self.local >= per_cta  # padding lanes never run
-        self.bar_arrived: dict[int, set[int]] = {}
-        # barrier.cluster: arrivals and completed waits per thread
-        self.cluster_arrivals = np.zeros(self.threads, dtype=np.int64)
-        self.cluster_waits = np.zeros(self.threads, dtype=np.int64)
-
-    def describe(self, lanes: Array) -> str:
-        """The CTA and its threads of ``lanes`` (those of the first lane's CTA in a batch)."""
-        if lanes.size == 0:
-            return f"CTA {self.ctaid} threads none"
-        first = int(lanes[0]) // self.stride
-        mine = lanes[lanes // self.stride == first]
-        return f"CTA {self.ctaids[first]} threads {_ranges(self.local[mine])}"
-
-    def name(self) -> str:
-        return f"CTA {self.ctaid}"
 
 
 class Machine:
@@ -237,8 +90,6 @@ class Machine:
     # ---- running ---------------------------------------------------------------------------
 
     def run(self) -> None:
-        from pyfuse.testing.ptx_sim import units
-
         size = self.cluster[0] * self.cluster[1] * self.cluster[2]
         if self.cluster[1:] != (1, 1):
             raise NotModeledError("clusters along y or z are not modeled")
@@ -252,19 +103,19 @@ class Machine:
         simt = size == 1 and not any(i.opcode in _ASYNC_OPCODES for i in self.entry.instrs)
         if simt:  # CTAs in batches, each run as one
             batches = [ids[i : i + SIMT_BATCH] for i in range(0, total, SIMT_BATCH)]
-            clusters = [[CTA(self, batch, 0)] for batch in batches]
+            clusters = [[CTA(self.block, self.smem_bytes, batch, 0)] for batch in batches]
         else:
             clusters = [
-                [CTA(self, [ids[first + r]], r) for r in range(size)]
+                [CTA(self.block, self.smem_bytes, [ids[first + r]], r) for r in range(size)]
                 for first in range(0, total, size)
             ]
         for ctas in clusters:
             self.ctas = ctas
             self.copies: list[units.AsyncCopy] = []
             self.groups = [Group(cta, np.flatnonzero(~cta.exited), 0) for cta in ctas]
-            self._run_cluster(units)
+            self._run_cluster()
 
-    def _run_cluster(self, units: Any) -> None:
+    def _run_cluster(self) -> None:
         while self.groups:
             self._merge()
             runnable = [g for g in self.groups if g.wait is None]
@@ -277,7 +128,7 @@ class Machine:
                 raise SimulationError("deadlock: every thread waits\n" + self._waits())
             group = runnable[int(self.rng.integers(len(runnable)))]
             for _ in range(int(self.rng.integers(1, self.quantum + 1))):
-                if not self._step(group, units) or group.wait is not None:
+                if not self._step(group) or group.wait is not None:
                     break
         if self.copies:
             raise SimulationError(f"{self.copies[0].where}: a TMA load is in flight at the end")
@@ -342,7 +193,7 @@ class Machine:
         """Where an instruction runs, for messages (formatted only when one is raised)."""
         return Where(group.cta, group.lanes, instr)
 
-    def _step(self, group: Group, units: Any) -> bool:
+    def _step(self, group: Group) -> bool:
         """Run one instruction of ``group``; False when the group ended, split or blocked."""
         self.steps += 1
         instrs = self.entry.instrs
@@ -414,7 +265,7 @@ class Machine:
 
     # ---- registers -------------------------------------------------------------------------
 
-    def _register(self, cta: CTA, name: str) -> Array:
+    def register(self, cta: CTA, name: str) -> Array:
         if name not in cta.regs:
             # Never-written registers hold poison bits (NaN as a float) and are undefined.
             dtype = storage_dtype(self.entry.reg_type(name))
@@ -427,7 +278,7 @@ class Machine:
         self, cta: CTA, name: str, lanes: Array, instr: Instr, group: Group
     ) -> tuple[Array, Array]:
         """The register's bits on ``lanes`` and where they are defined."""
-        bits = self._register(cta, name)
+        bits = self.register(cta, name)
         self._check_accumulator(cta, name, lanes, instr, group)
         return bits[lanes], cta.defined[name][lanes]
 
@@ -441,7 +292,7 @@ class Machine:
         group: Group | None,
         defined: Array | bool = True,
     ) -> None:
-        self._register(cta, name)
+        self.register(cta, name)
         if instr is not None and group is not None:
             self._check_accumulator(cta, name, lanes, instr, group)
         cta.regs[name][lanes] = bits
@@ -473,6 +324,10 @@ class LaneOps:
         # Lanes whose operands so far include an undefined register: what this instruction
         # writes there is undefined too (garbage a kernel may compute, never store or branch on).
         self.tainted = np.zeros(lanes.size, dtype=bool)
+
+    def narrowed(self, lanes: Array) -> LaneOps:
+        """The same instruction's view of a subset of its lanes."""
+        return LaneOps(self.machine, self.group, lanes, self.instr)
 
     def require_defined(self, what: str) -> None:
         if self.tainted.any():
@@ -558,31 +413,4 @@ class LaneOps:
         return np.asarray(values[key]())
 
 
-class Where:
-    """A CTA, its threads and a PTX line, formatted when a message is."""
-
-    def __init__(self, cta: CTA, lanes: Array, instr: Instr) -> None:
-        self.cta, self.lanes, self.instr = cta, lanes, instr
-
-    def __str__(self) -> str:
-        instr = self.instr
-        return f"{self.cta.describe(self.lanes)}, line {instr.line} ({instr.text})"
-
-    def __format__(self, spec: str) -> str:
-        return format(str(self), spec)
-
-
-def _ranges(lanes: Array) -> str:
-    if lanes.size == 0:
-        return "none"
-    parts, start, prev = [], int(lanes[0]), int(lanes[0])
-    for value in lanes[1:]:
-        if int(value) != prev + 1:
-            parts.append(f"{start}-{prev}" if start != prev else f"{start}")
-            start = int(value)
-        prev = int(value)
-    parts.append(f"{start}-{prev}" if start != prev else f"{start}")
-    return ",".join(parts[:4]) + ("..." if len(parts) > 4 else "")
-
-
-__all__ = ["CTA", "GlobalMemory", "Group", "LaneOps", "Machine", "width"]
+__all__ = ["LaneOps", "Machine"]

@@ -9,13 +9,22 @@ does not model raises a :class:`~.tensor_core.SimulationError` naming it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import ml_dtypes
 import numpy as np
 
 from pyfuse.testing.ptx_sim.alu import types_of
 from pyfuse.testing.ptx_sim.parse import Instr, Operand
+from pyfuse.testing.ptx_sim.state import (
+    CTA,
+    RANK_SHIFT,
+    WARPGROUP,
+    Group,
+    PendingMma,
+)
+from pyfuse.testing.ptx_sim.state import LaneView as LaneOps
+from pyfuse.testing.ptx_sim.state import MachineView as Machine
 from pyfuse.testing.ptx_sim.tensor_core import (
     Mbarrier,
     NotModeledError,
@@ -25,11 +34,6 @@ from pyfuse.testing.ptx_sim.tensor_core import (
     tma_box,
 )
 from pyfuse.testing.ptx_sim.values import NUMPY_TYPES, Array, from_bits, width
-
-if TYPE_CHECKING:
-    from pyfuse.testing.ptx_sim.machine import CTA, Group, LaneOps, Machine, PendingMma
-
-WARPGROUP = 128
 
 
 @dataclass
@@ -188,8 +192,6 @@ def _barrier(machine: Machine, group: Group, instr: Instr, lanes: Array, ops: La
 
 def _target(machine: Machine, cta: CTA, address: int) -> tuple[CTA, int]:
     """The CTA and local offset of a shared::cluster address (mapa's rank bits, else own)."""
-    from pyfuse.testing.ptx_sim.machine import RANK_SHIFT
-
     rank = address >> RANK_SHIFT
     if rank == 0:
         return cta, address
@@ -197,8 +199,6 @@ def _target(machine: Machine, cta: CTA, address: int) -> tuple[CTA, int]:
 
 
 def _mapa(machine: Machine, group: Group, instr: Instr, lanes: Array, ops: LaneOps) -> None:
-    from pyfuse.testing.ptx_sim.machine import RANK_SHIFT
-
     dest, address, rank = instr.operands
     local = ops.read(address, "u32").astype(np.uint64)
     ranks = ops.read(rank, "u32").astype(np.uint64)
@@ -331,7 +331,7 @@ def _shfl(machine: Machine, group: Group, instr: Instr, lanes: Array, ops: LaneO
         ok = j <= most
     source = lanes - lane + np.where(ok, j, lane)
     cta = group.cta
-    bits = machine._register(cta, a.name)[source]
+    bits = machine.register(cta, a.name)[source]
     # A source lane outside this instruction's threads gives an undefined value.
     ops.tainted |= ~(cta.defined[a.name][source] & np.isin(source, lanes))
     value_dest, pred_dest = dest.items if dest.kind == "pair" else (dest, None)
@@ -431,8 +431,6 @@ def complete_copy(machine: Machine, copy: AsyncCopy) -> None:
 
 
 def _wgmma(machine: Machine, group: Group, instr: Instr, lanes: Array, ops: LaneOps) -> str:
-    from pyfuse.testing.ptx_sim.machine import PendingMma
-
     if not _aligned(machine, group, instr):
         return "blocked"
     where = machine.where(group, instr)
@@ -458,7 +456,7 @@ def _wgmma(machine: Machine, group: Group, instr: Instr, lanes: Array, ops: Lane
                     "were last touched"
                 )
             members = lanes[lanes // WARPGROUP == wg]
-            sub = type(ops)(machine, group, members, instr)
+            sub = ops.narrowed(members)
             dest, a_desc, b_desc, scale_d, scale_a, scale_b, trans_a, trans_b = instr.operands
             a, b = (_uniform(sub.read(o, "u64"), where) for o in (a_desc, b_desc))
             accumulate = bool(_uniform(sub.read(scale_d, "pred"), where))
