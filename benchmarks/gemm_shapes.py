@@ -1,0 +1,178 @@
+"""Every shape of the public GEMM set (``benchmarks/gemm_shapes.csv``: LLM projections from
+decode to long prefill, small K or N, squares and ragged sizes, four layouts) against
+torch.matmul, in one run.
+
+    PYTHONPATH=. python3 benchmarks/gemm_shapes.py [--only CLASS ...] [--limit N] [--json F]
+    PYTHONPATH=. python3 benchmarks/gemm_shapes.py --dry-run     # compile only, no GPU
+
+Each shape gets fresh bf16 data (each operand scaled by K**-0.25, so the product is of unit
+size; never zeros), is checked against an fp32
+reference (``torch.matmul`` of the fp32 copies) before it is timed, and is timed with
+``triton.testing.do_bench`` (median) against ``torch.matmul`` on the same tensors: the ratio
+is torch's time over pyfuse's (above 1.0 pyfuse is faster). Printed: each shape's ratio, the
+geomean over all shapes and per class (``decode``: M <= 64; else the CSV's source when it is
+``small-k-or-n``, ``square`` or ``ragged``; else ``llm-prefill``). ``--dry-run`` compiles every
+shape's kernels (no device needed): the CI check that the script and every shape's plan work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from common import commit
+
+import pyfuse as pf
+
+SHAPES = Path(__file__).with_name("gemm_shapes.csv")
+CLASSES = ("decode", "small-k-or-n", "square", "ragged", "llm-prefill")
+# bf16 inputs, fp32 accumulation, a bf16 result: the error of one rounding of the output plus
+# the accumulation order, relative to the output's scale (entries are O(1) at 1/sqrt(K)).
+TOLERANCE = 2e-2
+
+
+@dataclass(frozen=True)
+class Shape:
+    m: int
+    n: int
+    k: int
+    layout: str  # A then B: N stored as in the math (A [M, K], B [K, N]), T stored transposed
+    source: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.m}x{self.n}x{self.k} {self.layout}"
+
+    @property
+    def kind(self) -> str:
+        if self.m <= 64:
+            return "decode"
+        return self.source if self.source in CLASSES else "llm-prefill"
+
+    def stored(self) -> tuple[tuple[int, int], tuple[int, int]]:
+        """The stored shapes of A and B."""
+        a = (self.m, self.k) if self.layout[0] == "N" else (self.k, self.m)
+        b = (self.k, self.n) if self.layout[1] == "N" else (self.n, self.k)
+        return a, b
+
+    def function(self) -> Callable[[Any, Any], Any]:
+        """``a @ b`` of the stored operands, transposed back where stored transposed."""
+        transpose_a, transpose_b = self.layout[0] == "T", self.layout[1] == "T"
+
+        def matmul(a: Any, b: Any) -> Any:
+            return (a.T if transpose_a else a) @ (b.T if transpose_b else b)
+
+        return matmul
+
+
+@dataclass
+class Row:
+    shape: str
+    kind: str
+    pyfuse_ms: float
+    torch_ms: float
+    tflops: float
+    ratio: float
+
+
+def read_shapes(path: Path = SHAPES) -> list[Shape]:
+    lines = [line for line in path.read_text().splitlines() if not line.startswith("#")]
+    return [
+        Shape(int(r["M"]), int(r["N"]), int(r["K"]), r["layout"], r["source"])
+        for r in csv.DictReader(lines)
+    ]
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def dry_run(shapes: list[Shape]) -> int:
+    """Compile every shape (bf16) for sm_90a and print its plan; no GPU needed."""
+    for shape in shapes:
+        a, b = shape.stored()
+        start = time.perf_counter()
+        compiled = pf.fuse(shape.function(), name="gemm").compile(
+            pf.spec(a, pf.bfloat16), pf.spec(b, pf.bfloat16)
+        )
+        plans = [
+            f"{k.scheduler} grid={k.grid} "
+            + ",".join(
+                f"{key}={k.params[key]}"
+                for key in ("tile_m", "tile_n", "splitk")
+                if key in k.params
+            )
+            for k in compiled.kernels
+        ]
+        seconds = time.perf_counter() - start
+        print(f"{shape.name:24s} {shape.kind:13s} {seconds:5.2f} s  {'; '.join(plans)}")
+    return 0
+
+
+def measure(shape: Shape, torch: Any, do_bench: Callable[..., float]) -> Row:
+    a_shape, b_shape = shape.stored()
+    scale = 1.0 / math.sqrt(shape.k)
+    a32 = torch.randn(a_shape, device="cuda") * scale**0.5
+    b32 = torch.randn(b_shape, device="cuda") * scale**0.5
+    a, b = a32.to(torch.bfloat16), b32.to(torch.bfloat16)
+    matmul = shape.function()
+    fused = pf.fuse(matmul, name="gemm")
+    got = fused(a, b)
+    want = matmul(a.float(), b.float())
+    error = (got.float() - want).abs().max().item()
+    if not error <= TOLERANCE * max(1.0, want.abs().max().item()):
+        raise SystemExit(f"{shape.name}: pyfuse disagrees with the fp32 reference ({error})")
+    pyfuse_ms = float(do_bench(lambda: fused(a, b), warmup=25, rep=100))
+    torch_ms = float(do_bench(lambda: matmul(a, b), warmup=25, rep=100))
+    tflops = 2 * shape.m * shape.n * shape.k / (pyfuse_ms * 1e-3) / 1e12
+    return Row(shape.name, shape.kind, pyfuse_ms, torch_ms, tflops, torch_ms / pyfuse_ms)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", nargs="*", choices=CLASSES, help="classes to run")
+    parser.add_argument("--limit", type=int, help="the first N shapes (after --only)")
+    parser.add_argument("--json", type=Path, help="write the rows and geomeans here")
+    parser.add_argument("--dry-run", action="store_true", help="compile only (no GPU)")
+    args = parser.parse_args(argv)
+    shapes = [s for s in read_shapes() if not args.only or s.kind in args.only]
+    shapes = shapes[: args.limit] if args.limit else shapes
+    if args.dry_run:
+        return dry_run(shapes)
+    import torch
+    from triton.testing import do_bench
+
+    print(f"pyfuse {commit()} on {torch.cuda.get_device_name()}: {len(shapes)} shapes, bf16")
+    rows = []
+    for shape in shapes:
+        row = measure(shape, torch, do_bench)
+        rows.append(row)
+        print(
+            f"{row.shape:24s} {row.kind:13s} pyfuse {row.pyfuse_ms:8.3f} ms  torch "
+            f"{row.torch_ms:8.3f} ms  {row.tflops:6.1f} TFLOP/s  {row.ratio:5.3f}x",
+            flush=True,
+        )
+    by_kind: dict[str, list[float]] = defaultdict(list)
+    for row in rows:
+        by_kind[row.kind].append(row.ratio)
+    summary = {kind: geomean(by_kind[kind]) for kind in CLASSES if by_kind[kind]}
+    summary["all"] = geomean([row.ratio for row in rows])
+    for kind, value in summary.items():
+        print(f"geomean {kind:13s} {value:.3f}x ({len(by_kind.get(kind, rows))} shapes)")
+    if args.json:
+        payload = {"commit": commit(), "rows": [asdict(r) for r in rows], "geomean": summary}
+        args.json.write_text(json.dumps(payload, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""benchmarks/gemm_shapes.py without a GPU: the public shape set reads into every class, and
+the dry run compiles each shape's kernels."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+import gemm_shapes  # noqa: E402
+
+
+def test_the_shape_set_covers_every_class_and_layout() -> None:
+    shapes = gemm_shapes.read_shapes()
+    assert len(shapes) == 98
+    assert {s.kind for s in shapes} == set(gemm_shapes.CLASSES)
+    assert {s.layout for s in shapes} == {"NN", "NT", "TN", "TT"}
+    tn = next(s for s in shapes if s.layout == "TN")
+    assert tn.stored() == ((tn.k, tn.m), (tn.k, tn.n))
+
+
+def test_the_dry_run_compiles_shapes_of_every_class() -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "gemm_shapes.py",
+            "--dry-run",
+            "--only",
+            "decode",
+            "ragged",
+            "--limit",
+            "3",
+        ],
+        cwd=BENCHMARKS,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 3 and all(" grid=" in line for line in lines), done.stdout
