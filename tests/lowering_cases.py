@@ -503,6 +503,12 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
         lambda x: pf.layer_norm(pf.softplus(x)),
         [S((2, 8192), f32)],
     ),
+    # decode: a GEMV x[1, K] @ W.T is one reduction kernel (x's size-1 M, a broadcast, merged
+    # with N's broadcast: it ran as nine kernels, the product written out)
+    "decode_gemv_and_linear": (
+        lambda x, w, b: (x @ w.T, pf.gelu(pf.linear(x, w, b)), pf.unsqueeze(x[0], 0) @ w.T),
+        [S((1, 200), bf16), S((136, 200), bf16), S((136,), bf16)],
+    ),
     "odd_layer_norm_long_epilogue": (
         lambda x, r, w: (pf.layer_norm(pf.gelu(x + r) * x, w) * r, x + r),
         [S((2, 12285), f16)] * 2 + [S((12285,), f16)],

@@ -16,8 +16,9 @@ allocation, loop and every IterDomain in between):
   (a broadcast input pair may differ in extent). When the MMA operands and output are tiled,
   swizzled or made persistent identically, replay here already maps A's merged
   ``4 * bNo`` to the output's ``4 * No``: the broadcast is a real IterDomain to replay from.
-- ``PERMISSIVE``: ``BROADCAST`` plus ``Merge(i, b) ~ i`` (one broadcast input), closed under
-  replay, for schedules that merge a broadcast in on one side only. It is lossy by design:
+- ``PERMISSIVE``: ``BROADCAST`` plus ``Merge(i, b) ~ i`` (one broadcast input) and
+  ``Merge(b1, b2) ~ b1``, closed under replay, for schedules that merge a broadcast in on one
+  side only. It is lossy by design:
   after a grid swizzle the swizzle factor, the N tile loop and their merge all land in one
   group, so ask it whether loops may be shared, never how to index.
   Each relation contains the one before it.
@@ -350,15 +351,21 @@ class IdModel:
 
 
 def _forwarded_input(transform: IdTransform) -> IterDomain | None:
-    """The non-broadcast input of a Merge with exactly one broadcast input, else None.
+    """The non-broadcast input of a Merge with exactly one broadcast input, the outer one of a
+    Merge of two broadcasts, else None.
 
     Merging an axis with a broadcast does not change what it iterates, so PERMISSIVE treats
     ``Merge(i, b)`` as ``i``; this is the step that lets a grid swizzle of an operand's broadcast
-    tile axis still map to the output's swizzled axis.
+    tile axis still map to the output's swizzled axis. A Merge of two broadcasts is the one
+    element of either: as its outer, it lets a tensor that lacks the inner one (a decode
+    GEMV's ``x[1, K]`` before its broadcast against ``W[N, K]``) be inlined where the reference
+    merges ``[1, N]`` into its rows.
     """
     if not isinstance(transform, Merge):
         return None
     outer, inner = transform.inputs
+    if outer.is_broadcast and inner.is_broadcast:
+        return outer
     if outer.is_broadcast == inner.is_broadcast:
         return None
     return inner if outer.is_broadcast else outer

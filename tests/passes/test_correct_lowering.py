@@ -30,3 +30,14 @@ def test_a_normalization_too_tall_for_registers_is_cut_after_its_first_reduction
     assert len(compiled.kernels) == 2
     outcome = run_function(lambda x: pf.argmax(x, 0), [pf.spec((37, 45), pf.float32)])
     assert outcome.cls == "ok", outcome
+
+
+def test_a_decode_gemv_is_one_reduction_kernel() -> None:
+    """x[1, K] @ W.T: x's size-1 M is a broadcast merged with N's broadcast where the
+    reduction's reference merges its rows; inlining x's cast there keeps one kernel (it was
+    nine, the [N, K] product written to memory)."""
+    import pyfuse as pf
+
+    specs = [pf.spec((1, 3584), pf.bfloat16), pf.spec((4608, 3584), pf.bfloat16)]
+    compiled = pf.fuse(lambda x, w: x @ w.T).compile(*specs)
+    assert [k.scheduler for k in compiled.kernels] == ["reduction"]
