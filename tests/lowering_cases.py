@@ -509,6 +509,16 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
         lambda x, w, b: (x @ w.T, pf.gelu(pf.linear(x, w, b)), pf.unsqueeze(x[0], 0) @ w.T),
         [S((1, 200), bf16), S((136, 200), bf16), S((136,), bf16)],
     ),
+    # a streaming row storing one value and reducing another keeps two 33-element arrays at
+    # 1024 threads: more than a thread's 64 registers (CPU fuzzer, seed 523: a spill)
+    "row_stored_and_reduced_beside_a_full_any": (
+        lambda v0: (
+            pf.where(v0 > 0.25, v0, -1.5),
+            pf.ge(pf.where(v0 > 0.25, v0, -1.5), pf.any(v0, (1, -2), keepdim=True)),
+            pf.amax(pf.exp2(v0), 1),
+        ),
+        [S((341, 97), pf.int8, strides=(1, 344))],
+    ),
     "odd_layer_norm_long_epilogue": (
         lambda x, r, w: (pf.layer_norm(pf.gelu(x + r) * x, w) * r, x + r),
         [S((2, 12285), f16)] * 2 + [S((12285,), f16)],

@@ -4,7 +4,8 @@ arrays ptxas would spill, so that the segment falls back to a simpler plan.
 Expects a lowered :class:`~pyfuse.ir.kernel_ir.Kernel` and its plan's params. Guarantees: a
 :class:`~pyfuse.errors.ScheduleError` naming the kernel where an outer reduction keeps more
 than ``MAX_COLUMN_ARRAY_ELEMENTS`` elements per thread, where a streaming (not persistent)
-inner reduction's arrays hold more than ``MAX_STREAMING_PREDICATES`` bools, or where a
+inner reduction's arrays hold more than ``MAX_STREAMING_PREDICATES`` bools or more than
+``STREAMING_ARRAY_WORDS_AT_1024`` registers' worth (scaled by the block), or where a
 vectorized kernel's arrays, 64-bit ones among them, take more than ``WIDE_ARRAY_SHARE`` of a
 thread's registers; nothing otherwise.
 """
@@ -81,6 +82,13 @@ def _check_column_arrays(kernel: k.Kernel) -> None:
 MAX_STREAMING_PREDICATES = 7
 
 
+# Registers a streaming reduction's thread may spend on register arrays (8- to 32-bit
+# elements take one each, 64-bit two) at 1024 threads, twice that at 512: an int8 and a
+# float32 array of 33 each, kept across the loop nests of a row that stores one and reduces
+# the other, spilled 52 to 176 bytes at 64 registers (CPU fuzzer, seed 523).
+STREAMING_ARRAY_WORDS_AT_1024 = 40
+
+
 def _check_streaming_arrays(kernel: k.Kernel) -> None:
     arrays = [b for b in kernel.buffers.values() if b.memory == MemoryType.LOCAL and b.size > 1]
     predicates = sum(b.size for b in arrays if b.dtype.is_bool)
@@ -88,4 +96,12 @@ def _check_streaming_arrays(kernel: k.Kernel) -> None:
         raise ScheduleError(
             f"kernel {kernel.name}: a streaming reduction keeps {predicates} bools per thread "
             f"in register arrays (at most {MAX_STREAMING_PREDICATES} predicate registers)"
+        )
+    words = sum(b.size * -(-b.dtype.itemsize // 4) for b in arrays if not b.dtype.is_bool)
+    threads = math.prod(kernel.block)
+    budget = STREAMING_ARRAY_WORDS_AT_1024 * HOPPER.max_threads_per_block // threads
+    if words > budget:
+        raise ScheduleError(
+            f"kernel {kernel.name}: a streaming reduction keeps {words} registers of arrays per "
+            f"thread (at most {budget} at {threads} threads)"
         )
