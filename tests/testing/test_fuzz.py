@@ -449,3 +449,16 @@ def test_a_float64_output_of_float32_math_is_held_to_float32() -> None:
     got[:, :2] = np.nextafter(want[:, :2].astype(np.float32), np.float32(2))
     assert compare(got, want, precision="float32") is None
     assert compare(got, want) is not None
+
+
+def test_a_cast_to_bool_of_a_flushed_subnormal_differs_from_the_reference() -> None:
+    """CPU fuzzer, seed 525 (its kernels run as PTX): exp(-100) is a float32 subnormal, which
+    the GPU's ex2.approx.ftz flushes to 0, so its cast to bool is False there and True in the
+    reference. The random run flushes it too, and the mark must not flip it back."""
+    fusion = pf.fuse(lambda x: pf.cast(pf.exp(x - 100.0), pf.bool)).trace(pf.spec((2,), pf.float32))
+    x = np.array([0.0, 100.0], np.float32)
+    (want,) = evaluate(fusion, [x])
+    assert want.tolist() == [True, True]
+    (moved,) = _noisy(fusion, [x], np.random.default_rng(0))
+    assert moved[0] != want[0] and moved[1] == want[1]
+    assert compare(np.array([False, True]), want, jittered=[moved]) is None
