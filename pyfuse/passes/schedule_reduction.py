@@ -225,10 +225,11 @@ def _divides_on_the_way_in(fusion: Fusion) -> bool:
     return any(_divides(upstream([r.input]).values()) for r in _reductions(fusion))
 
 
-def _row_budget(fusion: Fusion, pressure: int, vector: int, words: int) -> int:
-    """:func:`persistent_budget`, and at most DIVIDING_ROW_BUDGET for a dividing row."""
+def _row_budget(pressure: int, vector: int, words: int, dividing: bool) -> int:
+    """:func:`persistent_budget`, and at most DIVIDING_ROW_BUDGET for a dividing row
+    (:func:`_divides_on_the_way_in`)."""
     budget = persistent_budget(pressure, vector, words)
-    if _divides_on_the_way_in(fusion):
+    if dividing:
         return min(budget, DIVIDING_ROW_BUDGET // words)
     return budget
 
@@ -287,7 +288,12 @@ def decline_reason(fusion: Fusion, target: TargetInfo) -> str | None:
     params = choose_params(fusion, reference, flags, target)
     row_tensors = _kept_and_read(fusion)
     pressure = _pressure(_held(row_tensors))
-    budget = _row_budget(fusion, pressure, params.vector_width, _register_words(row_tensors))
+    budget = _row_budget(
+        pressure,
+        params.vector_width,
+        _register_words(row_tensors),
+        _divides_on_the_way_in(fusion),
+    )
     staged = _staged_wide(fusion)
     staged_words = 2 * staged * params.serial * params.vector_width
     if params.kind == "inner" and staged and staged_words > _staged_budget(params.threads):
@@ -384,7 +390,8 @@ def choose_params(
         # Aim for about 4 vectors per thread, 32 to 1024 threads (whole warps).
         threads = _power_of_two_at_least(max(1, vectors // 4))
         most = MAX_THREADS
-        if _divides_on_the_way_in(fusion):
+        dividing = _divides_on_the_way_in(fusion)
+        if dividing:
             most = MAX_PERSISTENT_THREADS  # see DIVIDING_ROW_BUDGET
         if persistent and (
             pressure > 1
@@ -396,7 +403,7 @@ def choose_params(
         threads = max(MIN_THREADS, min(most, threads))
         if persistent:
             # More threads where the row's tensors would not fit the budget per thread.
-            budget = _row_budget(fusion, pressure, vector, words)
+            budget = _row_budget(pressure, vector, words, dividing)
             while threads < most and -(-vectors // threads) * vector > budget:
                 threads *= 2
         staged = _staged_wide(fusion)

@@ -353,7 +353,12 @@ def run_function(
     flags = list(lenient) if lenient is not None else [False] * len(expected)
     precisions = output_precisions(fusion)
     runs = [("compare", actual)]
-    if sum(math.prod(stages.kernel_ir.grid) for stages in result.kernels) <= PTX_SIMULATED_CTAS:
+    interpreted = any(scheduler_named(st.plan.scheduler).interpreted for st in result.kernels)
+    # (Without a kernel-IR kernel the first run was all PTX already.)
+    if (
+        interpreted
+        and sum(math.prod(stages.kernel_ir.grid) for stages in result.kernels) <= PTX_SIMULATED_CTAS
+    ):
         # The emitter's instructions too: every kernel again, as its PTX.
         try:
             runs.append(("ptx", run_on_simulator(result, arrays, output_specs, as_ptx=True)))

@@ -40,10 +40,10 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec], pf.MatmulParams | N
         [S((256, 128), bf16), S((128, 128), bf16)],
         P(cluster_m=2),
     ),
+    "tile_128x256_three_stages": (
+        lambda a, b: a @ b.T,
+        [S((200, 200), bf16), S((300, 200), bf16)],
+        P(tile_m=128, tile_n=256, stages=3),
+    ),
     "split_k": (lambda a, b: a @ b.T, [S((128, 512), bf16), S((64, 512), bf16)], P(splitk=2)),
 }
-CASES["tile_128x256_three_stages"] = (
-    lambda a, b: a @ b.T,
-    [S((200, 200), bf16), S((300, 200), bf16)],
-    P(tile_m=128, tile_n=256, stages=3),
-)

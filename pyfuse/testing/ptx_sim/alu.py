@@ -79,14 +79,6 @@ def _float_inputs(values: list[Array], instr: Instr, type_: str) -> list[Array]:
     return values
 
 
-def _min_max(a: Array, b: Array, pick: Callable[..., Array], nan: bool, floating: bool) -> Array:
-    if not floating:
-        return pick(a, b)
-    # fmin/fmax return the number for one NaN; .NaN propagates it.
-    result = (np.minimum if pick is np.fmin else np.maximum) if nan else pick
-    return result(a, b)
-
-
 _SPECIAL: dict[str, Callable[[Array], Array]] = {
     "ex2": np.exp2,
     "lg2": np.log2,
@@ -159,8 +151,9 @@ def _arith(instr: Instr, ops: Operands) -> None:
             elif op == "div":
                 exact = values[0] / values[1]
             elif op in ("min", "max"):
-                pick = np.fmin if op == "min" else np.fmax
-                exact = _min_max(values[0], values[1], pick, "NaN" in mods, True)
+                # min/max return the number for one NaN (fmin/fmax); .NaN propagates it.
+                picks = (np.minimum, np.maximum) if "NaN" in mods else (np.fmin, np.fmax)
+                exact = picks[op == "max"](values[0], values[1])
             elif op == "neg":
                 exact = -values[0]
             elif op == "abs":
