@@ -111,8 +111,17 @@ PTXAS: Knob[str] = Knob(
     "ptxas", "PYFUSE_PTXAS", "path of the ptxas binary used by checks", str, lambda: "ptxas"
 )
 
+AUTOTUNE: Knob[bool | None] = Knob(
+    "autotune",
+    "PYFUSE_AUTOTUNE",
+    "1 autotunes the matmuls of every fused function, 0 of none; unset: as pf.fuse(autotune=) says",
+    _parse_bool,
+    lambda: None,
+)
+
 KNOBS: dict[str, Knob[object]] = {
-    knob.name: knob for knob in (DUMP, CACHE_DIR, DISABLE_CACHE, VERIFY, REQUIRE_PTXAS, PTXAS)
+    knob.name: knob
+    for knob in (DUMP, CACHE_DIR, DISABLE_CACHE, VERIFY, REQUIRE_PTXAS, PTXAS, AUTOTUNE)
 }
 
 _overrides: dict[str, object] = {}
@@ -136,6 +145,10 @@ def require_ptxas() -> bool:
 
 def ptxas_path() -> str:
     return PTXAS.get()
+
+
+def autotune() -> bool | None:
+    return AUTOTUNE.get()
 
 
 def cache_enabled() -> bool:

@@ -133,6 +133,7 @@ class FusedFunction:
         name: str | None = None,
         matmul: MatmulParams | None = None,
         target: str = "sm_90a",
+        autotune: bool = False,
     ) -> None:
         if target not in SUPPORTED_TARGETS:
             raise FusionError(
@@ -142,8 +143,13 @@ class FusedFunction:
             raise FusionError(f"matmul must be a pf.MatmulParams, got {matmul!r}", op="fuse")
         self.fn = fn
         self.name = name or getattr(fn, "__name__", "fusion").replace("<lambda>", "lambda")
+        if not isinstance(autotune, bool):
+            raise FusionError(f"autotune must be True or False, got {autotune!r}", op="fuse")
         self.matmul = matmul
         self.target = target
+        # Time matmul configs on the first call of each shape and remember the winner on
+        # disk (pyfuse.runtime.autotune); the fields ``matmul`` sets stay as given.
+        self.autotune = autotune
         functools.update_wrapper(self, fn)
 
     def __repr__(self) -> str:
@@ -226,6 +232,7 @@ def fuse(
     name: str | None = None,
     matmul: MatmulParams | None = None,
     target: str = "sm_90a",
+    autotune: bool = False,
 ) -> FusedFunction: ...
 
 
@@ -237,6 +244,7 @@ def fuse(
     name: str | None = None,
     matmul: MatmulParams | None = None,
     target: str = "sm_90a",
+    autotune: bool = False,
 ) -> Callable[[Callable[..., Any]], FusedFunction]: ...
 
 
@@ -247,12 +255,16 @@ def fuse(
     name: str | None = None,
     matmul: MatmulParams | None = None,
     target: str = "sm_90a",
+    autotune: bool = False,
 ) -> FusedFunction | Callable[[Callable[..., Any]], FusedFunction]:
-    """Decorate a function to fuse: ``@pf.fuse`` or ``@pf.fuse(name=..., matmul=...)``."""
+    """Decorate a function to fuse: ``@pf.fuse`` or ``@pf.fuse(name=..., matmul=...)``.
+
+    ``autotune=True`` times a pruned set of matmul configs on the first call of each shape
+    (a few seconds) and remembers the fastest on disk for later calls and processes."""
     if fn is not None:
-        return FusedFunction(fn, name=name, matmul=matmul, target=target)
+        return FusedFunction(fn, name=name, matmul=matmul, target=target, autotune=autotune)
 
     def decorate(function: Callable[..., Any]) -> FusedFunction:
-        return FusedFunction(function, name=name, matmul=matmul, target=target)
+        return FusedFunction(function, name=name, matmul=matmul, target=target, autotune=autotune)
 
     return decorate

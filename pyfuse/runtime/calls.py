@@ -35,7 +35,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyfuse import knobs
 from pyfuse.errors import FusionError
@@ -53,6 +53,12 @@ from pyfuse.runtime.launch import (
 )
 from pyfuse.runtime.location import user_location
 from pyfuse.runtime.spec import Spec, spec, spec_of
+
+if TYPE_CHECKING:
+    from pyfuse.ir.fusion import Fusion
+
+    # (fusion, default variant, autotune key, compile with params) -> the variant to run
+    Tuner = Callable[[Fusion, Any, str | None, Callable[[Any], Any]], Any]
 
 Number = bool | int | float
 _STATE = "_pyfuse_runtime"  # attribute of a FusedFunction holding its _FunctionState
@@ -115,11 +121,19 @@ def _state_of(fused: Any) -> _FunctionState:
 
 
 def _compile(
-    fused: Any, arguments: Sequence[Spec | Number], target: TargetInfo, device: int | None = None
+    fused: Any,
+    arguments: Sequence[Spec | Number],
+    target: TargetInfo,
+    device: int | None = None,
+    tuner: Tuner | None = None,
 ) -> Any:
     """A compiled variant for normalized specs and numbers: from the in-memory cache, else
     traced and then read from the variant cache on disk or compiled (and stored there).
-    With a ``device`` (GPU arrays), each new kernel's JIT starts as soon as its PTX exists."""
+    With a ``device`` (GPU arrays), each new kernel's JIT starts as soon as its PTX exists.
+
+    A function that autotunes compiles with the matmul params remembered for this fusion on
+    this device (:mod:`pyfuse.runtime.autotune`); when none are, ``tuner`` (the call path's,
+    which has the arrays) times the candidates and returns the winner's variant."""
     state = _state_of(fused)
     use_cache = knobs.cache_enabled()
     with state.lock:
@@ -137,6 +151,15 @@ def _compile(
         fusion = fused.trace(*arguments)
         traced = time.perf_counter() - start
         matmul = fused.matmul
+        tune_key: str | None = None
+        tuned = False
+        if _autotunes(fused):
+            from pyfuse.runtime import autotune
+
+            tune_key = autotune.tune_key(fusion, target, _device_name(device), matmul)
+            remembered = autotune.remembered(tune_key)
+            tuned = remembered is not None
+            matmul = remembered or matmul
 
         def full_compile(jit: Any = None) -> Any:
             from pyfuse.runtime.compile import compile_fusion  # the passes load on first use
@@ -149,7 +172,7 @@ def _compile(
             from pyfuse.runtime import variant_cache
 
             start = time.perf_counter()
-            key = variant_cache.variant_key(fusion, target, matmul)
+            key = variant_cache.variant_key(fusion, target, matmul, tuned=tuned)
             if key is not None:
                 # A restored variant compiles again only to rebuild its kernel IR: no JIT.
                 compiled = variant_cache.load(key, fusion, full_compile)
@@ -161,9 +184,35 @@ def _compile(
             if key is not None:
                 variant_cache.store(key, compiled)
         compiled.runtime = CompiledRuntime(compiled, signature)
+        if tuner is not None and tune_key is not None and not tuned:
+
+            def compile_with(params: Any) -> Any:
+                from pyfuse.runtime.compile import compile_fusion
+
+                jit = None if device is None else _jit_ahead(device, target.arch)
+                variant = compile_fusion(fusion, target, params, jit)
+                variant.runtime = CompiledRuntime(variant, signature)
+                return variant
+
+            compiled = tuner(fusion, compiled, tune_key, compile_with)
         if use_cache:
             state.compiled[signature] = compiled
         return compiled
+
+
+def _autotunes(fused: Any) -> bool:
+    """``PYFUSE_AUTOTUNE`` when set, else the function's own ``autotune``."""
+    forced = knobs.autotune()
+    return bool(getattr(fused, "autotune", False)) if forced is None else forced
+
+
+def _device_name(device: int | None) -> str:
+    """The device's name in autotune keys ("no GPU" on a machine without one: never found)."""
+    from pyfuse.backend_ptx import driver
+
+    if not driver.available():
+        return "no GPU"
+    return driver.device_info(device or 0).name
 
 
 def _jit_ahead(device: int, arch: str) -> Callable[[str, str], None]:
@@ -225,12 +274,17 @@ def call(fused: Any, arrays: Sequence[object]) -> Any:
         raise input_error(fused.name, error) from None
     bound = state.bound.get(key)
     if bound is None:
-        bound = _bind_new(fused, state, arrays, key)
+        bound = _bind_new(fused, state, arrays, key, pointers, stream)
     return bound.run(arrays, pointers, stream)
 
 
 def _bind_new(
-    fused: Any, state: _FunctionState, arrays: Sequence[object], key: tuple[Any, ...]
+    fused: Any,
+    state: _FunctionState,
+    arrays: Sequence[object],
+    key: tuple[Any, ...],
+    pointers: list[int],
+    stream: int | None,
 ) -> Bound:
     with state.lock:
         state.current_captured_key()  # the values may have changed since the call's check
@@ -248,8 +302,27 @@ def _bind_new(
             target = target_for(described.device, described.aligned)
             # Arrays that name no device (__cuda_array_interface__) run on device 0.
             device = 0 if described.device is None else described.device
-            compiled = _compile(fused, arguments, target, device)
-            bound = runtime_of(compiled).bound_for(device, described.kind)
+            kind = described.kind
+
+            def tune(fusion: Fusion, default: Any, tune_key: str | None, compile_with: Any) -> Any:
+                from pyfuse.runtime import autotune
+
+                return autotune.tune(
+                    name=fused.name,
+                    key=tune_key,
+                    default_compiled=default,
+                    user=fused.matmul,
+                    compile_with=compile_with,
+                    bind=lambda variant: runtime_of(variant).bound_for(device, kind),
+                    arrays=arrays,
+                    pointers=pointers,
+                    stream=autotune.launch_stream(kind, device, stream),
+                    call_stream=stream,
+                    device=device,
+                )
+
+            compiled = _compile(fused, arguments, target, device, tune)
+            bound = runtime_of(compiled).bound_for(device, kind)
         except ArgumentError as error:
             raise input_error(fused.name, error) from None
         state.bound[key] = bound

@@ -36,7 +36,8 @@ kernel from its tensor maps planned at compile time (``Kernel.matmul_launch``, s
 :func:`pyfuse.backend_ptx.tensor_maps.to_json` writes it; reading one loads that host-only
 module, none of the compiler). Functions with ``MatmulParams`` are not keyed at all: the
 params only shape matmuls, and the passes' only warnings (about matmul params and matmul
-schedules) must repeat in every process.
+schedules) must repeat in every process. Params an autotuner chose are keyed (``tuned``):
+a config that warns is never chosen.
 """
 
 from __future__ import annotations
@@ -294,11 +295,13 @@ def _record_name(stamp: str, content: str) -> str:
     return hashlib.sha256(f"{FORMAT}\0{stamp}\0{content}".encode()).hexdigest()
 
 
-def variant_key(fusion: Fusion, target: TargetInfo, matmul: object) -> VariantKey | None:
+def variant_key(
+    fusion: Fusion, target: TargetInfo, matmul: object, *, tuned: bool = False
+) -> VariantKey | None:
     """The key of this traced fusion on ``target``; None when not cacheable (matmul params
-    given, ``PYFUSE_VERIFY`` asking for the passes to be checked as they run, or sources that
-    cannot be read)."""
-    if matmul is not None or knobs.verify_level() > 0:
+    given by the user, not ``tuned`` ones; ``PYFUSE_VERIFY`` asking for the passes to be
+    checked as they run; or sources that cannot be read)."""
+    if (matmul is not None and not tuned) or knobs.verify_level() > 0:
         return None
     structure = fingerprint(fusion)
     if structure is None:
@@ -308,7 +311,7 @@ def variant_key(fusion: Fusion, target: TargetInfo, matmul: object) -> VariantKe
         return None
     digest = hashlib.sha256()
     # Every field of the target, whatever its repr shows; NumPy folds the emitter's constants.
-    for part in (repr(dataclasses.astuple(target)), np.__version__):
+    for part in (repr(dataclasses.astuple(target)), np.__version__, repr(matmul)):
         digest.update(part.encode() + b"\0")
     digest.update(structure)
     return VariantKey(scan, digest.hexdigest(), _known_stamp(scan))

@@ -38,11 +38,13 @@ from pyfuse.backend_ptx.driver.launch import (
 )
 from pyfuse.backend_ptx.driver.memory import (
     DeviceBuffer,
+    Event,
     mem_alloc,
     mem_free,
     memcpy_dtoh,
     memcpy_htod,
     memset_d8,
+    memset_d8_async,
     memset_d32,
     stream_create,
     stream_destroy,
@@ -66,6 +68,7 @@ from pyfuse.backend_ptx.driver.modules import (
 __all__ = [
     "DEFAULT_DYNAMIC_SMEM_LIMIT",
     "DeviceBuffer",
+    "Event",
     "DeviceInfo",
     "Function",
     "Launcher",
@@ -89,6 +92,7 @@ __all__ = [
     "memcpy_htod",
     "memset_d32",
     "memset_d8",
+    "memset_d8_async",
     "set_max_dynamic_smem",
     "stream_create",
     "stream_destroy",

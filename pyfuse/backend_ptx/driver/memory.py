@@ -104,6 +104,45 @@ def stream_destroy(stream: Any) -> None:
     call(cu, cu.cuStreamDestroy(stream), "cuStreamDestroy")
 
 
+def memset_d8_async(ptr: int, value: int, nbytes: int, stream: int) -> None:
+    """Fill ``nbytes`` bytes in ``stream``'s order (an L2 flush between timed runs)."""
+    cu = driver_module()
+    call(
+        cu,
+        cu.cuMemsetD8Async(cu.CUdeviceptr(int(ptr)), value, nbytes, stream),
+        "cuMemsetD8Async",
+    )
+
+
+class Event:
+    """A CUDA event that records timing: ``record(stream)``, then ``elapsed_ms(later)``
+    once both have completed (``synchronize``)."""
+
+    def __init__(self, *, device: int = 0) -> None:
+        cu = driver_module()
+        context(device)
+        self._cu = cu
+        self.handle = call(cu, cu.cuEventCreate(cu.CUevent_flags.CU_EVENT_DEFAULT), "cuEventCreate")
+
+    def record(self, stream: int) -> None:
+        call(self._cu, self._cu.cuEventRecord(self.handle, stream), "cuEventRecord")
+
+    def synchronize(self) -> None:
+        call(self._cu, self._cu.cuEventSynchronize(self.handle), "cuEventSynchronize")
+
+    def elapsed_ms(self, later: Event) -> float:
+        """Milliseconds from this event to ``later`` (both recorded and completed)."""
+        cu = self._cu
+        return float(
+            call(cu, cu.cuEventElapsedTime(self.handle, later.handle), "cuEventElapsedTime")
+        )
+
+    def destroy(self) -> None:
+        if self.handle is not None:
+            call(self._cu, self._cu.cuEventDestroy(self.handle), "cuEventDestroy")
+            self.handle = None
+
+
 class DeviceBuffer:
     """An owned device allocation; ``int(buf)`` is its address (a valid PTR argument)."""
 

@@ -1,0 +1,95 @@
+"""Autotuning's CPU-side guarantees: the candidates vary only what the user left open and
+what the output can use; a stored winner is read back (a damaged record is a miss); a
+function that autotunes compiles with the remembered params; bad arguments are clear errors.
+The timing itself runs on the GPU (tests/gpu/test_gpu_autotune.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import pyfuse as pf
+from pyfuse import knobs
+from pyfuse.ir.params import MatmulParams
+from pyfuse.runtime import autotune
+from pyfuse.runtime.launch import target_for
+
+WIDE = {
+    "tile_m": 128,
+    "tile_n": 256,
+    "tile_k": 64,
+    "stages": 4,
+    "grid_swizzle": 16,
+    "persistent": True,
+    "splitk": 1,
+    "cluster_m": 2,
+    "cluster_n": 1,
+    "warp_specialized": True,
+    "smem_epilogue": False,
+}
+
+
+def test_candidates_start_with_the_heuristic_and_are_distinct() -> None:
+    found = autotune.candidates(WIDE, None, sm_count=132, grid_ctas=132)
+    assert found[0] == MatmulParams()
+    assert len(found) == len(set(found)) <= autotune.MAX_CANDIDATES
+    tiles = {(c.tile_m, c.tile_n) for c in found if c.tile_m}
+    assert (128, 128) in tiles and (256, 128) in tiles and (128, 256) not in tiles
+    assert MatmulParams(cluster_m=1) in found and MatmulParams(grid_swizzle=8) in found
+    assert all(c.splitk is None for c in found)  # a persistent grid fills the SMs
+
+
+def test_candidates_keep_the_users_fields_and_the_outputs_width() -> None:
+    narrow = dict(WIDE, tile_m=64, tile_n=40, persistent=False, cluster_m=1, grid_swizzle=1)
+    found = autotune.candidates(narrow, MatmulParams(grid_swizzle=1), sm_count=132, grid_ctas=3)
+    assert all(c.grid_swizzle is None for c in found)  # the user's field is never varied
+    assert all(c.tile_n is None or c.tile_n <= 128 for c in found)
+    assert all(c.tile_m in (None, 64) for c in found)  # 64 rows: M is at most 64
+    assert MatmulParams(splitk=2) in found and MatmulParams(splitk=4) in found
+
+
+def test_a_stored_winner_is_remembered_and_a_damaged_record_is_a_miss(tmp_path: Path) -> None:
+    with knobs.overrides(cache_dir=tmp_path):
+        autotune.forget()
+        path = autotune.record_path("k1")
+        path.parent.mkdir(parents=True)
+        params = {"tile_m": 128, "tile_n": 128, "grid_swizzle": 8}
+        path.write_text(json.dumps({"format": autotune.FORMAT, "params": params}))
+        assert autotune.remembered("k1") == MatmulParams(**params)
+        autotune.record_path("k2").write_text("{not json")
+        assert autotune.remembered("k2") is None
+        autotune.record_path("k3").write_text(json.dumps({"format": 0, "params": params}))
+        assert autotune.remembered("k3") is None
+        assert autotune.remembered(None) is None
+        autotune.forget()
+
+
+def _linear() -> pf.FusedFunction:
+    return pf.fuse(lambda x, w: pf.linear(x, w), name="tuned_linear", autotune=True)
+
+
+def test_a_function_that_autotunes_compiles_with_the_remembered_params(tmp_path: Path) -> None:
+    args = (pf.spec((256, 512), pf.bfloat16), pf.spec((1024, 512), pf.bfloat16))
+    fused = _linear()
+    with knobs.overrides(cache_dir=tmp_path):
+        autotune.forget()
+        assert fused.compile(*args).kernels[0].params["tile_n"] == 256  # nothing stored yet
+        key = autotune.tune_key(fused.trace(*args), target_for(None), "no GPU", None)
+        assert key is not None
+        path = autotune.record_path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"format": autotune.FORMAT, "params": {"tile_n": 128}}))
+        tuned = _linear().compile(*args)  # a new function: its own in-memory variants
+        assert tuned.kernels[0].params["tile_n"] == 128
+        untuned = pf.fuse(lambda x, w: pf.linear(x, w), name="tuned_linear").compile(*args)
+        assert untuned.kernels[0].params["tile_n"] == 256
+        with knobs.overrides(autotune=False):
+            assert _linear().compile(*args).kernels[0].params["tile_n"] == 256
+        autotune.forget()
+
+
+def test_autotune_must_be_a_bool() -> None:
+    with pytest.raises(pf.FusionError, match="autotune must be True or False"):
+        pf.fuse(lambda x: x, autotune="yes")  # type: ignore[arg-type]
