@@ -82,6 +82,9 @@ class Row:
     torch_ms: float
     tflops: float
     ratio: float
+    tuned_ms: float | None = None  # with --autotune: the tuned variant, and its ratio
+    tuned_ratio: float | None = None
+    tune_s: float | None = None  # the tuning call's wall time
 
 
 def read_shapes(path: Path = SHAPES) -> list[Shape]:
@@ -118,7 +121,7 @@ def dry_run(shapes: list[Shape]) -> int:
     return 0
 
 
-def measure(shape: Shape, torch: Any, do_bench: Callable[..., float]) -> Row:
+def measure(shape: Shape, torch: Any, do_bench: Callable[..., float], tune: bool) -> Row:
     a_shape, b_shape = shape.stored()
     scale = 1.0 / math.sqrt(shape.k)
     a32 = torch.randn(a_shape, device="cuda") * scale**0.5
@@ -134,7 +137,26 @@ def measure(shape: Shape, torch: Any, do_bench: Callable[..., float]) -> Row:
     pyfuse_ms = float(do_bench(lambda: fused(a, b), warmup=25, rep=100))
     torch_ms = float(do_bench(lambda: matmul(a, b), warmup=25, rep=100))
     tflops = 2 * shape.m * shape.n * shape.k / (pyfuse_ms * 1e-3) / 1e12
-    return Row(shape.name, shape.kind, pyfuse_ms, torch_ms, tflops, torch_ms / pyfuse_ms)
+    row = Row(shape.name, shape.kind, pyfuse_ms, torch_ms, tflops, torch_ms / pyfuse_ms)
+    if not tune:
+        return row
+    tuned = pf.fuse(matmul, name="gemm", autotune=True)
+    start = time.perf_counter()
+    got = tuned(a, b)
+    torch.cuda.synchronize()
+    tune_s = time.perf_counter() - start
+    error = (got.float() - want).abs().max().item()
+    if not error <= TOLERANCE * max(1.0, want.abs().max().item()):
+        raise SystemExit(f"{shape.name}: tuned pyfuse disagrees with the fp32 reference ({error})")
+    tuned_ms = float(do_bench(lambda: tuned(a, b), warmup=25, rep=100))
+    return Row(
+        **{
+            **asdict(row),
+            "tuned_ms": tuned_ms,
+            "tuned_ratio": torch_ms / tuned_ms,
+            "tune_s": tune_s,
+        }
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,6 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, help="the first N shapes (after --only)")
     parser.add_argument("--json", type=Path, help="write the rows and geomeans here")
     parser.add_argument("--dry-run", action="store_true", help="compile only (no GPU)")
+    parser.add_argument(
+        "--autotune", action="store_true", help="also time pf.fuse(autotune=True) per shape"
+    )
     args = parser.parse_args(argv)
     shapes = [s for s in read_shapes() if not args.only or s.kind in args.only]
     shapes = shapes[: args.limit] if args.limit else shapes
@@ -154,24 +179,36 @@ def main(argv: list[str] | None = None) -> int:
     print(f"pyfuse {commit()} on {torch.cuda.get_device_name()}: {len(shapes)} shapes, bf16")
     rows = []
     for shape in shapes:
-        row = measure(shape, torch, do_bench)
+        row = measure(shape, torch, do_bench, args.autotune)
         rows.append(row)
+        tuned = ""
+        if row.tuned_ratio is not None:
+            tuned = f"  tuned {row.tuned_ratio:5.3f}x ({row.tune_s:.1f} s)"
         print(
             f"{row.shape:24s} {row.kind:13s} pyfuse {row.pyfuse_ms:8.3f} ms  torch "
-            f"{row.torch_ms:8.3f} ms  {row.tflops:6.1f} TFLOP/s  {row.ratio:5.3f}x",
+            f"{row.torch_ms:8.3f} ms  {row.tflops:6.1f} TFLOP/s  {row.ratio:5.3f}x{tuned}",
             flush=True,
         )
-    by_kind: dict[str, list[float]] = defaultdict(list)
-    for row in rows:
-        by_kind[row.kind].append(row.ratio)
-    summary = {kind: geomean(by_kind[kind]) for kind in CLASSES if by_kind[kind]}
-    summary["all"] = geomean([row.ratio for row in rows])
-    for kind, value in summary.items():
-        print(f"geomean {kind:13s} {value:.3f}x ({len(by_kind.get(kind, rows))} shapes)")
+    summary = _geomeans(rows, lambda row: row.ratio, "heuristic")
+    if args.autotune:
+        summary |= _geomeans(rows, lambda row: row.tuned_ratio or row.ratio, "autotuned")
     if args.json:
         payload = {"commit": commit(), "rows": [asdict(r) for r in rows], "geomean": summary}
         args.json.write_text(json.dumps(payload, indent=1))
     return 0
+
+
+def _geomeans(rows: list[Row], ratio: Callable[[Row], float], label: str) -> dict[str, float]:
+    """Per class and over all rows; printed, and returned keyed ``label:class``."""
+    by_kind: dict[str, list[float]] = defaultdict(list)
+    for row in rows:
+        by_kind[row.kind].append(ratio(row))
+    summary = {kind: geomean(by_kind[kind]) for kind in CLASSES if by_kind[kind]}
+    summary["all"] = geomean([ratio(row) for row in rows])
+    for kind, value in summary.items():
+        count = len(by_kind.get(kind, rows))
+        print(f"geomean {label} {kind:13s} {value:.3f}x ({count} shapes)")
+    return {f"{label}:{kind}": value for kind, value in summary.items()}
 
 
 if __name__ == "__main__":
