@@ -85,6 +85,8 @@ class Row:
     tuned_ms: float | None = None  # with --autotune: the tuned variant, and its ratio
     tuned_ratio: float | None = None
     tune_s: float | None = None  # the tuning call's wall time
+    params: dict[str, object] | None = None  # the heuristic's matmul params, and the tuned
+    tuned_params: dict[str, object] | None = None
 
 
 def read_shapes(path: Path = SHAPES) -> list[Shape]:
@@ -137,7 +139,8 @@ def measure(shape: Shape, torch: Any, do_bench: Callable[..., float], tune: bool
     pyfuse_ms = float(do_bench(lambda: fused(a, b), warmup=25, rep=100))
     torch_ms = float(do_bench(lambda: matmul(a, b), warmup=25, rep=100))
     tflops = 2 * shape.m * shape.n * shape.k / (pyfuse_ms * 1e-3) / 1e12
-    row = Row(shape.name, shape.kind, pyfuse_ms, torch_ms, tflops, torch_ms / pyfuse_ms)
+    ratio = torch_ms / pyfuse_ms
+    row = Row(shape.name, shape.kind, pyfuse_ms, torch_ms, tflops, ratio, params=_params(fused))
     if not tune:
         return row
     tuned = pf.fuse(matmul, name="gemm", autotune=True)
@@ -155,8 +158,20 @@ def measure(shape: Shape, torch: Any, do_bench: Callable[..., float], tune: bool
             "tuned_ms": tuned_ms,
             "tuned_ratio": torch_ms / tuned_ms,
             "tune_s": tune_s,
+            "tuned_params": _params(tuned),
         }
     )
+
+
+def _params(fused: Any) -> dict[str, object]:
+    """The params of the variant a call ran: its matmul kernel's, else the first kernel's."""
+    (compiled,) = fused.__dict__["_pyfuse_runtime"].compiled.values()
+    kernels = [k for k in compiled.kernels if k.scheduler == "matmul"] or compiled.kernels
+    return {
+        "scheduler": kernels[0].scheduler,
+        "kernels": len(compiled.kernels),
+        **kernels[0].params,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -315,12 +315,46 @@ def default_tiles(m: int, n: int, *, single_mma: bool) -> tuple[int, int]:
     return tile_m, tile_n
 
 
+# Smaller tiles for outputs of less than one wave, with their throughput per SM relative to
+# 128x256 (wgmma's issue rate falls with the tile: fewer MMAs per operand byte loaded).
+FILL_TILES = ((128, 256, 1.0), (128, 128, 0.9), (64, 256, 0.8), (64, 128, 0.7))
+
+
+def filling_tiles(
+    shape: dict[str, int], tile_m: int, tile_n: int, target: TargetInfo
+) -> tuple[int, int]:
+    """The tile of least estimated time, ``waves * area / throughput``, among the default
+    and the smaller :data:`FILL_TILES` (none wider or taller than the default, which already
+    fits M <= 64 and narrow N), for an output whose default tiles leave SMs idle (fewer than
+    one wave); the default otherwise. At M = 256, N = 8192 the default's 64 tiles use half
+    the SMs, 128x128's 128 use nearly all: autotuning measured 0.63x cuBLAS against 0.94x."""
+
+    def count(m: int, n: int) -> int:
+        return ceil_div(shape["m"], m) * ceil_div(shape["n"], n) * shape["batch"]
+
+    if count(tile_m, tile_n) >= target.sm_count:
+        return tile_m, tile_n
+    throughput = {(m, n): value for m, n, value in FILL_TILES}
+
+    def cost(m: int, n: int) -> float:
+        waves = ceil_div(count(m, n), target.sm_count)
+        return waves * m * n / throughput.get((m, n), 1.0)
+
+    best = (tile_m, tile_n)
+    for m, n, _ in FILL_TILES:
+        if m <= tile_m and n <= tile_n and cost(m, n) < cost(*best):
+            best = (m, n)
+    return best
+
+
 def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo) -> MatmulParams:
     """The user's fields as given; every ``None`` chosen from the shape and the device."""
     mmas = _mmas(fusion)
     shape = _extents(mmas[0])
     operands = {id(m.a) for m in mmas} | {id(m.b) for m in mmas}
     tile_m, tile_n = default_tiles(shape["m"], shape["n"], single_mma=len(mmas) == 1)
+    if len(mmas) == 1:
+        tile_m, tile_n = filling_tiles(shape, tile_m, tile_n, target)
     tile_k = WIDEST_SWIZZLE_BYTES // mmas[0].a.dtype.itemsize
     itemsize = mmas[0].a.dtype.itemsize
     given = user or MatmulParams()

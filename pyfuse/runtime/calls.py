@@ -76,6 +76,7 @@ class _FunctionState:
     def __init__(self, fn: object) -> None:
         self.lock = threading.RLock()
         self.compiled: dict[Signature, Any] = {}
+        self.untuned: set[Signature] = set()  # compiled by an autotuning function, not tuned
         self.guard = guard_for(fn)
         self.check = None if self.guard is None else self.guard.check
         self.captured: tuple[object, ...] = ()
@@ -145,7 +146,9 @@ def _compile(
         )
         if use_cache:
             hit = state.compiled.get(signature)
-            if hit is not None:
+            # A variant an autotuning function compiled without arrays (``compile``) is
+            # tuned on the first call that has them.
+            if hit is not None and (tuner is None or signature not in state.untuned):
                 return hit
         start = time.perf_counter()
         fusion = fused.trace(*arguments)
@@ -195,6 +198,9 @@ def _compile(
                 return variant
 
             compiled = tuner(fusion, compiled, tune_key, compile_with)
+            state.untuned.discard(signature)
+        elif tune_key is not None and not tuned:
+            state.untuned.add(signature)
         if use_cache:
             state.compiled[signature] = compiled
         return compiled

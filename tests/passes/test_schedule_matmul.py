@@ -369,3 +369,27 @@ def test_default_cluster_for_large_matmuls(
         translate_patterns(fusion)
     params = choose_params(fusion, user, HOPPER)
     assert (params.cluster_m, params.cluster_n) == cluster
+
+
+@pytest.mark.parametrize(
+    ("shape", "user", "tiles"),
+    [
+        ((256, 8192, 3072), None, (128, 128)),  # 64 default tiles: 128 fill the SMs
+        ((32, 4608, 3584), None, (64, 128)),  # M <= 64 keeps 64 rows
+        ((3000, 4608, 3584), None, (128, 256)),  # several waves: the default
+        ((4096, 64, 2048), None, (128, 64)),  # a narrow N keeps its width
+        ((256, 8192, 3072), pf.MatmulParams(tile_n=256), (128, 256)),  # the user's tile
+    ],
+)
+def test_outputs_of_less_than_a_wave_get_smaller_tiles(
+    shape: tuple[int, int, int], user: pf.MatmulParams | None, tiles: tuple[int, int]
+) -> None:
+    from pyfuse.passes.schedule_matmul import choose_params
+    from pyfuse.passes.translate_patterns import translate_patterns
+
+    m, n, k = shape
+    fusion = pf.fuse(_linear).trace(pf.spec((m, k), bf16), pf.spec((n, k), bf16))
+    with fusion:
+        translate_patterns(fusion)
+    params = choose_params(fusion, user, HOPPER)
+    assert (params.tile_m, params.tile_n) == tiles

@@ -71,7 +71,7 @@ def _linear() -> pf.FusedFunction:
 
 
 def test_a_function_that_autotunes_compiles_with_the_remembered_params(tmp_path: Path) -> None:
-    args = (pf.spec((256, 512), pf.bfloat16), pf.spec((1024, 512), pf.bfloat16))
+    args = (pf.spec((2048, 512), pf.bfloat16), pf.spec((4096, 512), pf.bfloat16))
     fused = _linear()
     with knobs.overrides(cache_dir=tmp_path):
         autotune.forget()
