@@ -52,6 +52,7 @@ from pyfuse.ir.iterdomain import (
 from pyfuse.ir.params import MatmulParams
 from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.tensor import MemoryType, TensorView, memory_strides
+from pyfuse.passes.matmul_tiles import default_tiles, filling_tiles
 from pyfuse.passes.plan import MATMUL_SCHEDULER
 from pyfuse.passes.skip_intermediates import (
     is_metadata_op,
@@ -302,49 +303,6 @@ def decline_reason(fusion: Fusion, target: TargetInfo) -> str | None:
             )
     del target
     return None
-
-
-def default_tiles(m: int, n: int, *, single_mma: bool) -> tuple[int, int]:
-    """The heuristic's (tile_m, tile_n) for an M x N output."""
-    rows = SM90.wgmma_m  # one consumer warpgroup's rows; two above that
-    tile_m = 2 * rows if m > rows else rows
-    widest, step = SM90.wgmma_n_max, SM90.wgmma_n_step
-    wide = single_mma and n >= widest
-    # wgmma takes N in multiples of 8 up to 256: no wider than N needs.
-    tile_n = min(widest if wide else 128, max(step, ceil_div(n, step) * step))
-    return tile_m, tile_n
-
-
-# Smaller tiles for outputs of less than one wave, with their throughput per SM relative to
-# 128x256 (wgmma's issue rate falls with the tile: fewer MMAs per operand byte loaded).
-FILL_TILES = ((128, 256, 1.0), (128, 128, 0.9), (64, 256, 0.8), (64, 128, 0.7))
-
-
-def filling_tiles(
-    shape: dict[str, int], tile_m: int, tile_n: int, target: TargetInfo
-) -> tuple[int, int]:
-    """The tile of least estimated time, ``waves * area / throughput``, among the default
-    and the smaller :data:`FILL_TILES` (none wider or taller than the default, which already
-    fits M <= 64 and narrow N), for an output whose default tiles leave SMs idle (fewer than
-    one wave); the default otherwise. At M = 256, N = 8192 the default's 64 tiles use half
-    the SMs, 128x128's 128 use nearly all: autotuning measured 0.63x cuBLAS against 0.94x."""
-
-    def count(m: int, n: int) -> int:
-        return ceil_div(shape["m"], m) * ceil_div(shape["n"], n) * shape["batch"]
-
-    if count(tile_m, tile_n) >= target.sm_count:
-        return tile_m, tile_n
-    throughput = {(m, n): value for m, n, value in FILL_TILES}
-
-    def cost(m: int, n: int) -> float:
-        waves = ceil_div(count(m, n), target.sm_count)
-        return waves * m * n / throughput.get((m, n), 1.0)
-
-    best = (tile_m, tile_n)
-    for m, n, _ in FILL_TILES:
-        if m <= tile_m and n <= tile_n and cost(m, n) < cost(*best):
-            best = (m, n)
-    return best
 
 
 def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo) -> MatmulParams:

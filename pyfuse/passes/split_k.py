@@ -38,6 +38,7 @@ from pyfuse.ir.iterdomain import ceil_div
 from pyfuse.ir.naming import source_location
 from pyfuse.ir.target import HOPPER, TargetInfo
 from pyfuse.ir.tensor import TensorView
+from pyfuse.passes.matmul_tiles import default_tiles
 from pyfuse.passes.skip_intermediates import is_row_major_contiguous
 
 # Elements per part of K that keep every part's start 16-byte aligned for bf16/f16 TMA.
@@ -86,8 +87,6 @@ def auto_parts(expr: MatmulOp | LinearOp, target: TargetInfo) -> int:
     m, k = a.shape[-2], a.shape[-1]
     n = b.shape[-1] if isinstance(expr, MatmulOp) else b.shape[-2]
     batch = expr.output.numel // max(1, m * n)
-    from pyfuse.passes.schedule_matmul import default_tiles  # loads with the first matmul
-
     tile_m, tile_n = default_tiles(m, n, single_mma=True)
     tiles = ceil_div(m, tile_m) * ceil_div(n, tile_n) * batch
     if tiles * AUTO_MAX_SM_FRACTION > target.sm_count:
