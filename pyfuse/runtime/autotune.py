@@ -31,7 +31,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 import statistics
 import sys
 import threading
@@ -61,7 +60,7 @@ MIN_RUNS, MAX_RUNS = 5, 25  # ... in this many runs
 MIN_GAIN = 0.02  # a config must beat the heuristic's by this fraction to replace it
 SAMPLE_BYTES = 1 << 20  # from each end of the first output, for the result check
 
-_memo: dict[str, MatmulParams | None] = {}
+_memo: dict[str, MatmulParams] = {}
 _memo_lock = threading.Lock()
 
 Compile = Callable[[MatmulParams | None], Any]
@@ -130,7 +129,7 @@ def forget() -> None:
 # ---- candidates -----------------------------------------------------------------------------
 
 
-def matmul_params_of(compiled: Any) -> dict[str, object] | None:
+def matmul_params_of(compiled: Any) -> dict[str, Any] | None:
     """The first matmul kernel's resolved params, or None when the variant has none."""
     for kernel in compiled.kernels:
         if kernel.scheduler == "matmul":
@@ -139,20 +138,20 @@ def matmul_params_of(compiled: Any) -> dict[str, object] | None:
 
 
 def candidates(
-    default: dict[str, object], user: MatmulParams | None, sm_count: int, grid_ctas: int
+    default: dict[str, Any], user: MatmulParams | None, sm_count: int, grid_ctas: int
 ) -> list[MatmulParams]:
     """The configs to time, the heuristic's first (``MatmulParams()``): every one varies only
     fields the user left ``None`` and stays within what the default's tile says the output
     needs (a 64-row default means M <= 64; a tile narrower than 128 means N is that narrow)."""
     given = user or MatmulParams()
     free = {name for name in MATMUL_FIELDS if getattr(given, name) is None}
-    tile_m, tile_n = int(default["tile_m"] or 128), int(default["tile_n"] or 128)  # type: ignore[call-overload]
+    tile_m, tile_n = int(default["tile_m"] or 128), int(default["tile_n"] or 128)
     found: list[MatmulParams] = [MatmulParams()]
 
-    def add(**fields: object) -> None:
+    def add(**fields: Any) -> None:
         if not set(fields) <= free:
             return
-        params = MatmulParams(**fields)  # type: ignore[arg-type]
+        params = MatmulParams(**fields)
         if params not in found:
             found.append(params)
 
@@ -255,12 +254,9 @@ def _sample(output: object) -> np.ndarray | None:
     if isinstance(output, tuple):
         output = output[0]
     info = gpu_info(output)
-    if info is None or info.dtype.itemsize == 0:
+    if info is None or 0 in info.shape or any(s < 0 for s in info.strides):
         return None
     itemsize = info.dtype.itemsize
-    count = math.prod(info.shape)
-    if count == 0 or any(s < 0 for s in info.strides):
-        return None
     span = (max((n - 1) * s for n, s in zip(info.shape, info.strides, strict=True)) + 1) * itemsize
     take = min(span, SAMPLE_BYTES) // itemsize * itemsize
     head = np.empty(take, dtype=np.uint8)
@@ -353,9 +349,10 @@ def tune(
     if not trials:
         return default_compiled
     best_config, best, best_ms = min(trials, key=lambda trial: trial[2])
-    default_ms = next((ms for config, _, ms in trials if config == configs[0]), best_ms)
-    if best_ms > default_ms * (1 - MIN_GAIN):  # within the noise: keep the heuristic's
-        best_config, best, best_ms = trials[0]
+    heuristic = next((trial for trial in trials if trial[0] == configs[0]), None)
+    default_ms = best_ms if heuristic is None else heuristic[2]
+    if heuristic is not None and best_ms > default_ms * (1 - MIN_GAIN):
+        best_config, best, best_ms = heuristic  # within the noise: keep the heuristic's
     seconds = time.perf_counter() - started
     print(
         f"pyfuse: autotuned {name}: {len(trials)} configs in {seconds:.1f} s; "

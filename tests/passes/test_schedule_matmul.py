@@ -347,6 +347,18 @@ def test_clusters_the_kernel_cannot_split_are_refused(
     assert stages.plan.params["fallback"] == "multiply+sum"
 
 
+def _linear_params(shape: tuple[int, int, int], user: pf.MatmulParams | None) -> pf.MatmulParams:
+    """The matmul scheduler's params for ``linear`` of an M x K input and an N x K weight."""
+    from pyfuse.passes.schedule_matmul import choose_params
+    from pyfuse.passes.translate_patterns import translate_patterns
+
+    m, n, k = shape
+    fusion = pf.fuse(_linear).trace(pf.spec((m, k), bf16), pf.spec((n, k), bf16))
+    with fusion:
+        translate_patterns(fusion)
+    return choose_params(fusion, user, HOPPER)
+
+
 @pytest.mark.parametrize(
     ("shape", "user", "cluster"),
     [
@@ -360,14 +372,7 @@ def test_clusters_the_kernel_cannot_split_are_refused(
 def test_default_cluster_for_large_matmuls(
     shape: tuple[int, int, int], user: pf.MatmulParams | None, cluster: tuple[int, int]
 ) -> None:
-    from pyfuse.passes.schedule_matmul import choose_params
-    from pyfuse.passes.translate_patterns import translate_patterns
-
-    m, n, k = shape
-    fusion = pf.fuse(_linear).trace(pf.spec((m, k), bf16), pf.spec((n, k), bf16))
-    with fusion:
-        translate_patterns(fusion)
-    params = choose_params(fusion, user, HOPPER)
+    params = _linear_params(shape, user)
     assert (params.cluster_m, params.cluster_n) == cluster
 
 
@@ -384,12 +389,5 @@ def test_default_cluster_for_large_matmuls(
 def test_outputs_of_less_than_a_wave_get_smaller_tiles(
     shape: tuple[int, int, int], user: pf.MatmulParams | None, tiles: tuple[int, int]
 ) -> None:
-    from pyfuse.passes.schedule_matmul import choose_params
-    from pyfuse.passes.translate_patterns import translate_patterns
-
-    m, n, k = shape
-    fusion = pf.fuse(_linear).trace(pf.spec((m, k), bf16), pf.spec((n, k), bf16))
-    with fusion:
-        translate_patterns(fusion)
-    params = choose_params(fusion, user, HOPPER)
+    params = _linear_params(shape, user)
     assert (params.tile_m, params.tile_n) == tiles
