@@ -87,6 +87,8 @@ class Row:
     tune_s: float | None = None  # the tuning call's wall time
     params: dict[str, object] | None = None  # the heuristic's matmul params, and the tuned
     tuned_params: dict[str, object] | None = None
+    compare_ms: float | None = None  # with --compare: the heuristic with those params set
+    compare_ratio: float | None = None
 
 
 def read_shapes(path: Path = SHAPES) -> list[Shape]:
@@ -123,7 +125,13 @@ def dry_run(shapes: list[Shape]) -> int:
     return 0
 
 
-def measure(shape: Shape, torch: Any, do_bench: Callable[..., float], tune: bool) -> Row:
+def measure(
+    shape: Shape,
+    torch: Any,
+    do_bench: Callable[..., float],
+    tune: bool,
+    compare: pf.MatmulParams | None = None,
+) -> Row:
     a_shape, b_shape = shape.stored()
     scale = 1.0 / math.sqrt(shape.k)
     a32 = torch.randn(a_shape, device="cuda") * scale**0.5
@@ -141,6 +149,14 @@ def measure(shape: Shape, torch: Any, do_bench: Callable[..., float], tune: bool
     tflops = 2 * shape.m * shape.n * shape.k / (pyfuse_ms * 1e-3) / 1e12
     ratio = torch_ms / pyfuse_ms
     row = Row(shape.name, shape.kind, pyfuse_ms, torch_ms, tflops, ratio, params=_params(fused))
+    if compare is not None:
+        other = pf.fuse(matmul, name="gemm", matmul=compare)
+        got = other(a, b)
+        error = (got.float() - want).abs().max().item()
+        if not error <= TOLERANCE * max(1.0, want.abs().max().item()):
+            raise SystemExit(f"{shape.name}: pyfuse with {compare} disagrees ({error})")
+        row.compare_ms = float(do_bench(lambda: other(a, b), warmup=25, rep=100))
+        row.compare_ratio = torch_ms / row.compare_ms
     if not tune:
         return row
     tuned = pf.fuse(matmul, name="gemm", autotune=True)
@@ -183,7 +199,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--autotune", action="store_true", help="also time pf.fuse(autotune=True) per shape"
     )
+    parser.add_argument(
+        "--compare",
+        nargs="+",
+        metavar="FIELD=VALUE",
+        help="also time the heuristic with these MatmulParams set (e.g. smem_epilogue=false)",
+    )
     args = parser.parse_args(argv)
+    compare = _compare_params(args.compare) if args.compare else None
     shapes = [s for s in read_shapes() if not args.only or s.kind in args.only]
     shapes = shapes[: args.limit] if args.limit else shapes
     if args.dry_run:
@@ -194,11 +217,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"pyfuse {commit()} on {torch.cuda.get_device_name()}: {len(shapes)} shapes, bf16")
     rows = []
     for shape in shapes:
-        row = measure(shape, torch, do_bench, args.autotune)
+        row = measure(shape, torch, do_bench, args.autotune, compare)
         rows.append(row)
         tuned = ""
         if row.tuned_ratio is not None:
             tuned = f"  tuned {row.tuned_ratio:5.3f}x ({row.tune_s:.1f} s)"
+        if row.compare_ratio is not None:
+            tuned += f"  compare {row.compare_ratio:5.3f}x"
         print(
             f"{row.shape:24s} {row.kind:13s} pyfuse {row.pyfuse_ms:8.3f} ms  torch "
             f"{row.torch_ms:8.3f} ms  {row.tflops:6.1f} TFLOP/s  {row.ratio:5.3f}x{tuned}",
@@ -207,10 +232,22 @@ def main(argv: list[str] | None = None) -> int:
     summary = _geomeans(rows, lambda row: row.ratio, "heuristic")
     if args.autotune:
         summary |= _geomeans(rows, lambda row: row.tuned_ratio or row.ratio, "autotuned")
+    if compare is not None:
+        summary |= _geomeans(rows, lambda row: row.compare_ratio or row.ratio, "compare")
     if args.json:
         payload = {"commit": commit(), "rows": [asdict(r) for r in rows], "geomean": summary}
         args.json.write_text(json.dumps(payload, indent=1))
     return 0
+
+
+def _compare_params(settings: list[str]) -> pf.MatmulParams:
+    """``FIELD=VALUE`` pairs as MatmulParams (true/false for bools, else ints)."""
+    values: dict[str, object] = {}
+    for setting in settings:
+        field, _, text = setting.partition("=")
+        lowered = text.lower()
+        values[field] = lowered == "true" if lowered in ("true", "false") else int(text)
+    return pf.MatmulParams(**values)  # type: ignore[arg-type]
 
 
 def _geomeans(rows: list[Row], ratio: Callable[[Row], float], label: str) -> dict[str, float]:

@@ -254,26 +254,24 @@ def _matmul_case(
 
 
 def case_gemm_layouts() -> list[Result]:
-    """bf16 8192^3 in the four layouts against torch.matmul (cuBLAS) on the same views."""
+    """bf16 8192^3 and 4096^3 in the four layouts against torch.matmul (cuBLAS) on the same
+    views."""
     import torch
 
-    n = 8192
     results = []
-    layouts = {
-        "a @ b.T": (lambda a, b: a @ b.T, (n, n), (n, n)),
-        "a @ b": (lambda a, b: a @ b, (n, n), (n, n)),
-        "a.T @ b.T": (lambda a, b: a.T @ b.T, (n, n), (n, n)),
-        "a.T @ b": (lambda a, b: a.T @ b, (n, n), (n, n)),
-    }
-    for label, (fn, a_shape, b_shape) in layouts.items():
-        a = torch.randn(a_shape, device="cuda", dtype=torch.bfloat16)
-        b = torch.randn(b_shape, device="cuda", dtype=torch.bfloat16)
-        fused = pf.fuse(fn, name="gemm")
-        results.append(
-            _matmul_case(
-                f"gemm 8192^3 bf16 {label}", fused, fn, (a, b), 2 * n**3, anchor_name="cublas"
-            )
-        )
+    for n in (8192, 4096):
+        layouts = {
+            "a @ b.T": lambda a, b: a @ b.T,
+            "a @ b": lambda a, b: a @ b,
+            "a.T @ b.T": lambda a, b: a.T @ b.T,
+            "a.T @ b": lambda a, b: a.T @ b,
+        }
+        for label, fn in layouts.items():
+            a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+            b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+            fused = pf.fuse(fn, name="gemm")
+            title = f"gemm {n}^3 bf16 {label}"
+            results.append(_matmul_case(title, fused, fn, (a, b), 2 * n**3, anchor_name="cublas"))
     return results
 
 
@@ -326,49 +324,62 @@ def _a_bt_variants(
 
 
 def case_linear_gelu() -> list[Result]:
-    """The default schedule (a 2x1 cluster at this size) and the same without a cluster."""
+    """linear+bias+gelu(tanh) at 4096x14336x4096 (the default, without a cluster, and
+    ping-pong) and at 8192^3 (the default and ping-pong)."""
     import torch
-
-    m, n, k = 4096, 14336, 4096
-    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / 64
-    b = torch.randn(n, device="cuda", dtype=torch.bfloat16)
 
     def eager(x: Any, w: Any, b: Any) -> Any:
         return torch.nn.functional.gelu(torch.nn.functional.linear(x, w, b), approximate="tanh")
 
     results = []
-    for label, params in (("", None), (", no cluster", pf.MatmulParams(cluster_m=1))):
-        fused = pf.fuse(
-            lambda x, w, b: pf.gelu(pf.linear(x, w, b), approximate="tanh"),
-            name="linear_gelu",
-            matmul=params,
-        )
-        name = f"linear+bias+gelu 4096x14336x4096{label}"
-        results.append(_matmul_case(name, fused, eager, (x, w, b), 2 * m * n * k))
+    pingpong = (", ping-pong", pf.MatmulParams(pingpong=True))
+    no_cluster = (", no cluster", pf.MatmulParams(cluster_m=1))
+    for (m, n, k), variants in (
+        ((4096, 14336, 4096), (("", None), no_cluster, pingpong)),
+        ((8192, 8192, 8192), (("", None), pingpong)),
+    ):
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / 64
+        b = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+        for label, params in variants:
+            fused = pf.fuse(
+                lambda x, w, b: pf.gelu(pf.linear(x, w, b), approximate="tanh"),
+                name="linear_gelu",
+                matmul=params,
+            )
+            name = f"linear+bias+gelu {m}x{n}x{k}{label}"
+            results.append(_matmul_case(name, fused, eager, (x, w, b), 2 * m * n * k))
     return results
 
 
-def case_gate_up() -> Result:
+def case_gate_up() -> list[Result]:
+    """The gate/up pair at 4096x14336x4096: the default and ping-pong."""
     import torch
 
     m, n, k = 4096, 14336, 4096
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     w1 = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / 64
     w3 = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / 64
-    fused = pf.fuse(lambda x, w1, w3: pf.silu(x @ w1.T) * (x @ w3.T), name="gate_up")
 
     def eager(x: Any, w1: Any, w3: Any) -> Any:
         return torch.nn.functional.silu(x @ w1.T) * (x @ w3.T)
 
-    return _matmul_case(
-        "gate/up silu(x@w1.T)*(x@w3.T) 4096x14336x4096",
-        fused,
-        eager,
-        (x, w1, w3),
-        4 * m * n * k,
-        tolerance=5e-2,
-    )
+    results = []
+    for label, params in (("", None), (", ping-pong", pf.MatmulParams(pingpong=True))):
+        fused = pf.fuse(
+            lambda x, w1, w3: pf.silu(x @ w1.T) * (x @ w3.T), name="gate_up", matmul=params
+        )
+        results.append(
+            _matmul_case(
+                f"gate/up silu(x@w1.T)*(x@w3.T) 4096x14336x4096{label}",
+                fused,
+                eager,
+                (x, w1, w3),
+                4 * m * n * k,
+                tolerance=5e-2,
+            )
+        )
+    return results
 
 
 CASES: dict[str, Callable[[], Result | list[Result]]] = {

@@ -23,6 +23,8 @@ same text. A construct the emitter cannot express raises :class:`~pyfuse.errors.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pyfuse.backend_ptx.abi import ParamKind
 from pyfuse.backend_ptx.emit_math import (
     Value,
@@ -123,6 +125,8 @@ class _KernelEmitter:
         self.branches = 0  # how many non-constant Ifs enclose the statement being emitted
         # Values of the expressions of the current statement (nothing changes within one).
         self.memo: dict[kir.KExpr, Value] = {}
+        # In a staged matmul epilogue: each TMA-stored output's address for this element.
+        self.staging: Mapping[int, Address] = {}
 
     def fail(self, message: str) -> ScheduleError:
         return ScheduleError(f"kernel {self.kernel.name}: {message}")
@@ -173,6 +177,8 @@ class _KernelEmitter:
             self.store(stmt)
         elif isinstance(stmt, kir.VectorLoad | kir.VectorStore):
             self.vector_copy(stmt)
+        elif isinstance(stmt, kir.StageStore):
+            self.stage_store(stmt)
         elif isinstance(stmt, kir.Sync):
             self.kb.emit(control.bar_sync(0))
         elif isinstance(stmt, kir.ThreadReduce):
@@ -193,13 +199,17 @@ class _KernelEmitter:
         for buffer, registers in accumulators.items():
             self.arrays[id(buffer)] = registers
 
-        def epilogue(bindings: dict[kir.Var, Reg], element: int) -> None:
+        def epilogue(
+            bindings: dict[kir.Var, Reg], element: int, staging: Mapping[int, Address]
+        ) -> None:
             for var, register in bindings.items():
                 self.env[var.name] = register
             self.env[stmt.element.name] = element
             if stmt.pair_element is not None:
                 self.env[stmt.pair_element.name] = element + 1
+            self.staging = staging
             self.block(stmt.epilogue)
+            self.staging = {}
 
         emit_matmul_main_loop(
             self.kb, stmt, self.kernel, self.tensor_maps, epilogue, accumulators=accumulators
@@ -471,6 +481,14 @@ class _KernelEmitter:
             self.vector_load(where, registers, dtype)
         else:
             self.vector_store(where, registers, dtype)
+
+    def stage_store(self, stmt: kir.StageStore) -> None:
+        """A pair of output columns into its TMA store's staging buffer (matmul_staging)."""
+        address = self.staging.get(stmt.store)
+        if address is None:
+            raise self.fail(f"StageStore of store {stmt.store} outside a staged matmul epilogue")
+        registers = self.array(stmt.source)[: stmt.width]
+        self.vector_store(_Location("shared", address), registers, stmt.source.dtype)
 
     def words(self, nbytes: int) -> tuple[tuple[Reg, ...], str]:
         """Registers that carry ``nbytes`` of narrow elements, and their ld/st type."""

@@ -71,6 +71,8 @@ SWIZZLES = {
 }
 # wgmma operand types, by pyfuse dtype (also the TMA dtype names).
 WGMMA_TYPES = {dtypes.bfloat16: "bf16", dtypes.float16: "f16"}
+# TMA element types of the outputs a TMA store writes (matmul_epilogue.STAGED_DTYPES).
+STORE_TYPES = {**WGMMA_TYPES, dtypes.float32: "f32"}
 PRODUCER_REGISTERS = 40  # CUTLASS's load warpgroup: one thread issuing TMA needs few
 MAX_CONSUMER_REGISTERS = 240
 
@@ -333,8 +335,14 @@ def register_split(
 # ---- tensor maps ----------------------------------------------------------------------------
 
 
+def mapped_buffers(stmt: MatmulMainLoop) -> list[str]:
+    """The buffer of each tensor map, in parameter order: the operands', then the stores'."""
+    return [o.buffer_name for o in stmt.operands] + [s.buffer_name for s in stmt.stores]
+
+
 def tensor_map_plans(kernel: Kernel) -> list[tma_host.TensorMapPlan]:
-    """One tiled-map plan per TMA operand (checked against the smem layout first)."""
+    """One tiled-map plan per TMA operand (checked against the smem layout first), then one
+    per TMA-stored output (a box of 64 rows by ``chunk_cols``, swizzled by its row)."""
     stmt = find_main_loop(kernel)
     plans = []
     for operand in stmt.operands:
@@ -349,6 +357,16 @@ def tensor_map_plans(kernel: Kernel) -> list[tma_host.TensorMapPlan]:
                 l2_promotion=tma_host.L2Promotion.B256,
             )
         )
+    for store in stmt.stores:
+        plans.append(
+            tma_host.plan_tiled(
+                STORE_TYPES[store.dtype],
+                store.shape,
+                store.strides,
+                store.box,
+                swizzle=SWIZZLES[store.swizzle_bytes],
+            )
+        )
     return plans
 
 
@@ -358,12 +376,13 @@ def matmul_launch(kernel: Kernel) -> MatmulLaunch:
     launch may shrink a persistent grid of clusters. Made once, when the kernel is built."""
     stmt = find_main_loop(kernel)
     position = {param.buffer_name: index for index, param in enumerate(kernel.params)}
-    missing = [o.buffer_name for o in stmt.operands if o.buffer_name not in position]
+    buffers = mapped_buffers(stmt)
+    missing = [name for name in buffers if name not in position]
     if missing:
         raise ValueError(f"kernel {kernel.name}: no device pointer for operands {missing}")
     return MatmulLaunch(
         maps=tuple(plan.tiled_map() for plan in tensor_map_plans(kernel)),
-        pointer_arguments=tuple(position[o.buffer_name] for o in stmt.operands),
+        pointer_arguments=tuple(position[name] for name in buffers),
         persistent=stmt.persistent,
         cluster_ctas=kernel.cluster[0],
     )
@@ -399,7 +418,8 @@ def encode_tensor_maps(kernel: Kernel, pointers: Mapping[str, int] | Sequence[in
             )
         named = zip(kernel.params, pointers, strict=True)
         pointers = {param.buffer_name: pointer for param, pointer in named}
-    missing = [o.buffer_name for o in stmt.operands if o.buffer_name not in pointers]
+    buffers = mapped_buffers(stmt)
+    missing = [name for name in buffers if name not in pointers]
     if missing:
         raise ValueError(f"kernel {kernel.name}: no device pointer for operands {missing}")
-    return _maps_of(kernel).maps_for(tuple(int(pointers[o.buffer_name]) for o in stmt.operands))
+    return _maps_of(kernel).maps_for(tuple(int(pointers[name]) for name in buffers))

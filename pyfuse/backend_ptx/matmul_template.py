@@ -53,16 +53,22 @@ from pyfuse.backend_ptx.matmul_host import (
     OperandLayout,
     TileOrder,
     find_main_loop,
+    mapped_buffers,
     operand_layout,
     register_split,
 )
+from pyfuse.backend_ptx.matmul_staging import Staging, check_stores
 from pyfuse.backend_ptx.operands import Address, Reg, RegClass
 from pyfuse.ir.hopper import SM90
 from pyfuse.ir.kernel_ir import Buffer, Kernel, MatmulMainLoop, Var
 
+# Named barriers: 0 the CTA's, 1 + w warpgroup w's TMA-store staging (matmul_staging),
+# PINGPONG_TURN_BARRIER + w warpgroup w's turn at the main loop in a ping-pong kernel.
+PINGPONG_TURN_BARRIER = 3
 MBARRIER_BYTES = SM90.mbarrier_bytes  # full[s] and empty[s] are one mbarrier object each
 
-EmitEpilogue = Callable[[dict[Var, Reg], int], None]
+# (bindings, accumulator element, per TMA-stored output the staging address of the element)
+EmitEpilogue = Callable[[dict[Var, Reg], int, Mapping[int, Address]], None]
 
 
 # ---- launch facts the caller needs ----------------------------------------------------------
@@ -80,8 +86,8 @@ def tensor_map_params_for(kernel: Kernel) -> list[Param]:
     ``kb.param(p.name, p.kind)`` and pass the maps of ``matmul_host.encode_tensor_maps``."""
     stmt = find_main_loop(kernel)
     return [
-        Param(f"tmap{i}_{operand.buffer_name}", ParamKind.TENSOR_MAP)
-        for i, operand in enumerate(stmt.operands)
+        Param(f"tmap{i}_{name}", ParamKind.TENSOR_MAP)
+        for i, name in enumerate(mapped_buffers(stmt))
     ]
 
 
@@ -130,6 +136,18 @@ class _Ring:
             logic.xor("b32", self.phase, self.phase, 1).guarded(wrapped),
         )
 
+    def skip(self, count: Reg | int) -> None:
+        """Advance by ``count`` stages at once (the other ping-pong warpgroup's K tiles)."""
+        kb = self.kb
+        total, wraps = kb.regs(RegClass.B32, 2)
+        kb.emit(
+            arith.add("u32", total, self.stage, count),
+            arith.div("u32", wraps, total, self.stages),
+            arith.rem("u32", self.stage, total, self.stages),
+            logic.and_("b32", wraps, wraps, 1),
+            logic.xor("b32", self.phase, self.phase, wraps),
+        )
+
 
 class _MainLoop:
     def __init__(
@@ -166,7 +184,18 @@ class _MainLoop:
         stmt, kernel, kb = self.stmt, self.kernel, self.kb
         c = stmt.consumer_warpgroups
         rows, warpgroup = SM90.wgmma_m, SM90.warpgroup_threads
-        if stmt.tile_m != rows * c or kernel.block != (warpgroup, c + 1, 1):
+        if stmt.pingpong:
+            if c != 2 or stmt.tile_m % rows or not stmt.persistent:
+                raise ValueError(
+                    f"kernel {kernel.name}: a ping-pong kernel is persistent, with 2 consumer "
+                    f"warpgroups and whole 64-row blocks; got {c}, tile_m {stmt.tile_m}"
+                )
+        elif stmt.tile_m != rows * c:
+            raise ValueError(
+                f"kernel {kernel.name}: tile_m {stmt.tile_m} needs {stmt.tile_m // rows} "
+                f"consumer warpgroups, got {c}"
+            )
+        if kernel.block != (warpgroup, c + 1, 1):
             raise ValueError(
                 f"kernel {kernel.name}: tile_m {stmt.tile_m} needs {stmt.tile_m // rows} "
                 f"consumer warpgroups and block ({warpgroup}, {stmt.tile_m // rows + 1}, 1); "
@@ -228,11 +257,13 @@ class _MainLoop:
                 f"kernel {kernel.name}: setmaxnreg needs a register cap at entry; build the "
                 "KernelBuilder with matmul_directives(kernel)"
             )
-        if len(tensor_map_params) != len(stmt.operands):
+        maps_needed = len(stmt.operands) + len(stmt.stores)
+        if len(tensor_map_params) != maps_needed:
             raise ValueError(
-                f"kernel {kernel.name}: {len(stmt.operands)} tensor maps needed, got "
+                f"kernel {kernel.name}: {maps_needed} tensor maps needed, got "
                 f"{len(tensor_map_params)} (use tensor_map_params_for)"
             )
+        check_stores(stmt, kernel.smem_bytes)
         for param in tensor_map_params:
             if param.kind is not ParamKind.TENSOR_MAP or param not in kb.params:
                 raise ValueError(f"param {param.name} must be a declared TENSOR_MAP param")
@@ -335,7 +366,9 @@ class _MainLoop:
             )
         )
         # Every consumer warp of every CTA in the cluster frees a stage (see release()).
-        arrivals = SM90.warps_per_warpgroup * stmt.consumer_warpgroups * stmt.cluster_size
+        # (In a ping-pong kernel one warpgroup consumes each stage.)
+        consumers = 1 if stmt.pingpong else stmt.consumer_warpgroups
+        arrivals = SM90.warps_per_warpgroup * consumers * stmt.cluster_size
         for stage in range(stmt.stages):
             kb.emit(
                 mbarrier.init(Address(self.smem, MBARRIER_BYTES * stage), 1).guarded(leader),
@@ -465,7 +498,7 @@ class _MainLoop:
             control.bra(self.end).guarded(elected, negate=True),
         )
         self.map_addresses = []
-        for param in self.maps:
+        for param in self.maps[: len(self.stmt.operands)]:
             address = kb.reg(RegClass.B64)
             kb.emit(memory.tensor_map_address(address, param), tma.prefetch_tensormap(address))
             self.map_addresses.append(address)
@@ -595,25 +628,106 @@ class _MainLoop:
         )
         self.lane, self.warp = lane, warp
         a_operands = {a for a, _, _ in stmt.mmas}
-        self.base_descriptors = []
+        # Per operand, per 64-row block of A this warpgroup multiplies: the stage-0 descriptor
+        # (B: one; cooperative A: the warpgroup's own rows; ping-pong A: every block).
+        self.base_descriptors: list[list[Reg]] = []
         for index, layout in enumerate(self.layouts):
             address = self.u32()
             kb.emit(arith.add("u32", address, self.smem, layout.operand.smem_offset))
-            if index in a_operands:  # this warpgroup's 64 rows of the A tile
+            if index in a_operands and not stmt.pingpong:  # this warpgroup's 64 rows
                 kb.emit(
                     arith.mad("u32", address, self.consumer_index, layout.rows64_bytes, address)
                 )
-            self.base_descriptors.append(
-                smem_desc.emit_descriptor(
-                    kb, address, lbo=layout.lbo, sbo=layout.sbo, swizzle=layout.swizzle
+            blocks = stmt.row_blocks if index in a_operands else 1
+            descriptors = []
+            for block in range(blocks):
+                block_address = address
+                if block:
+                    block_address = self.u32()
+                    kb.emit(arith.add("u32", block_address, address, block * layout.rows64_bytes))
+                descriptors.append(
+                    smem_desc.emit_descriptor(
+                        kb, block_address, lbo=layout.lbo, sbo=layout.sbo, swizzle=layout.swizzle
+                    )
                 )
-            )
+            self.base_descriptors.append(descriptors)
         self.ring = _Ring(kb, stmt.stages)
         self.previous_stage = self.u32()  # the stage of the K tile whose wgmmas may be pending
         kb.emit(arith.mov("u32", self.previous_stage, 0))
-        self.tile_loop(self.consume_tile)
+        self.staging: Staging | None = None
+        if stmt.stores:
+            store_maps = []
+            for param in self.maps[len(stmt.operands) :]:
+                address = kb.reg(RegClass.B64)
+                kb.emit(memory.tensor_map_address(address, param))
+                store_maps.append(address)
+            self.staging = Staging(
+                kb, stmt, store_maps, self.smem, self.tid, lane, warp, self.consumer_index
+            )
+        if stmt.pingpong:
+            self.pingpong_tile_loop()
+        else:
+            self.tile_loop(self.consume_tile)
+        if self.staging is not None:
+            self.staging.drain()
 
-    def consume_tile(self, batch: Reg, m0: Reg, n0: Reg) -> None:
+    def pingpong_tile_loop(self) -> None:
+        """Consumer warpgroup ``w`` computes this CTA's tiles ``w, w + 2, ...`` (tile ids
+        blockIdx.x + (w + 2 j) gridDim.x) and skips the other's K tiles in the ring."""
+        kb, order, stmt = self.kb, self.order, self.stmt
+        clustered = stmt.cluster_size > 1
+        t = self.sreg("clusterid.x" if clustered else "ctaid.x")
+        stride = self.sreg("nclusterid.x" if clustered else "nctaid.x")
+        first = self.u32()
+        kb.emit(arith.mad("u32", t, self.consumer_index, stride, t))
+        kb.emit(arith.mul("u32", first, self.consumer_index, self.k_tiles))
+        self.ring.skip(first)  # warpgroup 1 starts after warpgroup 0's first tile
+        step = self.u32()
+        kb.emit(arith.mul("u32", step, stride, 2))
+        # The main loops take turns (named barrier 3 + w: warpgroup w's turn). Besides keeping
+        # the tensor cores to one warpgroup, the order makes the parity waits sound: when a
+        # warpgroup starts a tile, every stage of the tiles before it has landed, so its
+        # full-barrier parity cannot match a phase two uses back.
+        mine, other, both = self.u32(), self.u32(), 2 * SM90.warpgroup_threads
+        kb.emit(
+            arith.add("u32", mine, self.consumer_index, PINGPONG_TURN_BARRIER),
+            arith.sub("u32", other, PINGPONG_TURN_BARRIER + 1, self.consumer_index),
+        )
+        my_turn_given = self.pred_eq0(self.consumer_index)  # warpgroup 0 starts
+        top, done = kb.new_label("tile"), kb.new_label("tiles_done")
+        finished = self.pred()
+        kb.place(top)
+        # (Branches around the barriers, not predicates: the barrier waits per warpgroup.)
+        kb.emit(
+            arith.setp("ge", "u32", finished, t, order.tiles),
+            control.bra(done, uni=True).guarded(finished),
+        )
+        turn_taken = kb.new_label("turn_taken")
+        kb.emit(control.bra(turn_taken, uni=True).guarded(my_turn_given))
+        kb.emit(control.bar_sync(mine, both))
+        kb.place(turn_taken)
+        kb.emit(arith.setp("ne", "u32", my_turn_given, t, t))  # false from now on
+
+        def pass_the_turn() -> None:
+            # Only when the other warpgroup has a next tile (it waits for this arrival).
+            following, last = self.u32(), self.pred()
+            passed = kb.new_label("turn_passed")
+            kb.emit(
+                arith.add("u32", following, t, stride),
+                arith.setp("ge", "u32", last, following, order.tiles),
+                control.bra(passed, uni=True).guarded(last),
+                control.bar_arrive(other, both),
+            )
+            kb.place(passed)
+
+        self.consume_tile(*self.decode_linear(t), after_main_loop=pass_the_turn)
+        self.ring.skip(self.k_tiles)  # the other warpgroup's next tile
+        kb.emit(arith.add("u32", t, t, step), control.bra(top, uni=True))
+        kb.place(done)
+
+    def consume_tile(
+        self, batch: Reg, m0: Reg, n0: Reg, after_main_loop: Callable[[], None] | None = None
+    ) -> None:
         kb, ring, stmt = self.kb, self.ring, self.stmt
 
         def consume(kt: Reg) -> None:
@@ -631,10 +745,13 @@ class _MainLoop:
                 arith.setp("ne", "u32", accumulate, kt, 0),
             )
             descriptors = []
-            for base in self.base_descriptors:
-                descriptor = kb.reg(RegClass.B64)
-                kb.emit(arith.add("s64", descriptor, base, stage_offset))
-                descriptors.append(descriptor)
+            for bases in self.base_descriptors:
+                moved = []
+                for base in bases:
+                    descriptor = kb.reg(RegClass.B64)
+                    kb.emit(arith.add("s64", descriptor, base, stage_offset))
+                    moved.append(descriptor)
+                descriptors.append(moved)
             self.issue_wgmmas(descriptors, accumulate)
             # The previous K tile's wgmmas have retired: its stage may be refilled.
             kb.emit(
@@ -646,45 +763,58 @@ class _MainLoop:
             ring.advance()
 
         self.k_loop(consume)
+        if after_main_loop is not None:
+            after_main_loop()
         kb.emit(wgmma.wait_group(0))
         self.release(self.previous_stage, self.lane0)
         self.epilogue(batch, m0, n0)
 
-    def issue_wgmmas(self, descriptors: list[Reg], accumulate: Reg) -> None:
+    def issue_wgmmas(self, descriptors: list[list[Reg]], accumulate: Reg) -> None:
+        """Every k-step's wgmmas of one K tile: per MMA, one per 64-row block of A."""
         kb, stmt = self.kb, self.stmt
+        per_block = stmt.tile_n // 2
         kb.emit(wgmma.fence())
         for step in range(stmt.tile_k // self.wgmma_k):
             stepped = [
-                descriptor
-                if step == 0
-                else smem_desc.emit_advance(kb, descriptor, layout.k_steps[step])
-                for descriptor, layout in zip(descriptors, self.layouts, strict=True)
+                [
+                    descriptor
+                    if step == 0
+                    else smem_desc.emit_advance(kb, descriptor, layout.k_steps[step])
+                    for descriptor in blocks
+                ]
+                for blocks, layout in zip(descriptors, self.layouts, strict=True)
             ]
             for a, b, acc in stmt.mmas:
-                kb.emit(
-                    wgmma.mma_async(
-                        stmt.tile_n,
-                        self.accumulators[acc],
-                        stepped[a],
-                        stepped[b],
-                        ab_dtype=self.ab_type,
-                        scale_d=accumulate if step == 0 else 1,
-                        trans_a=0 if self.layouts[a].k_major else 1,
-                        trans_b=0 if self.layouts[b].k_major else 1,
+                registers = self.accumulators[acc]
+                for block, a_descriptor in enumerate(stepped[a]):
+                    kb.emit(
+                        wgmma.mma_async(
+                            stmt.tile_n,
+                            registers[block * per_block : (block + 1) * per_block],
+                            a_descriptor,
+                            stepped[b][0],
+                            ab_dtype=self.ab_type,
+                            scale_d=accumulate if step == 0 else 1,
+                            trans_a=0 if self.layouts[a].k_major else 1,
+                            trans_b=0 if self.layouts[b].k_major else 1,
+                        )
                     )
-                )
         kb.emit(wgmma.commit_group())
 
     # -- epilogue ----------------------------------------------------------------------------
 
     def epilogue(self, batch: Reg, m0: Reg, n0: Reg) -> None:
-        """Bind row/col/batch for each accumulator register (hopper-ptx-notes 4.4): d[i] is
-        row 16 warp + lane / 4 + 8 ((i >> 1) & 1), col 8 (i >> 2) + 2 (lane % 4) + (i & 1)."""
+        """Bind row/col/batch for each accumulator register (hopper-ptx-notes 4.4): d[i] of a
+        64-row block is row 16 warp + lane / 4 + 8 ((i >> 1) & 1), col 8 (i >> 2) + 2 (lane %
+        4) + (i & 1); a ping-pong warpgroup's blocks follow each other, 64 rows apart."""
         kb, stmt = self.kb, self.stmt
-        row0, col0, quad = self.u32(), self.u32(), self.u32()
+        first_row, row0, col0, quad = self.u32(), self.u32(), self.u32(), self.u32()
+        if stmt.pingpong:
+            kb.emit(arith.mov("u32", first_row, m0))
+        else:
+            kb.emit(arith.mad("u32", first_row, self.consumer_index, SM90.wgmma_m, m0))
         kb.emit(
-            arith.mad("u32", row0, self.consumer_index, SM90.wgmma_m, m0),
-            arith.mad("u32", row0, self.warp, 16, row0),
+            arith.mad("u32", row0, self.warp, 16, first_row),
             logic.shr("u32", quad, self.lane, 2),
             arith.add("u32", row0, row0, quad),
             logic.and_("b32", col0, self.lane, 3),
@@ -695,15 +825,28 @@ class _MainLoop:
         batch_value = self.index_value(stmt.batch_index, batch, 0, {})
         # A paired epilogue takes registers i and i + 1 (adjacent columns) in one call.
         step = 2 if stmt.pair_col is not None else 1
-        for element in range(0, stmt.accumulator_registers, step):
-            row = self.index_value(stmt.row, row0, 8 * ((element >> 1) & 1), rows)
-            col = self.index_value(stmt.col, col0, 8 * (element >> 2) + (element & 1), cols)
-            bindings = {stmt.row: row, stmt.col: col, stmt.batch_index: batch_value}
-            if stmt.pair_col is not None:
-                bindings[stmt.pair_col] = self.index_value(
-                    stmt.pair_col, col0, 8 * (element >> 2) + 1, cols
-                )
-            self.emit_epilogue(bindings, element)
+        staging = self.staging
+        per_block = stmt.tile_n // 2
+        for block in range(stmt.row_blocks):
+            block_row = first_row
+            if block:
+                block_row = self.u32()
+                kb.emit(arith.add("u32", block_row, first_row, block * SM90.wgmma_m))
+            for i in range(0, per_block, step):
+                element = block * per_block + i
+                if staging is not None and i % staging.elements_per_chunk == 0:
+                    staging.begin_chunk()
+                row_offset = block * SM90.wgmma_m + 8 * ((i >> 1) & 1)
+                row = self.index_value(stmt.row, row0, row_offset, rows)
+                col = self.index_value(stmt.col, col0, 8 * (i >> 2) + (i & 1), cols)
+                bindings = {stmt.row: row, stmt.col: col, stmt.batch_index: batch_value}
+                if stmt.pair_col is not None:
+                    bindings[stmt.pair_col] = self.index_value(
+                        stmt.pair_col, col0, 8 * (i >> 2) + 1, cols
+                    )
+                self.emit_epilogue(bindings, element, staging.addresses(i) if staging else {})
+                if staging is not None and (i + step) % staging.elements_per_chunk == 0:
+                    staging.end_chunk(i // staging.elements_per_chunk, batch, block_row, n0)
 
     def index_value(self, var: Var, base: Reg, offset: int, cache: dict[int, Reg]) -> Reg:
         """``base + offset`` in a register of ``var``'s index type (made once per offset)."""

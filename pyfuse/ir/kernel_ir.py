@@ -488,6 +488,17 @@ class VectorStore(Stmt):
 
 
 @record(eq=False)
+class StageStore(Stmt):
+    """Inside a :class:`MatmulMainLoop` epilogue: write the ``width`` adjacent columns of
+    ``source`` (the output's values at the bound ``row``/``col``) into the shared-memory
+    staging tile of ``stmt.stores[store]``, which the main loop then stores with TMA."""
+
+    store: int
+    source: Buffer
+    width: int
+
+
+@record(eq=False)
 class Sync(Stmt):
     """``bar.sync 0``: every thread of the block."""
 
@@ -606,6 +617,33 @@ class TmaOperand:
         return max(1, self.stage_tile_bytes // self.box_bytes)
 
 
+@record(frozen=True)
+class TmaStore:
+    """One epilogue output staged in shared memory and stored with TMA, a box of 64 rows (one
+    consumer warpgroup's) by ``chunk_cols`` columns at a time. Dims are in memory order,
+    outermost first, with roles "m", "n" (the last, contiguous) and at most one "batch".
+    Each consumer warpgroup owns two staging buffers of ``buffer_bytes`` (64 rows of
+    ``swizzle_bytes``): warpgroup ``w``'s buffer ``b`` starts ``(2 w + b) * buffer_bytes``
+    after ``smem_offset``."""
+
+    buffer_name: str
+    dtype: DType
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]  # elements; the innermost is 1
+    box: tuple[int, ...]
+    roles: tuple[str, ...]
+    swizzle_bytes: int  # one staged row: chunk_cols elements
+    smem_offset: int
+
+    @property
+    def chunk_cols(self) -> int:
+        return self.swizzle_bytes // self.dtype.itemsize
+
+    @property
+    def buffer_bytes(self) -> int:
+        return 64 * self.swizzle_bytes
+
+
 @record(eq=False)
 class MatmulMainLoop(Stmt):
     """A warp-specialized Hopper matmul over output tiles: a producer warpgroup loads operand
@@ -643,9 +681,21 @@ class MatmulMainLoop(Stmt):
     # neighbouring tiles and multicast the operand tiles they share (TMA ``.multicast``).
     cluster_m: int = 1
     cluster_n: int = 1
+    # Outputs the epilogue stages in shared memory (StageStore) for TMA stores; all share
+    # one chunk width, and the epilogue's synchronization runs per chunk of columns.
+    stores: list[TmaStore] = field(default_factory=list)
+    # Ping-pong: two consumer warpgroups each compute whole tiles, taking the CTA's tiles in
+    # turn, so that one's epilogue runs while the other's wgmmas run (else cooperative: the
+    # consumer warpgroups split every tile's rows).
+    pingpong: bool = False
 
     def children(self) -> Iterator[list[Stmt]]:
         yield self.epilogue
+
+    @property
+    def row_blocks(self) -> int:
+        """64-row blocks of a tile one consumer warpgroup computes."""
+        return self.tile_m // 64 if self.pingpong else 1
 
     @property
     def cluster_size(self) -> int:
@@ -654,4 +704,4 @@ class MatmulMainLoop(Stmt):
     @property
     def accumulator_registers(self) -> int:
         """fp32 accumulator registers per consumer thread per MMA (m64nNk16: N/2 per 64 rows)."""
-        return self.tile_n // 2 * (self.tile_m // 64 // self.consumer_warpgroups)
+        return self.tile_n // 2 * self.row_blocks

@@ -14,6 +14,7 @@ from pyfuse.ir.kernel_ir import (
     Kernel,
     Let,
     MatmulMainLoop,
+    StageStore,
     Stmt,
     Store,
     Sync,
@@ -59,6 +60,8 @@ def stmt_to_lines(stmt: Stmt, indent: str = "") -> list[str]:
             f"{indent}{stmt.target.name}[{stmt.target_index}:+{stmt.width}] = "
             f"{stmt.source.name}[{stmt.source_index}:+{stmt.width}]  # vector"
         ]
+    if isinstance(stmt, StageStore):
+        return [f"{indent}stage[{stmt.store}] = {stmt.source.name}[0:+{stmt.width}]  # smem, TMA"]
     if isinstance(stmt, Sync):
         return [f"{indent}sync"]
     if isinstance(stmt, ThreadReduce):
@@ -85,6 +88,13 @@ def stmt_to_lines(stmt: Stmt, indent: str = "") -> list[str]:
             )
         for a, b, accumulator in stmt.mmas:
             lines.append(f"{inner}{accumulator.name} += wgmma(operand {a}, operand {b})")
+        for index, store in enumerate(stmt.stores):
+            lines.append(
+                f"{inner}tma store [{index}] {store.buffer_name}: shape={list(store.shape)} "
+                f"strides={list(store.strides)} box={list(store.box)} "
+                f"roles={list(store.roles)} swizzle={store.swizzle_bytes}B "
+                f"smem+{store.smem_offset} (2 x {store.buffer_bytes} B per warpgroup)"
+            )
         lines.append(
             f"{inner}epilogue for each ({stmt.batch_index}, {stmt.row}, {stmt.col}) at "
             f"{stmt.element}:"

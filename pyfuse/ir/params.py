@@ -16,7 +16,9 @@ class MatmulParams:
     """Hopper matmul schedule. Tiles are in elements; ``grid_swizzle`` is the number of M tiles
     walked together (1 = none); ``persistent`` makes each CTA loop over tiles; ``splitk``
     splits K across CTAs; ``cluster_m``/``cluster_n`` set the CTA cluster; ``smem_epilogue``
-    stores the output through shared memory (and TMA)."""
+    stores the output through shared memory (and TMA); ``pingpong`` gives each of two
+    consumer warpgroups whole tiles in turn (one's epilogue under the other's main loop;
+    persistent, at most 128x128 accumulator elements per warpgroup)."""
 
     tile_m: int | None = None
     tile_n: int | None = None
@@ -29,6 +31,7 @@ class MatmulParams:
     cluster_n: int | None = None
     warp_specialized: bool | None = None
     smem_epilogue: bool | None = None
+    pingpong: bool | None = None
 
     def __post_init__(self) -> None:
         for field in fields(self):

@@ -41,6 +41,8 @@ from pyfuse.ir.params import MatmulParams
 from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.tensor import MemoryType, TensorView, Val
 from pyfuse.passes.lower import _Lowering
+from pyfuse.passes.matmul_epilogue import STAGING_ROWS, chunk_cols, staged_outputs
+from pyfuse.passes.matmul_tiles import consumer_warpgroups
 from pyfuse.passes.plan import KernelPlan
 from pyfuse.passes.schedule_matmul import (
     BARRIER_REGION_BYTES,
@@ -264,21 +266,31 @@ class _MatmulLowering(_Lowering):
         stage_total = offset - _align(BARRIER_REGION_BYTES, SMEM_ALIGN)
         operands = [dataclasses.replace(o, stage_bytes=stage_total) for o in operands]
         smem_bytes = _align(BARRIER_REGION_BYTES, SMEM_ALIGN) + stage_total * params.stages
-        if smem_bytes > self.target.max_smem_per_block:
+        stores = self._stores(smem_bytes) if params.smem_epilogue else []
+        self.staged = {store.buffer_name: index for index, store in enumerate(stores)}
+        staging = sum(
+            2 * consumer_warpgroups(params.tile_m, params.pingpong) * store.buffer_bytes
+            for store in stores
+        )
+        if smem_bytes + staging > self.target.max_smem_per_block:
             raise ScheduleError(
-                f"kernel {self.name}: {params.stages} stages of {stage_total} bytes need "
-                f"{smem_bytes} bytes of shared memory, more than {self.target.max_smem_per_block}"
+                f"kernel {self.name}: {params.stages} stages of {stage_total} bytes"
+                + (f" and {staging} bytes of output staging" if staging else "")
+                + f" need {smem_bytes + staging} bytes of shared memory, more than "
+                f"{self.target.max_smem_per_block}"
             )
+        smem_bytes += staging
         for tv in self.fusion.inputs + self.fusion.outputs:
             self._buffer(tv)
 
-        warpgroups = params.tile_m // SM90.wgmma_m
+        warpgroups = consumer_warpgroups(params.tile_m, params.pingpong)
+        row_blocks = params.tile_m // SM90.wgmma_m if params.pingpong else 1
         mmas: list[tuple[int, int, k.Buffer]] = []
         for mma in self.mmas:
             out = mma.output
             # Each consumer warpgroup holds 64 rows of the tile: N/2 fp32 registers a thread
             # (MatmulMainLoop.accumulator_registers).
-            registers = params.tile_n // 2
+            registers = params.tile_n // 2 * row_blocks
             accumulator = k.Buffer(f"T{out.name}", dtypes.float32, MemoryType.LOCAL, registers)
             self.accumulators[id(out)] = accumulator
             self.buffers[id(out)] = accumulator
@@ -309,6 +321,8 @@ class _MatmulLowering(_Lowering):
             pair_element=self.pair_element if self.paired else None,
             cluster_m=params.cluster_m or 1,
             cluster_n=params.cluster_n or 1,
+            stores=stores,
+            pingpong=bool(params.pingpong),
         )
         m_tiles = -(-sizes["m"] // params.tile_m)
         n_tiles = -(-sizes["n"] // params.tile_n)
@@ -340,6 +354,35 @@ class _MatmulLowering(_Lowering):
             index_dtype=self.index_dtype,
             cluster=(cluster, 1, 1),
         )
+
+    def _stores(self, offset: int) -> list[k.TmaStore]:
+        """The outputs staged for TMA stores (:mod:`matmul_epilogue`), their buffers from
+        ``offset`` on; none unless every store of the epilogue is a pair of columns."""
+        params = self.matmul
+        assert params.tile_m and params.tile_n
+        if not self.paired:
+            return []
+        staged = staged_outputs(self.fusion, self.mmas[0], self.sizes["batch"])
+        cols = chunk_cols([out.dtype.itemsize for out, _ in staged], params.tile_n)
+        if cols is None:
+            return []
+        stores = []
+        offset = _align(offset, SMEM_ALIGN)
+        box_of = {"batch": 1, "m": STAGING_ROWS, "n": cols}
+        for out, layout in staged:
+            store = k.TmaStore(
+                buffer_name=self._buffer(out).name,
+                dtype=out.dtype,
+                shape=tuple(extent for extent, _, _ in layout),
+                strides=tuple(stride for _, stride, _ in layout),
+                box=tuple(box_of[role] for _, _, role in layout),
+                roles=tuple(role for _, _, role in layout),
+                swizzle_bytes=cols * out.dtype.itemsize,
+                smem_offset=offset,
+            )
+            stores.append(store)
+            offset += 2 * consumer_warpgroups(params.tile_m, params.pingpong) * store.buffer_bytes
+        return stores
 
     def _epilogue_exprs(self) -> list[Expr]:
         exprs = []
@@ -407,6 +450,10 @@ class _MatmulLowering(_Lowering):
                 for slot, results in ((zero, first_results), (one, second_results)):
                     value = k.Load(results[id(out)], zero, out.dtype)
                     body.append(k.Store(pair, slot, value))
+                staged = self.staged.get(self._buffer(out).name)
+                if staged is not None:
+                    body.append(k.StageStore(staged, pair, 2))
+                    continue
                 index = self._output_offset(out, self.col)
                 body.append(k.VectorStore(self._buffer(out), index, pair, zero, 2))
         else:

@@ -55,3 +55,9 @@ def filling_tiles(
         if m <= tile_m and n <= tile_n and cost(m, n) < cost(*best):
             best = (m, n)
     return best
+
+
+def consumer_warpgroups(tile_m: int, pingpong: bool | None) -> int:
+    """Consumer warpgroups of a CTA: two taking whole tiles in turn (ping-pong), else one
+    per 64 rows of the tile (cooperative)."""
+    return 2 if pingpong else tile_m // SM90.wgmma_m

@@ -52,7 +52,8 @@ from pyfuse.ir.iterdomain import (
 from pyfuse.ir.params import MatmulParams
 from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.tensor import MemoryType, TensorView, memory_strides
-from pyfuse.passes.matmul_tiles import default_tiles, filling_tiles
+from pyfuse.passes.matmul_epilogue import staged_outputs, staging_bytes
+from pyfuse.passes.matmul_tiles import consumer_warpgroups, default_tiles, filling_tiles
 from pyfuse.passes.plan import MATMUL_SCHEDULER
 from pyfuse.passes.skip_intermediates import (
     is_metadata_op,
@@ -72,6 +73,9 @@ WIDEST_SWIZZLE_BYTES = SM90.swizzle_spans[0]
 # The front of shared memory holds the mbarriers, padded so the first operand tile starts on
 # the widest swizzle's pattern boundary (which every narrower pattern divides).
 BARRIER_REGION_BYTES = SM90.max_swizzle_pattern_bytes
+# fp32 accumulator registers a ping-pong consumer thread may hold (a 128x128 tile): the rest
+# of its 240 keep the epilogue's values and the addresses.
+PINGPONG_ACCUMULATORS = 128
 
 
 def _mmas(fusion: Fusion) -> list[MmaOp]:
@@ -316,6 +320,7 @@ def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo)
     tile_k = WIDEST_SWIZZLE_BYTES // mmas[0].a.dtype.itemsize
     itemsize = mmas[0].a.dtype.itemsize
     given = user or MatmulParams()
+    given, tile_m, tile_n = _pingpong_tiles(given, tile_m, tile_n, len(mmas))
     tile_m = given.tile_m or tile_m
     tile_n = _mn_major_tile_n(fusion, mmas, given.tile_n or tile_n, itemsize, given.tile_n)
     if given.tile_n is not None and given.tile_n != tile_n:
@@ -324,7 +329,14 @@ def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo)
     a_count = len({id(m.a) for m in mmas})
     b_count = len(operands) - a_count
     stage_bytes = (tile_m * a_count + tile_n * b_count) * tile_k * itemsize
-    stages = max(1, min(8, (target.max_smem_per_block - BARRIER_REGION_BYTES) // stage_bytes))
+    budget = target.max_smem_per_block - BARRIER_REGION_BYTES
+    warpgroups = consumer_warpgroups(tile_m, given.pingpong)
+    smem_epilogue, epilogue_bytes = _smem_epilogue(
+        fusion, mmas[0], shape, warpgroups, tile_n, given
+    )
+    if smem_epilogue and given.smem_epilogue is None and budget - epilogue_bytes < 2 * stage_bytes:
+        smem_epilogue, epilogue_bytes = False, 0  # two stages beat staging the output
+    stages = max(1, min(8, (budget - epilogue_bytes) // stage_bytes))
     m_tiles = ceil_div(shape["m"], tile_m)
     tiles = m_tiles * ceil_div(shape["n"], tile_n) * shape["batch"]
     defaults = MatmulParams(
@@ -333,17 +345,82 @@ def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo)
         tile_k=tile_k,
         stages=stages,
         grid_swizzle=_grid_swizzle(m_tiles, tile_m, tile_n, target),
-        persistent=tiles > target.sm_count,
+        persistent=tiles > target.sm_count or bool(given.pingpong),
         splitk=1,
         cluster_m=_cluster_m(m_tiles, tiles, tile_n, tile_k, given, target),
         cluster_n=1,
         warp_specialized=True,
-        smem_epilogue=False,
+        smem_epilogue=smem_epilogue,
+        pingpong=False,
     )
     params = given.merged(defaults)
     _check_params(params, tile_n_limit=SM90.wgmma_n_max)
     _warn_unused(params)
     return params
+
+
+def _smem_epilogue(
+    fusion: Fusion,
+    mma: MmaOp,
+    shape: dict[str, int],
+    warpgroups: int,
+    tile_n: int,
+    given: MatmulParams,
+) -> tuple[bool, int]:
+    """Whether the epilogue stages its outputs in shared memory for TMA stores (by default
+    whenever an output can be, :mod:`matmul_epilogue`), and the bytes that takes."""
+    if given.smem_epilogue is False:
+        return False, 0
+    staged = [out for out, _ in staged_outputs(fusion, mma, shape["batch"])]
+    nbytes = staging_bytes(staged, warpgroups, tile_n)
+    if nbytes == 0 and given.smem_epilogue:
+        warnings.warn(
+            "pyfuse: MatmulParams(smem_epilogue=True) not applied: no output of this matmul "
+            "can be stored with TMA (it needs a contiguous N axis, 16-byte aligned strides, "
+            "a bf16, f16 or f32 dtype, and a tile_n of whole 32-byte rows); the epilogue "
+            "stores from registers",
+            UserWarning,
+            stacklevel=4,
+        )
+    return nbytes > 0, nbytes
+
+
+def _pingpong_tiles(
+    given: MatmulParams, tile_m: int, tile_n: int, mma_count: int
+) -> tuple[MatmulParams, int, int]:
+    """A ping-pong warpgroup holds a whole tile's accumulators: at most
+    ``PINGPONG_ACCUMULATORS`` fp32 registers a thread over the MMAs. Tiles the user left
+    open shrink to fit (128x128 for one MMA, 64x128 for two); a persistent=False or a user's
+    tile that does not fit turns ping-pong off, with a warning."""
+    if not given.pingpong:
+        return given, tile_m, tile_n
+
+    def registers(m: int, n: int) -> int:
+        return n // 2 * (m // SM90.wgmma_m) * mma_count
+
+    if (
+        given.tile_m is None
+        and given.tile_n is None
+        and registers(tile_m, tile_n) > (PINGPONG_ACCUMULATORS)
+    ):
+        tile_m, tile_n = (128, 128) if mma_count == 1 else (64, 128)
+    m, n = given.tile_m or tile_m, given.tile_n or tile_n
+    reason = None
+    if given.persistent is False:
+        reason = "it needs a persistent kernel"
+    elif registers(m, n) > PINGPONG_ACCUMULATORS:
+        reason = (
+            f"a {m}x{n} tile holds {registers(m, n)} accumulator registers a thread, more than "
+            f"{PINGPONG_ACCUMULATORS}"
+        )
+    if reason is not None:
+        warnings.warn(
+            f"pyfuse: MatmulParams(pingpong=True) not applied: {reason}; the kernel is cooperative",
+            UserWarning,
+            stacklevel=4,
+        )
+        given = dataclasses.replace(given, pingpong=False)
+    return given, tile_m, tile_n
 
 
 def _mn_major_tile_n(
@@ -389,8 +466,6 @@ def _warn_unused(params: MatmulParams) -> None:
         unused.append(f"splitk={params.splitk} (reached the kernel scheduler unsplit)")
     if params.warp_specialized is False:
         unused.append("warp_specialized=False (the kernel is always warp-specialized)")
-    if params.smem_epilogue:
-        unused.append("smem_epilogue=True (the epilogue stores from registers)")
     if unused:
         warnings.warn(
             f"pyfuse: MatmulParams {'; '.join(unused)} not applied by the Hopper kernel yet; "

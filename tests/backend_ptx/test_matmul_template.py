@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +21,7 @@ from pyfuse.backend_ptx import driver, matmul_host, matmul_template, ptxas
 from pyfuse.backend_ptx.emitter import KernelBuilder, ParamKind, PtxModule
 from pyfuse.backend_ptx.instructions import arith, control, convert, memory
 from pyfuse.backend_ptx.matmul_host import TileOrder, operand_layout
-from pyfuse.backend_ptx.operands import Reg, RegClass
+from pyfuse.backend_ptx.operands import Address, Reg, RegClass
 from pyfuse.backend_ptx.smem_desc import Swizzle
 from pyfuse.ir import dtypes
 from pyfuse.ir import kernel_ir as k
@@ -180,7 +180,10 @@ class StoreEpilogue:
         self.kb, self.stmt, self.outputs = kb, stmt, outputs
         self.accumulators = [accumulators[acc] for _, _, acc in stmt.mmas]
 
-    def __call__(self, bindings: dict[k.Var, Reg], element: int) -> None:
+    def __call__(
+        self, bindings: dict[k.Var, Reg], element: int, staging: Mapping[int, Address]
+    ) -> None:
+        del staging  # the stand-in stages nothing
         if element % 2:
             return  # stored with element - 1
         kb, stmt = self.kb, self.stmt

@@ -119,8 +119,8 @@ def test_the_stored_launch_encodes_what_the_kernel_ir_encodes(
         named = zip(kernel_ir.params, pointers, strict=True)
         by_name = {param.buffer_name: pointer for param, pointer in named}
         want = [
-            _from_plan(plan, by_name[operand.buffer_name])
-            for plan, operand in zip(plans, loop.operands, strict=True)
+            _from_plan(plan, by_name[buffer])
+            for plan, buffer in zip(plans, matmul_host.mapped_buffers(loop), strict=True)
         ]
         got = [
             tensor_maps.encode_arguments(tiled, pointers[position])
@@ -146,9 +146,10 @@ def test_the_cases_cover_what_the_launch_data_distinguishes(
     assert len(_matmul_kernels(compiled["split_k"])) < len(compiled["split_k"].kernels)
     cluster = launches["persistent_cluster"]
     assert cluster.persistent and cluster.cluster_ctas == 2
-    # The epilogue's bias is a pointer argument no map reads.
+    # The epilogue's bias is a pointer argument no map reads; the output is TMA-stored.
     gelu = launches["linear_bias_gelu"]
-    assert len(gelu.pointer_arguments) == 2
+    assert gelu.pointer_arguments == (0, 1, 3)
+    assert len(gelu.maps) == 3
     assert len(compiled["linear_bias_gelu"].kernels[0].arguments) == 4
 
 

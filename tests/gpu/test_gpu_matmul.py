@@ -18,6 +18,9 @@ SCHEDULES = {
     "both": pf.MatmulParams(grid_swizzle=4, persistent=True),
     "cluster2x1": pf.MatmulParams(grid_swizzle=4, persistent=True, cluster_m=2),
     "cluster1x2": pf.MatmulParams(grid_swizzle=4, persistent=False, cluster_n=2),
+    "registers": pf.MatmulParams(smem_epilogue=False),
+    "pingpong": pf.MatmulParams(pingpong=True),
+    "pingpong_64x256_c2": pf.MatmulParams(pingpong=True, tile_m=64, tile_n=256, cluster_m=2),
 }
 CLUSTERS = {
     "2x1_persistent": pf.MatmulParams(persistent=True, cluster_m=2),

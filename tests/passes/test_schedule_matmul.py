@@ -305,8 +305,6 @@ def test_settings_the_kernel_does_not_carry_out_are_reported() -> None:
     fn, specs = PATTERNS["linear"]
     with pytest.warns(UserWarning, match="warp_specialized=False"):
         _run(fn, specs, pf.MatmulParams(warp_specialized=False))
-    with pytest.warns(UserWarning, match="smem_epilogue=True"):
-        _run(fn, specs, pf.MatmulParams(smem_epilogue=True))
 
 
 def test_cluster_params_reach_the_kernel_launch() -> None:

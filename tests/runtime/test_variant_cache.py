@@ -386,7 +386,8 @@ def test_matmul_variants_are_stored_but_not_with_matmul_params(cache_dir: Path) 
     assert [kernel.scheduler for kernel in compiled.kernels] == ["matmul"]
     (path,) = _records(cache_dir)
     record = json.loads(cache.read_entry(path, variant_cache.MAGIC) or b"")
-    assert record["kernels"][0]["matmul_launch"]["pointer_arguments"] == [0, 1]
+    # A and B, then the TMA-stored output.
+    assert record["kernels"][0]["matmul_launch"]["pointer_arguments"] == [0, 1, 2]
     path.unlink()
     pf.fuse(_matmul, name="mm", matmul=pf.MatmulParams()).compile(*specs)
     assert _records(cache_dir) == []

@@ -46,4 +46,14 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec], pf.MatmulParams | N
         P(tile_m=128, tile_n=256, stages=3),
     ),
     "split_k": (lambda a, b: a @ b.T, [S((128, 512), bf16), S((64, 512), bf16)], P(splitk=2)),
+    "register_stores": (
+        lambda a, b: a @ b.T,
+        [S((130, 64), bf16), S((72, 64), bf16)],
+        P(smem_epilogue=False),
+    ),
+    "pingpong": (
+        lambda a, b: a @ b.T,
+        [S((200, 128), bf16), S((136, 128), bf16)],
+        P(pingpong=True, tile_m=128, tile_n=64, stages=3),
+    ),
 }

@@ -87,12 +87,12 @@ def _tensor_maps(kernel: kir.Kernel, params: Mapping[str, int]) -> dict[str, Ten
 
     stmt = matmul_host.find_main_loop(kernel)
     maps = {}
-    for i, (operand, plan) in enumerate(
-        zip(stmt.operands, matmul_host.tensor_map_plans(kernel), strict=True)
+    for i, (buffer_name, plan) in enumerate(
+        zip(matmul_host.mapped_buffers(stmt), matmul_host.tensor_map_plans(kernel), strict=True)
     ):
         tiled = plan.tiled_map()
-        maps[f"tmap{i}_{operand.buffer_name}"] = TensorMap(
-            base=params[operand.buffer_name],
+        maps[f"tmap{i}_{buffer_name}"] = TensorMap(
+            base=params[buffer_name],
             dtype_code=tiled.dtype_code,
             dims=tiled.global_dims,
             strides=tiled.global_strides,

@@ -1,6 +1,6 @@
 """The simulated Hopper machine: CTAs of one cluster at a time, their threads in groups that
 share a program counter, a seeded scheduler that interleaves them, and the asynchronous
-units (TMA loads, mbarriers, wgmma groups) whose completions it orders.
+units (TMA loads and stores, mbarriers, wgmma groups) whose completions it orders.
 
 Expects an :class:`~.parse.Entry`, launch dims, the kernel's parameter values (pointers into a
 :class:`GlobalMemory`, :class:`~.tensor_core.TensorMap` for tensor-map params) and a seed.
@@ -9,10 +9,13 @@ branch the group's lanes disagree on splits it, and groups at one instruction me
 The scheduler runs a random runnable group for a random quantum; an mbarrier wait that is not
 yet satisfied blocks its group until the barrier's phase changes; a TMA load completes at a
 random later step (``eager``), or only when every group is blocked (``late``: the most
-adversarial order for a consumer that waits too little); a wgmma group completes at the
-``wait_group`` that retires it, computing from shared memory then. Every violation below
-raises a :class:`~.tensor_core.SimulationError` naming the CTA, the thread group, the PTX
-line and what it found:
+adversarial order for a consumer that waits too little); a TMA store (:mod:`.bulk_store`)
+reads shared memory and writes global memory at one random later step (``eager``), or only
+when every group is blocked, and at the latest at the ``cp.async.bulk.wait_group`` that
+retires it (``late``: the most adversarial order for a staging buffer reused too early); a
+wgmma group completes at the ``wait_group`` that retires it, computing from shared memory
+then. Every violation below raises a :class:`~.tensor_core.SimulationError` naming the CTA,
+the thread group, the PTX line and what it found:
 
 - a global access outside every buffer, or a store into a read-only one;
 - a value computed from a register no instruction wrote, reaching memory (a store), an
@@ -28,7 +31,11 @@ line and what it found:
   arrivals than pending; a transaction count left unbalanced, or a TMA load still in flight,
   when the kernel ends;
 - a wgmma without ``wgmma.fence`` after its accumulators were touched, an accumulator read or
-  written while a wgmma on it is in flight, a kernel ending with a wgmma in flight.
+  written while a wgmma on it is in flight, a kernel ending with a wgmma in flight;
+- a generic write (``st.shared``, ``stmatrix``) or a TMA load into bytes a TMA store has not
+  yet read; a TMA store of bytes written by a generic write its writer did not follow with
+  ``fence.proxy.async``, of bytes a TMA load has not yet written or nothing ever wrote, from a
+  misaligned or outside source; a thread exiting with a TMA store no ``wait_group`` retired.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from pyfuse.testing.ptx_sim import alu, units
+from pyfuse.testing.ptx_sim import alu, bulk_store, named_barriers, units
 from pyfuse.testing.ptx_sim.parse import Entry, Instr, Operand
 from pyfuse.testing.ptx_sim.state import (
     CTA,
@@ -112,6 +119,7 @@ class Machine:
         for ctas in clusters:
             self.ctas = ctas
             self.copies: list[units.AsyncCopy] = []
+            self.stores: list[bulk_store.PendingStore] = []
             self.groups = [Group(cta, np.flatnonzero(~cta.exited), 0) for cta in ctas]
             self._run_cluster()
 
@@ -119,10 +127,13 @@ class Machine:
         while self.groups:
             self._merge()
             runnable = [g for g in self.groups if g.wait is None]
-            if self.copies and (
-                not runnable or (self.order == "eager" and self.rng.random() < 0.3)
-            ):
-                units.complete_copy(self, self.copies.pop(int(self.rng.integers(len(self.copies)))))
+            pending = len(self.copies) + len(self.stores)
+            if pending and (not runnable or (self.order == "eager" and self.rng.random() < 0.3)):
+                pick = int(self.rng.integers(pending))
+                if pick < len(self.copies):
+                    units.complete_copy(self, self.copies.pop(pick))
+                else:
+                    bulk_store.complete_store(self, self.stores[pick - len(self.copies)])
                 continue
             if not runnable:
                 raise SimulationError("deadlock: every thread waits\n" + self._waits())
@@ -132,6 +143,10 @@ class Machine:
                     break
         if self.copies:
             raise SimulationError(f"{self.copies[0].where}: a TMA load is in flight at the end")
+        if self.stores:
+            raise SimulationError(
+                f"{self.stores[0].where}: a TMA store has not reached global memory at the end"
+            )
         for cta in self.ctas:
             for wg, state in enumerate(cta.warpgroups):
                 if state.open or state.committed:
@@ -256,12 +271,11 @@ class Machine:
         return False
 
     def _exit(self, group: Group, lanes: Array) -> None:
+        bulk_store.check_exit(self, group.cta, lanes)
         group.cta.exited[lanes] = True
         if lanes.size == group.lanes.size:
             self.groups.remove(group)
-        for other in self.groups:  # a barrier may now be complete
-            if other.wait is not None and other.wait[0] == "bar":
-                other.wait = None
+        named_barriers.recheck_barriers(self, group.cta)
 
     # ---- registers -------------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """The simulated machine's state: global memory, CTAs (registers, shared memory and its shadow
-counts, mbarriers, warpgroups' wgmma groups), thread groups, and the views of the machine and
-of an instruction's lanes that the instruction units use (:mod:`.units`).
+counts, mbarriers, warpgroups' wgmma groups, threads' bulk groups), thread groups, and the
+views of the machine and of an instruction's lanes that the instruction units use
+(:mod:`.units`).
 
 Expects nothing; holds no behavior beyond bookkeeping. Guarantees: global buffers sit at fake
 256-byte aligned addresses with gaps, so an access past one is outside every buffer; a CTA's
@@ -158,11 +159,20 @@ class CTA:
         self.tma_pending = np.zeros(smem, dtype=np.int32)
         self.smem_written = np.zeros(smem, dtype=bool)
         self.mma_reading = np.zeros(smem, dtype=np.int32)
+        # TMA stores (:mod:`.bulk_store`): per byte, how many issued stores have yet to read
+        # it, and the thread that last wrote it with a generic-proxy store and has not fenced
+        # (fence.proxy.async) since, or -1; per thread, its bulk groups: the open one (stores
+        # since the last commit) and the committed ones not yet waited on, oldest first.
+        self.store_reading = np.zeros(smem, dtype=np.int32)
+        self.unfenced_writer = np.full(smem, -1, dtype=np.int32)
+        self.bulk_open: dict[int, list[Any]] = {}
+        self.bulk_committed: dict[int, deque[list[Any]]] = {}
         self.mbarriers: dict[int, Mbarrier] = {}
         self.warpgroups = [WarpgroupState() for _ in range(-(-self.threads // WARPGROUP))]
         self.accumulator_names: set[str] = set()  # every warpgroup's, for a fast check
         self.exited = self.local >= per_cta  # padding lanes never run
         self.bar_arrived: dict[int, set[int]] = {}
+        self.bar_needed: dict[int, int | None] = {}  # a bar.sync's thread count (None: all)
         # barrier.cluster: arrivals and completed waits per thread
         self.cluster_arrivals = np.zeros(self.threads, dtype=np.int64)
         self.cluster_waits = np.zeros(self.threads, dtype=np.int64)
@@ -186,6 +196,7 @@ class MachineView(Protocol):
     groups: list[Group]
     ctas: list[CTA]
     copies: list[Any]
+    stores: list[Any]
     params: dict[str, int]
     smem_bytes: int
     maps_by_address: dict[int, TensorMap]

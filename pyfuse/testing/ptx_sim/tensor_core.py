@@ -1,4 +1,4 @@
-"""Hopper's asynchronous units as the simulator models them: mbarriers, TMA tile loads and
+"""Hopper's asynchronous units as the simulator models them: mbarriers, TMA tile boxes and
 wgmma's shared-memory operands, written from the PTX ISA and the CUDA driver's tensor-map
 rules (not from pyfuse's emitter, whose kernels they check).
 
@@ -12,9 +12,13 @@ Guarantees:
 - :func:`swizzled`: the shared-memory address a swizzle mode puts a byte at: bits 4.. of the
   address XOR its bits 7.. (three bits for 128B, two for 64B, one for 32B), on the absolute
   address, as both TMA and wgmma apply it.
-- :func:`tma_box`: the bytes one tiled TMA load writes (box elements in box order, innermost
-  first, each row of the box ``box[0] * size`` bytes) and the values it reads: elements outside
-  the tensor's dims are zero. A swizzled map's inner box must be its swizzle span.
+- :func:`box_layout`: where each element of a tiled TMA box lies in shared memory (box order,
+  innermost first, each row of the box ``box[0] * size`` bytes, swizzled on the absolute
+  address) and in global memory, and whether it lies inside the tensor's dims: one layout for
+  both directions. A swizzled map's inner box must be its swizzle span.
+- :func:`tma_box`: the bytes one tiled TMA load writes and the values it reads: elements
+  outside the tensor's dims are zero. (A TMA store of the same box, :mod:`.bulk_store`, reads
+  the same bytes and writes only the elements inside the dims.)
 - :func:`operand_addresses`: the shared-memory byte address of every element of a wgmma
   operand (rows = M or N, columns = K) from its descriptor: start, leading and stride byte
   offsets and swizzle (bits 0-13, 16-29, 32-45, 62-63, each offset in 16-byte units). K-major:
@@ -121,11 +125,12 @@ class TensorMap:
         return int(np.prod(self.box)) * self.element_bytes
 
 
-def tma_box(
-    tmap: TensorMap, coords: tuple[int, ...], dst: int, read_global: Callable[[Array, int], Array]
-) -> tuple[Array, Array]:
-    """(shared addresses, bytes) of one tiled load at ``coords`` into ``dst``.
-    ``read_global(addresses, size)`` returns ``size`` bytes per address (a 2-D uint8 array)."""
+def box_layout(tmap: TensorMap, coords: tuple[int, ...], smem: int) -> tuple[Array, Array, Array]:
+    """Where the elements of one tiled TMA box at ``coords`` sit, in box order (innermost
+    first), both ways: (the shared address of each element's first byte, its global byte offset
+    from the map's base, whether it lies inside the tensor's dims). The box's shared layout is
+    the same for a load and for a store: rows of ``box[0] * size`` bytes from ``smem``, swizzled
+    on the absolute address by the map's mode. An offset outside the dims is meaningless."""
     size = tmap.element_bytes
     span = TMA_SWIZZLE_SPAN[tmap.swizzle]
     if span and tmap.box[0] * size != span:
@@ -143,11 +148,19 @@ def tma_box(
         element = coords[axis] + position
         inside &= (element >= 0) & (element < extent)
         offset += np.where(inside, element, 0) * byte_strides[axis]
-    data = np.zeros((index[0].size, size), dtype=np.uint8)
-    if inside.any():
-        data[inside] = read_global(tmap.base + offset[inside], size)
     linear = np.arange(index[0].size, dtype=np.int64) * size
-    addresses = swizzled(dst + linear, span)
+    return swizzled(smem + linear, span), offset, inside
+
+
+def tma_box(
+    tmap: TensorMap, coords: tuple[int, ...], dst: int, read_global: Callable[[Array, int], Array]
+) -> tuple[Array, Array]:
+    """(shared addresses, bytes) of one tiled load at ``coords`` into ``dst``.
+    ``read_global(addresses, size)`` returns ``size`` bytes per address (a 2-D uint8 array)."""
+    addresses, offset, inside = box_layout(tmap, coords, dst)
+    data = np.zeros((addresses.size, tmap.element_bytes), dtype=np.uint8)
+    if inside.any():
+        data[inside] = read_global(tmap.base + offset[inside], tmap.element_bytes)
     return addresses, data
 
 

@@ -2,8 +2,9 @@
 wgmma and the warp- and cluster-level ones, for :class:`~.machine.Machine`.
 
 Expects the machine's group, its active lanes and their :class:`~.machine.LaneOps`. Guarantees
-the semantics and checks listed in :mod:`.machine` and :mod:`.tensor_core`; an instruction it
-does not model raises a :class:`~.tensor_core.SimulationError` naming it.
+the semantics and checks listed in :mod:`.machine`, :mod:`.tensor_core` and :mod:`.bulk_store`
+(TMA stores, bulk groups, the async-proxy fence and stmatrix, registered here); an instruction
+it does not model raises a :class:`~.tensor_core.SimulationError` naming it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from pyfuse.testing.ptx_sim import bulk_store, named_barriers
 from pyfuse.testing.ptx_sim.alu import types_of
 from pyfuse.testing.ptx_sim.parse import Instr, Operand
 from pyfuse.testing.ptx_sim.state import (
@@ -103,8 +105,10 @@ def _ld_st(machine: Machine, group: Group, instr: Instr, lanes: Array, ops: Lane
         else:
             data = np.concatenate([_raw(ops.read(item, type_)) for item in items], axis=1)
             ops.require_defined("a stored value")
-            cta.smem[addresses[:, None] + span] = data
-            cta.smem_written[addresses[:, None] + span] = True
+            written = addresses[:, None] + span
+            bulk_store.generic_write(machine, cta, written, lanes[:, None], where)
+            cta.smem[written] = data
+            cta.smem_written[written] = True
             return
     elif space == "global":
         if load:
@@ -123,6 +127,23 @@ def _ld_st(machine: Machine, group: Group, instr: Instr, lanes: Array, ops: Lane
 
 def _raw(values: Array) -> Array:
     return np.ascontiguousarray(values).view(np.uint8).reshape(values.size, -1)
+
+
+def _stmatrix(machine: Machine, group: Group, instr: Instr, lanes: Array, ops: LaneOps) -> str:
+    if not _converged(group, instr, lanes, 0xFFFFFFFF):
+        return "blocked"
+    where, cta = machine.where(group, instr), group.cta
+    addresses, data, writers = bulk_store.stmatrix_writes(instr, lanes, ops, where)
+    size, limit = data.shape[1], machine.smem_bytes
+    if (addresses < 0).any() or (addresses + size > limit).any():
+        raise SimulationError(f"{where}: a shared access outside the {limit} B of the CTA")
+    addresses = addresses + cta.smem_offset[writers]
+    _shared_access(cta, addresses, size, False, where)
+    written = addresses[:, None] + np.arange(size)
+    bulk_store.generic_write(machine, cta, written, writers[:, None], where)
+    cta.smem[written] = data
+    cta.smem_written[written] = True
+    return "ok"
 
 
 def _shared_access(cta: CTA, addresses: Array, size: int, load: bool, where: object) -> None:
@@ -148,31 +169,9 @@ def _aligned(machine: Machine, group: Group, instr: Instr) -> bool:
     return True
 
 
-def _bar(machine: Machine, group: Group, instr: Instr, lanes: Array, ops: LaneOps) -> str:
-    cta = group.cta
-    barrier = int(ops.read(instr.operands[0], "u32")[0]) if instr.operands else 0
-    arrived = cta.bar_arrived.setdefault(barrier, set())
-    arrived.update(int(t) for t in lanes)
-    if len(instr.operands) > 1:
-        needed = int(ops.read(instr.operands[1], "u32")[0])
-        done = len(arrived) >= needed
-    else:
-        live = np.flatnonzero(~cta.exited)
-        done = set(int(t) for t in live) <= arrived
-    if not done:
-        group.wait = ("bar", barrier)
-        return "blocked"
-    cta.bar_arrived[barrier] = set()
-    for other in machine.groups:
-        if other is not group and other.cta is cta and other.wait == ("bar", barrier):
-            other.wait = None
-            other.pc += 1
-    return "ok"
-
-
 def _barrier(machine: Machine, group: Group, instr: Instr, lanes: Array, ops: LaneOps) -> str:
     if "cluster" not in instr.modifiers:
-        return _bar(machine, group, instr, lanes, ops)
+        return named_barriers.bar(machine, group, instr, lanes, ops)
     cta = group.cta
     if "arrive" in instr.modifiers:
         cta.cluster_arrivals[lanes] += 1
@@ -269,6 +268,8 @@ def _fence(machine: Machine, group: Group, instr: Instr, lanes: Array, ops: Lane
     if "mbarrier_init" in instr.modifiers and lanes.size:
         for barrier in group.cta.mbarriers.values():
             barrier.fenced = True
+    if "proxy" in instr.modifiers and lanes.size:
+        bulk_store.fence(machine, group, instr, lanes)
 
 
 def _nothing(machine: Machine, group: Group, instr: Instr, lanes: Array, ops: LaneOps) -> None:
@@ -347,11 +348,16 @@ def _shfl(machine: Machine, group: Group, instr: Instr, lanes: Array, ops: LaneO
 def _cp(machine: Machine, group: Group, instr: Instr, lanes: Array, ops: LaneOps) -> None:
     where = machine.where(group, instr)
     mods = instr.modifiers
+    if mods[:2] == ("async", "bulk") and len(mods) > 2:
+        store = mods[2:3] + mods[4:5] == ("tensor", "global")
+        form = _BULK_FORMS.get("store" if store else mods[2])
+        if form is not None:
+            return form(machine, group, instr, lanes, ops)
     if mods[:3] != ("async", "bulk", "tensor") or (mods[4].split("::")[0], mods[5]) != (
         "shared",
         "global",
     ):
-        raise NotModeledError(f"{where}: only TMA tile loads (global to shared) are modeled")
+        raise NotModeledError(f"{where}: only TMA tile loads and stores are modeled")
     dst_operand, source, barrier_operand, *rest = instr.operands
     dsts = ops.address(dst_operand)
     maps = ops.address(Operand("address", base=source.base))
@@ -386,6 +392,11 @@ def _cp(machine: Machine, group: Group, instr: Instr, lanes: Array, ops: LaneOps
                     f"{where}: a TMA load into shared bytes that the wgmma of line "
                     f"{reader.line} ({reader.text}) has not yet retired reading ({cta.name()}): "
                     "the stage was released too early"
+                )
+            if cta.store_reading[span].any():
+                raise SimulationError(
+                    f"{where}: a TMA load into shared bytes a TMA store has not yet read "
+                    f"({cta.name()})"
                 )
             _, local_barrier = _target(machine, group.cta, int(barriers[i]))
             if local_barrier not in cta.mbarriers:
@@ -532,10 +543,16 @@ def _operand(cta: CTA, descriptor: int, rows: int, k_major: bool, dtype: Any) ->
     return values
 
 
+_BULK_FORMS = {
+    "store": bulk_store.store_tile,
+    "commit_group": bulk_store.commit_group,
+    "wait_group": bulk_store.wait_group,
+}
+
 _HANDLERS = {
     "ld": _ld_st,
     "st": _ld_st,
-    "bar": _bar,
+    "bar": named_barriers.bar,
     "barrier": _barrier,
     "mbarrier": _mbarrier,
     "fence": _fence,
@@ -544,6 +561,7 @@ _HANDLERS = {
     "setmaxnreg": _setmaxnreg,
     "elect": _elect,
     "cp": _cp,
+    "stmatrix": _stmatrix,
     "wgmma": _wgmma,
     "mapa": _mapa,
     "shfl": _shfl,

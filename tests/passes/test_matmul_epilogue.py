@@ -1,0 +1,130 @@
+"""Which matmul outputs leave through shared memory and a TMA store (passes/matmul_epilogue),
+what the scheduler leaves them in shared memory, and the kernel IR and PTX that carry it."""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import pytest
+
+import pyfuse as pf
+from pyfuse.backend_ptx.emit import emit_ptx
+from pyfuse.backend_ptx.matmul_host import matmul_launch, tensor_map_plans
+from pyfuse.ir import kernel_ir as k
+from pyfuse.ir.hopper import SM90
+from pyfuse.ir.kernel_printer import kernel_to_str
+from pyfuse.ir.target import HOPPER
+from pyfuse.passes import pipeline
+from pyfuse.passes.matmul_epilogue import chunk_cols
+
+bf16, f16, f32 = pf.bfloat16, pf.float16, pf.float32
+
+
+def _main_loop(fn, specs, params=None):  # type: ignore[no-untyped-def]
+    fusion = pf.fuse(fn).trace(*specs)
+    result = pipeline.run(fusion, HOPPER, params)
+    (stage,) = [st for st in result.kernels if st.plan.scheduler == "matmul"]
+    loop = stage.kernel_ir.main_loop()
+    assert loop is not None
+    return stage, loop
+
+
+def test_a_row_major_output_is_staged_in_64_row_chunks_of_one_swizzle_row() -> None:
+    stage, loop = _main_loop(
+        lambda x, w, b: pf.gelu(pf.linear(x, w, b), approximate="tanh"),
+        [pf.spec((512, 256), bf16), pf.spec((1024, 256), bf16), pf.spec((1024,), bf16)],
+    )
+    (store,) = loop.stores
+    assert store.roles == ("m", "n") and store.shape == (512, 1024)
+    assert store.box == (SM90.wgmma_m, 64) and store.swizzle_bytes == 128
+    assert stage.plan.params["smem_epilogue"] is True
+    # The staging buffers follow the stages and fit the block's shared memory.
+    warpgroups = loop.tile_m // SM90.wgmma_m
+    assert store.smem_offset + 2 * warpgroups * store.buffer_bytes == stage.kernel_ir.smem_bytes
+    assert stage.kernel_ir.smem_bytes <= HOPPER.max_smem_per_block
+    # The epilogue writes the pair into staging; no global store of that output is left.
+    stmts = list(stage.kernel_ir.walk())
+    assert any(isinstance(s, k.StageStore) for s in stmts)
+    assert not any(isinstance(s, k.VectorStore) for s in stmts)
+    assert "tma store [0]" in kernel_to_str(stage.kernel_ir)
+
+
+def test_a_3d_linear_output_collapses_its_row_axes_and_a_batched_one_keeps_its_batch() -> None:
+    _, loop = _main_loop(
+        lambda x, w: pf.linear(x, w),
+        [pf.spec((4, 96, 256), bf16), pf.spec((512, 256), bf16)],
+    )
+    (store,) = loop.stores
+    assert store.roles == ("m", "n") and store.shape == (4 * 96, 512)
+    _, loop = _main_loop(
+        lambda a, b: a @ b, [pf.spec((3, 200, 128), bf16), pf.spec((3, 128, 320), bf16)]
+    )
+    (store,) = loop.stores
+    assert store.roles == ("batch", "m", "n") and store.shape == (3, 200, 320)
+    assert store.box == (1, SM90.wgmma_m, 64)
+
+
+@pytest.mark.parametrize(
+    ("fn", "specs", "why"),
+    [
+        (lambda a, b: (a @ b).T, [((256, 128), bf16), ((128, 512), bf16)], "transposed"),
+        (pf.linear, [((256, 128), bf16), ((100, 128), bf16)], "200-byte rows"),
+        (pf.linear, [((256, 128), bf16), ((257, 128), bf16)], "odd N"),
+    ],
+)
+def test_outputs_a_tma_store_cannot_write_exactly_keep_register_stores(fn, specs, why) -> None:  # type: ignore[no-untyped-def]
+    stage, loop = _main_loop(fn, [pf.spec(shape, dtype) for shape, dtype in specs])
+    assert loop.stores == [], why
+    assert any(isinstance(s, k.VectorStore | k.Store) for s in stage.kernel_ir.walk())
+
+
+def test_an_f32_output_is_staged_in_32_column_chunks() -> None:
+    _, loop = _main_loop(
+        lambda a, b: (a @ b).to(f32), [pf.spec((256, 128), bf16), pf.spec((128, 512), bf16)]
+    )
+    (store,) = loop.stores
+    assert store.dtype == f32 and store.box == (SM90.wgmma_m, 32)
+    assert chunk_cols([2, 4], 256) == 32 and chunk_cols([2], 96) == 32
+    assert chunk_cols([2], 200) is None
+
+
+def test_smem_epilogue_false_stores_from_registers_and_true_warns_when_nothing_qualifies() -> None:
+    specs = [pf.spec((256, 128), bf16), pf.spec((128, 512), bf16)]
+    stage, loop = _main_loop(lambda a, b: a @ b, specs, pf.MatmulParams(smem_epilogue=False))
+    assert loop.stores == [] and stage.plan.params["smem_epilogue"] is False
+    # Without the staging buffers the pipeline gets the shared memory back.
+    staged_stage, _ = _main_loop(lambda a, b: a @ b, specs)
+    assert stage.plan.params["stages"] >= staged_stage.plan.params["stages"]
+    with pytest.warns(UserWarning, match="smem_epilogue=True"):
+        _main_loop(
+            lambda a, b: (a @ b).T,
+            [pf.spec((256, 128), bf16), pf.spec((128, 512), bf16)],
+            pf.MatmulParams(smem_epilogue=True),
+        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _main_loop(lambda a, b: a @ b, specs, pf.MatmulParams(smem_epilogue=True))
+
+
+def test_the_stores_tensor_maps_follow_the_operands_and_the_ptx_assembles_its_protocol() -> None:
+    stage, loop = _main_loop(
+        lambda a, b: a @ b, [pf.spec((300, 128), f16), pf.spec((128, 384), f16)]
+    )
+    kernel = stage.kernel_ir
+    plans = tensor_map_plans(kernel)
+    assert len(plans) == len(loop.operands) + 1
+    store_plan = plans[-1]
+    assert store_plan.global_dims == (384, 300) and store_plan.box_dims == (64, SM90.wgmma_m)
+    launch = matmul_launch(kernel)
+    output = next(i for i, p in enumerate(kernel.params) if p.role == k.ParamRole.OUTPUT)
+    assert launch.pointer_arguments[-1] == output
+    ptx = emit_ptx(kernel, HOPPER)
+    # Per chunk: the leader's read wait, the warpgroup's barrier, the proxy fence, the store.
+    chunks = loop.tile_n // loop.stores[0].chunk_cols
+    assert len(re.findall(r"cp\.async\.bulk\.wait_group\.read 1", ptx)) == chunks
+    assert len(re.findall(r"fence\.proxy\.async\.shared::cta", ptx)) == chunks
+    assert len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.global\.shared::cta", ptx)) == chunks
+    assert re.search(r"cp\.async\.bulk\.wait_group 0", ptx)
+    assert re.search(r"bar\.sync %r\d+, 128", ptx)
+    assert not re.search(r"st\.global", ptx)
