@@ -11,7 +11,7 @@ are torch's:
   f32 pair; f64 operands whose quotient passes 2**306 get an approximation). ``fmod(x, 0)``,
   ``fmod(inf, y)`` and NaNs give NaN, ``fmod(x, inf) = x``. ``remainder`` moves a nonzero
   ``fmod`` of the other sign than ``y`` by ``y``; ``floor_divide`` is ``(x - fmod(x, y)) / y`` made
-  integral (NumPy's ``npy_divmod``), ``x / y`` where ``y == 0``.
+  integral (NumPy's ``npy_divmod``), ``x / y`` where ``y == 0`` or ``x / y`` overflows.
 - integers: ``div``/``rem`` (C's truncating ones) moved toward negative infinity where the
   signs differ; a divisor of 0 gives 0 (NumPy's rule: the hardware's result is unspecified,
   and a kernel cannot raise), and ``MIN // -1`` wraps to ``MIN``.
@@ -164,6 +164,11 @@ class _FloatDivision(_Emitting):
         # A zero quotient keeps the sign of x / y; a zero divisor gives x / y (inf or NaN).
         signed_zero = self.out(lambda d: arith.mul(t, d, quotient, 0.0, rounding="rn"))
         floor = self.select(self.pred("eq", div, 0.0), signed_zero, floor)
+        # A zero divisor gives x / y (inf or NaN); so does a quotient past the largest float
+        # (a tiny y, whose fmod is no longer exact): NumPy's floor of an infinite x / y.
+        magnitude = self.out(lambda d: arith.abs_(t, d, quotient))
+        overflow = self.pred("eq", magnitude, float("inf"))
+        floor = self.select(overflow, quotient, floor)
         return self.select(self.pred("eq", y, 0.0), quotient, floor)
 
     def result(self, op: str) -> Reg:

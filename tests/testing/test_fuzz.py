@@ -462,3 +462,23 @@ def test_a_cast_to_bool_of_a_flushed_subnormal_differs_from_the_reference() -> N
     (moved,) = _noisy(fusion, [x], np.random.default_rng(0))
     assert moved[0] != want[0] and moved[1] == want[1]
     assert compare(np.array([False, True]), want, jittered=[moved]) is None
+
+
+def test_a_floor_divide_by_a_tiny_divisor_is_the_infinite_quotient() -> None:
+    """GPU fuzzer, seed 541: int32 // pow(f64, u8), the power underflowed to a denormal; the
+    kernel's fmod of 5 by 1e-310 overflowed its reduction and gave NaN where NumPy's floor of
+    the infinite x / y is inf. Run as PTX on the simulator."""
+    from pyfuse.backend_ptx.emit import emit_ptx
+    from pyfuse.testing.simulator import run_on_simulator
+
+    specs = [pf.spec((5,), pf.float64), pf.spec((5,), pf.float64)]
+    fusion = pf.fuse(lambda x, y: pf.floor_divide(x, y)).trace(*specs)
+    result = pipeline.run(
+        fusion, HOPPER, None, emit=lambda st: pipeline.Emitted(emit_ptx(st.kernel_ir, HOPPER))
+    )
+    x = np.array([5.0, -5.0, 3.0, 1e300, 7.0])
+    y = np.array([1e-310, 1e-310, 0.0, 1e-20, 2.0])
+    (got,) = run_on_simulator(result, [x, y], [((5,), pf.float64)], as_ptx=True)
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        want = np.floor_divide(x, y)
+    np.testing.assert_array_equal(got, want)
