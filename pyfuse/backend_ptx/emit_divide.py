@@ -164,10 +164,14 @@ class _FloatDivision(_Emitting):
         # A zero quotient keeps the sign of x / y; a zero divisor gives x / y (inf or NaN).
         signed_zero = self.out(lambda d: arith.mul(t, d, quotient, 0.0, rounding="rn"))
         floor = self.select(self.pred("eq", div, 0.0), signed_zero, floor)
-        # A zero divisor gives x / y (inf or NaN); so does a quotient past the largest float
-        # (a tiny y, whose fmod is no longer exact): NumPy's floor of an infinite x / y.
+        # A zero divisor gives x / y (inf or NaN); so does a finite x whose quotient passes the
+        # largest float (a tiny y, whose fmod is no longer exact): NumPy's floor of the
+        # infinite (x - fmod) / y. An infinite x stays NaN (its fmod is NaN).
         magnitude = self.out(lambda d: arith.abs_(t, d, quotient))
+        x_magnitude = self.out(lambda d: arith.abs_(t, d, x))
         overflow = self.pred("eq", magnitude, float("inf"))
+        finite_x = self.pred("lt", x_magnitude, float("inf"))
+        overflow = self.out(lambda p: logic.and_("pred", p, overflow, finite_x), "pred")
         floor = self.select(overflow, quotient, floor)
         return self.select(self.pred("eq", y, 0.0), quotient, floor)
 
