@@ -56,7 +56,10 @@ from typing import Any
 
 from pyfuse.backend_ptx import smem_desc, tensor_maps
 from pyfuse.backend_ptx import tma as tma_host
-from pyfuse.backend_ptx.emitter import Directives
+from pyfuse.backend_ptx.abi import ParamKind
+from pyfuse.backend_ptx.emitter import Directives, Param
+from pyfuse.backend_ptx.instructions import mbarrier, wgmma
+from pyfuse.backend_ptx.matmul_staging import check_stores
 from pyfuse.backend_ptx.tensor_maps import MatmulLaunch
 from pyfuse.ir import dtypes
 from pyfuse.ir.hopper import SM90
@@ -308,6 +311,105 @@ def find_main_loop(kernel: Kernel) -> MatmulMainLoop:
     if stmt is None:
         raise ValueError(f"kernel {kernel.name} has no MatmulMainLoop")
     return stmt
+
+
+# ---- checks ---------------------------------------------------------------------------------
+
+
+def check_main_loop(
+    stmt: MatmulMainLoop,
+    kernel: Kernel,
+    directives: Directives,
+    declared: Sequence[Param],
+    layouts: Sequence[OperandLayout],
+    order: TileOrder,
+    tensor_map_params: Sequence[Param],
+) -> None:
+    """Refuse a main loop the template would emit wrongly: the block, the tile and wgmma
+    shapes, the operands' dtypes, roles and shared memory, the cluster and grid, the
+    register cap setmaxnreg needs, the tensor-map params, the TMA stores."""
+    c = stmt.consumer_warpgroups
+    rows, warpgroup = SM90.wgmma_m, SM90.warpgroup_threads
+    if stmt.pingpong:
+        if c != 2 or stmt.tile_m % rows or not stmt.persistent:
+            raise ValueError(
+                f"kernel {kernel.name}: a ping-pong kernel is persistent, with 2 consumer "
+                f"warpgroups and whole 64-row blocks; got {c}, tile_m {stmt.tile_m}"
+            )
+    elif stmt.tile_m != rows * c:
+        raise ValueError(
+            f"kernel {kernel.name}: tile_m {stmt.tile_m} needs {stmt.tile_m // rows} "
+            f"consumer warpgroups, got {c}"
+        )
+    if kernel.block != (warpgroup, c + 1, 1):
+        raise ValueError(
+            f"kernel {kernel.name}: tile_m {stmt.tile_m} needs {stmt.tile_m // rows} "
+            f"consumer warpgroups and block ({warpgroup}, {stmt.tile_m // rows + 1}, 1); "
+            f"got {c} and {kernel.block}"
+        )
+    wgmma.check_n(stmt.tile_n)
+    k_step = wgmma.WGMMA_K[WGMMA_TYPES[stmt.operands[0].dtype]]
+    if stmt.tile_k % k_step:
+        raise ValueError(f"tile_k must be a multiple of {k_step}, got {stmt.tile_k}")
+    if len({layout.operand.dtype for layout in layouts}) != 1:
+        raise ValueError(f"kernel {kernel.name}: operands of different dtypes")
+    for a, b, _ in stmt.mmas:
+        if layouts[a].role != "m" or layouts[b].role != "n":
+            raise ValueError(f"kernel {kernel.name}: MMA ({a}, {b}) needs an M and an N operand")
+    lowest = min(layout.operand.smem_offset for layout in layouts)
+    if 2 * stmt.stages * SM90.mbarrier_bytes > lowest:
+        raise ValueError(f"{2 * stmt.stages} mbarriers do not fit below smem offset {lowest}")
+    end = max(
+        o.operand.smem_offset + (stmt.stages - 1) * o.operand.stage_bytes + o.copies * o.box_bytes
+        for o in layouts
+    )
+    if end > kernel.smem_bytes:
+        raise ValueError(
+            f"kernel {kernel.name}: the stages need {end} B of smem, has {kernel.smem_bytes}"
+        )
+    if len({layout.operand.stage_bytes for layout in layouts}) != 1:
+        raise ValueError(f"kernel {kernel.name}: operands disagree on the stage stride")
+    stage_tx = sum(layout.copies * layout.box_bytes for layout in layouts)
+    if stage_tx > mbarrier.MAX_TX_BYTES:
+        raise ValueError(f"a stage of {stage_tx} B exceeds the mbarrier tx limit")
+    size = stmt.cluster_size
+    if kernel.cluster != (size, 1, 1):
+        raise ValueError(
+            f"kernel {kernel.name}: a {stmt.cluster_m}x{stmt.cluster_n} tile cluster is "
+            f"launched as cluster ({size}, 1, 1), got {kernel.cluster}"
+        )
+    if size > 1:
+        if kernel.grid[1:] != (1, 1) or kernel.grid[0] % size:
+            raise ValueError(
+                f"kernel {kernel.name}: a cluster kernel's grid is (clusters x {size}, 1, "
+                f"1), got {kernel.grid}"
+            )
+        if not stmt.persistent and kernel.grid[0] != order.tiles * size:
+            raise ValueError(
+                f"kernel {kernel.name}: a non-persistent cluster grid must be "
+                f"({order.tiles * size}, 1, 1) (one cluster per cluster tile), got "
+                f"{kernel.grid}"
+            )
+    elif not stmt.persistent and kernel.grid != order.grid():
+        raise ValueError(
+            f"kernel {kernel.name}: a non-persistent grid must be {order.grid()} "
+            f"(N tiles x swizzle, M tile groups, batch), got {kernel.grid}"
+        )
+    if directives.maxnreg is None and directives.minnctapersm is None:
+        raise ValueError(
+            f"kernel {kernel.name}: setmaxnreg needs a register cap at entry; build the "
+            "KernelBuilder with matmul_directives(kernel)"
+        )
+    maps_needed = len(stmt.operands) + len(stmt.stores)
+    if len(tensor_map_params) != maps_needed:
+        raise ValueError(
+            f"kernel {kernel.name}: {maps_needed} tensor maps needed, got "
+            f"{len(tensor_map_params)} (use tensor_map_params_for)"
+        )
+    check_stores(stmt, kernel.smem_bytes)
+    for param in tensor_map_params:
+        if param.kind is not ParamKind.TENSOR_MAP or param not in declared:
+            raise ValueError(f"param {param.name} must be a declared TENSOR_MAP param")
 
 
 # ---- registers ------------------------------------------------------------------------------

@@ -16,7 +16,13 @@ One CTA is ``consumer_warpgroups + 1`` warpgroups (``block = (128, C + 1, 1)``):
   the ``tile_k / 16`` k-steps for every MMA (``scale-d = 0`` on the tile's first k-step
   instead of zeroing), commit, ``wait_group 1`` (the previous K tile's group retires) and
   release that tile's stage. After the last K tile: ``wait_group 0``, release, and the
-  epilogue once per accumulator register.
+  epilogue once per accumulator register (outputs in ``stmt.stores`` go through shared
+  memory and TMA stores, :mod:`.matmul_staging`).
+- **Ping-pong** (``stmt.pingpong``): the two consumer warpgroups each compute whole tiles,
+  every 64-row block of one (a wgmma per block per k-step), warpgroup ``w`` the CTA's tiles
+  ``w, w + 2, ...``; each skips the other's K tiles in the ring, one warpgroup's warps
+  release a stage, and their main loops take turns through named barriers
+  ``PINGPONG_TURN_BARRIER + w`` (see :meth:`_MainLoop.pingpong_tile_loop`).
 
 The tile order (which tiles a CTA computes, persistent or not, with the grid swizzle), the
 operands' shared-memory layouts and the descriptor fields that read them (K-major and
@@ -45,19 +51,19 @@ from pyfuse.backend_ptx.instructions import (
     mbarrier,
     memory,
     special,
-    tma,
     wgmma,
 )
 from pyfuse.backend_ptx.matmul_host import (
     WGMMA_TYPES,
-    OperandLayout,
     TileOrder,
+    check_main_loop,
     find_main_loop,
     mapped_buffers,
     operand_layout,
     register_split,
 )
-from pyfuse.backend_ptx.matmul_staging import Staging, check_stores
+from pyfuse.backend_ptx.matmul_producer import Producer, Ring
+from pyfuse.backend_ptx.matmul_staging import Staging
 from pyfuse.backend_ptx.operands import Address, Reg, RegClass
 from pyfuse.ir.hopper import SM90
 from pyfuse.ir.kernel_ir import Buffer, Kernel, MatmulMainLoop, Var
@@ -119,36 +125,6 @@ def emit_matmul_main_loop(
     _MainLoop(kb, stmt, kernel, tensor_map_params, emit_epilogue, accumulators).emit()
 
 
-class _Ring:
-    """Stage index and phase parity of the circular buffer, advanced the same in both roles."""
-
-    def __init__(self, kb: KernelBuilder, stages: int) -> None:
-        self.kb, self.stages = kb, stages
-        self.stage, self.phase = kb.regs(RegClass.B32, 2)
-        kb.emit(arith.mov("u32", self.stage, 0), arith.mov("u32", self.phase, 0))
-
-    def advance(self) -> None:
-        wrapped = self.kb.reg(RegClass.PRED)
-        self.kb.emit(
-            arith.add("u32", self.stage, self.stage, 1),
-            arith.setp("eq", "u32", wrapped, self.stage, self.stages),
-            arith.mov("u32", self.stage, 0).guarded(wrapped),
-            logic.xor("b32", self.phase, self.phase, 1).guarded(wrapped),
-        )
-
-    def skip(self, count: Reg | int) -> None:
-        """Advance by ``count`` stages at once (the other ping-pong warpgroup's K tiles)."""
-        kb = self.kb
-        total, wraps = kb.regs(RegClass.B32, 2)
-        kb.emit(
-            arith.add("u32", total, self.stage, count),
-            arith.div("u32", wraps, total, self.stages),
-            arith.rem("u32", self.stage, total, self.stages),
-            logic.and_("b32", wraps, wraps, 1),
-            logic.xor("b32", self.phase, self.phase, wraps),
-        )
-
-
 class _MainLoop:
     def __init__(
         self,
@@ -167,7 +143,9 @@ class _MainLoop:
         self.order = TileOrder.of(stmt)
         self.k_tiles = -(-stmt.k // stmt.tile_k)
         self.stage_tx = sum(layout.copies * layout.box_bytes for layout in self.layouts)
-        self._check(tensor_map_params)
+        check_main_loop(
+            stmt, kernel, kb.directives, kb.params, self.layouts, self.order, tensor_map_params
+        )
         self.maps = list(tensor_map_params)
         if accumulators is None:
             accumulators = allocate_accumulators(kb, stmt)
@@ -179,94 +157,6 @@ class _MainLoop:
                     f"(m64n{stmt.tile_n}), got {len(registers)}"
                 )
         self.end = kb.new_label("matmul_end")
-
-    def _check(self, tensor_map_params: Sequence[Param]) -> None:
-        stmt, kernel, kb = self.stmt, self.kernel, self.kb
-        c = stmt.consumer_warpgroups
-        rows, warpgroup = SM90.wgmma_m, SM90.warpgroup_threads
-        if stmt.pingpong:
-            if c != 2 or stmt.tile_m % rows or not stmt.persistent:
-                raise ValueError(
-                    f"kernel {kernel.name}: a ping-pong kernel is persistent, with 2 consumer "
-                    f"warpgroups and whole 64-row blocks; got {c}, tile_m {stmt.tile_m}"
-                )
-        elif stmt.tile_m != rows * c:
-            raise ValueError(
-                f"kernel {kernel.name}: tile_m {stmt.tile_m} needs {stmt.tile_m // rows} "
-                f"consumer warpgroups, got {c}"
-            )
-        if kernel.block != (warpgroup, c + 1, 1):
-            raise ValueError(
-                f"kernel {kernel.name}: tile_m {stmt.tile_m} needs {stmt.tile_m // rows} "
-                f"consumer warpgroups and block ({warpgroup}, {stmt.tile_m // rows + 1}, 1); "
-                f"got {c} and {kernel.block}"
-            )
-        wgmma.check_n(stmt.tile_n)
-        if stmt.tile_k % self.wgmma_k:
-            raise ValueError(f"tile_k must be a multiple of {self.wgmma_k}, got {stmt.tile_k}")
-        if len({layout.operand.dtype for layout in self.layouts}) != 1:
-            raise ValueError(f"kernel {kernel.name}: operands of different dtypes")
-        for a, b, _ in stmt.mmas:
-            if self.layouts[a].role != "m" or self.layouts[b].role != "n":
-                raise ValueError(
-                    f"kernel {kernel.name}: MMA ({a}, {b}) needs an M and an N operand"
-                )
-        lowest = min(layout.operand.smem_offset for layout in self.layouts)
-        if 2 * stmt.stages * MBARRIER_BYTES > lowest:
-            raise ValueError(f"{2 * stmt.stages} mbarriers do not fit below smem offset {lowest}")
-        end = max(
-            o.operand.smem_offset
-            + (stmt.stages - 1) * o.operand.stage_bytes
-            + o.copies * o.box_bytes
-            for o in self.layouts
-        )
-        if end > kernel.smem_bytes:
-            raise ValueError(
-                f"kernel {kernel.name}: the stages need {end} B of smem, has {kernel.smem_bytes}"
-            )
-        if len({layout.operand.stage_bytes for layout in self.layouts}) != 1:
-            raise ValueError(f"kernel {kernel.name}: operands disagree on the stage stride")
-        if self.stage_tx > mbarrier.MAX_TX_BYTES:
-            raise ValueError(f"a stage of {self.stage_tx} B exceeds the mbarrier tx limit")
-        size = stmt.cluster_size
-        if kernel.cluster != (size, 1, 1):
-            raise ValueError(
-                f"kernel {kernel.name}: a {stmt.cluster_m}x{stmt.cluster_n} tile cluster is "
-                f"launched as cluster ({size}, 1, 1), got {kernel.cluster}"
-            )
-        if size > 1:
-            if kernel.grid[1:] != (1, 1) or kernel.grid[0] % size:
-                raise ValueError(
-                    f"kernel {kernel.name}: a cluster kernel's grid is (clusters x {size}, 1, "
-                    f"1), got {kernel.grid}"
-                )
-            if not stmt.persistent and kernel.grid[0] != self.order.tiles * size:
-                raise ValueError(
-                    f"kernel {kernel.name}: a non-persistent cluster grid must be "
-                    f"({self.order.tiles * size}, 1, 1) (one cluster per cluster tile), got "
-                    f"{kernel.grid}"
-                )
-        elif not stmt.persistent and kernel.grid != self.order.grid():
-            raise ValueError(
-                f"kernel {kernel.name}: a non-persistent grid must be {self.order.grid()} "
-                f"(N tiles x swizzle, M tile groups, batch), got {kernel.grid}"
-            )
-        directives = kb.directives
-        if directives.maxnreg is None and directives.minnctapersm is None:
-            raise ValueError(
-                f"kernel {kernel.name}: setmaxnreg needs a register cap at entry; build the "
-                "KernelBuilder with matmul_directives(kernel)"
-            )
-        maps_needed = len(stmt.operands) + len(stmt.stores)
-        if len(tensor_map_params) != maps_needed:
-            raise ValueError(
-                f"kernel {kernel.name}: {maps_needed} tensor maps needed, got "
-                f"{len(tensor_map_params)} (use tensor_map_params_for)"
-            )
-        check_stores(stmt, kernel.smem_bytes)
-        for param in tensor_map_params:
-            if param.kind is not ParamKind.TENSOR_MAP or param not in kb.params:
-                raise ValueError(f"param {param.name} must be a declared TENSOR_MAP param")
 
     # -- small helpers -----------------------------------------------------------------------
 
@@ -344,7 +234,7 @@ class _MainLoop:
             control.bra(consumer, uni=True).guarded(is_consumer),
             special.setmaxnreg("dec", producer_regs),
         )
-        self.producer()
+        Producer(self).emit()
         kb.emit(control.bra(self.end))
         kb.place(consumer)
         kb.emit(special.setmaxnreg("inc", consumer_regs))
@@ -485,135 +375,6 @@ class _MainLoop:
             control.bra(top, uni=True).guarded(more),
         )
 
-    # -- producer ----------------------------------------------------------------------------
-
-    def producer(self) -> None:
-        kb = self.kb
-        warp, elected, other_warp = self.u32(), self.pred(), self.pred()
-        kb.emit(
-            logic.shr("u32", warp, self.tid, 5),
-            arith.setp("ne", "u32", other_warp, warp, 0),
-            control.bra(self.end, uni=True).guarded(other_warp),
-            special.elect_sync(elected),
-            control.bra(self.end).guarded(elected, negate=True),
-        )
-        self.map_addresses = []
-        for param in self.maps[: len(self.stmt.operands)]:
-            address = kb.reg(RegClass.B64)
-            kb.emit(memory.tensor_map_address(address, param), tma.prefetch_tensormap(address))
-            self.map_addresses.append(address)
-        self.slices = [self.slice_of(layout) for layout in self.layouts]
-        self.ring = _Ring(kb, self.stmt.stages)
-        self.tile_loop(self.produce_tile)
-
-    def slice_of(self, layout: OperandLayout) -> tuple[Reg, Reg, Reg] | None:
-        """For a multicast operand: (byte offset, coordinate offset along the slice dim,
-        16-bit CTA mask) of this CTA's slice; None when the CTA loads the whole tile."""
-        if layout.slices == 1:
-            return None
-        kb, stmt = self.kb, self.stmt
-        cm, cn = stmt.cluster_m, stmt.cluster_n
-        if layout.role == "n":
-            # The B tile is shared by the cluster_m CTAs of rank_n's column (ranks rn*cm + i).
-            index = self.rank_m
-            pattern, shift_by, shift_scale = (1 << cm) - 1, self.rank_n, cm
-        else:
-            # The A tile is shared by the cluster_n CTAs of rank_m's row (ranks j*cm + rm).
-            index = self.rank_n
-            pattern = sum(1 << (j * cm) for j in range(cn))
-            shift_by, shift_scale = self.rank_m, 1
-        shift, mask32, offset, coord = self.u32(), self.u32(), self.u32(), self.u32()
-        mask = kb.reg(RegClass.B16)
-        kb.emit(
-            arith.mul("u32", shift, shift_by, shift_scale),
-            arith.mov("u32", mask32, pattern),
-            logic.shl("b32", mask32, mask32, shift),
-            convert.cvt("u16", "u32", mask, mask32),
-            arith.mul("u32", offset, index, layout.slice_bytes),
-            arith.mul("u32", coord, index, max(layout.slice_coords)),
-        )
-        return offset, coord, mask
-
-    def produce_tile(self, batch: Reg, m0: Reg, n0: Reg) -> None:
-        def produce(kt: Reg) -> None:
-            kb, ring, stmt = self.kb, self.ring, self.stmt
-            k0, parity, stage_smem = self.u32(), self.u32(), self.u32()
-            waited = self.pred()
-            full = self.full_barrier(ring.stage)
-            kb.emit(logic.xor("b32", parity, ring.phase, 1))  # a fresh barrier passes parity 1
-            kb.emit(
-                mbarrier.wait_parity(
-                    waited, self.empty_barrier(ring.stage), parity, kb.new_label("empty_wait")
-                )
-            )
-            kb.emit(
-                mbarrier.arrive_expect_tx(full, self.stage_tx),
-                arith.mul("u32", k0, kt, stmt.tile_k),
-                arith.mad("u32", stage_smem, ring.stage, stmt.operands[0].stage_bytes, self.smem),
-            )
-            starts = {"m": m0, "n": n0, "k": k0}
-            for layout, tensor_map, slice_ in zip(
-                self.layouts, self.map_addresses, self.slices, strict=True
-            ):
-                self.load_operand(layout, tensor_map, starts, batch, stage_smem, full, slice_)
-            ring.advance()
-
-        self.k_loop(produce)
-
-    def batch_coordinates(self, layout: OperandLayout, batch: Reg) -> dict[int, Reg | int]:
-        operand = layout.operand
-        dims = [i for i, role in enumerate(operand.roles) if role == "batch"]
-        wide = [i for i in dims if operand.shape[i] > 1]
-        if not wide:
-            return dict.fromkeys(dims, 0)
-        if len(wide) > 1 or operand.shape[wide[0]] != self.stmt.batch:
-            raise ValueError(
-                f"operand {operand.buffer_name}: batch dims {[operand.shape[i] for i in dims]} "
-                f"cannot be indexed by one batch index of {self.stmt.batch}; the lowering must "
-                "collapse them into one (or broadcast them entirely)"
-            )
-        return {i: (batch if i in wide else 0) for i in dims}
-
-    def load_operand(
-        self,
-        layout: OperandLayout,
-        tensor_map: Reg,
-        starts: dict[str, Reg],
-        batch: Reg,
-        stage_smem: Reg,
-        full: Reg,
-        slice_: tuple[Reg, Reg, Reg] | None,
-    ) -> None:
-        """This CTA's TMA loads of ``layout``'s operand into stage ``stage_smem``: every box,
-        or with multicast its slice of them, written to every CTA sharing the tile."""
-        kb, operand = self.kb, layout.operand
-        batch_coords = self.batch_coordinates(layout, batch)
-        base = stage_smem
-        mask = None
-        slice_coord: Reg | None = None
-        if slice_ is not None:
-            offset, slice_coord, mask = slice_
-            base = self.u32()
-            kb.emit(arith.add("u32", base, stage_smem, offset))
-        for byte_offset, coord_offsets in layout.loads:
-            coords: list[Reg | int] = []
-            for dim, role in enumerate(operand.roles):
-                if role == "batch":
-                    coords.append(batch_coords[dim])
-                    continue
-                start: Reg = starts[role]
-                if slice_coord is not None and layout.slice_coords[dim]:
-                    shifted = self.u32()
-                    kb.emit(arith.add("u32", shifted, start, slice_coord))
-                    start = shifted
-                if coord_offsets[dim]:
-                    shifted = self.u32()
-                    kb.emit(arith.add("u32", shifted, start, coord_offsets[dim]))
-                    start = shifted
-                coords.append(start)
-            destination = Address(base, operand.smem_offset + byte_offset)
-            kb.emit(tma.load_tile(destination, tensor_map, coords[::-1], full, multicast_mask=mask))
-
     # -- consumers ---------------------------------------------------------------------------
 
     def consumer(self) -> None:
@@ -651,7 +412,7 @@ class _MainLoop:
                     )
                 )
             self.base_descriptors.append(descriptors)
-        self.ring = _Ring(kb, stmt.stages)
+        self.ring = Ring(kb, stmt.stages)
         self.previous_stage = self.u32()  # the stage of the K tile whose wgmmas may be pending
         kb.emit(arith.mov("u32", self.previous_stage, 0))
         self.staging: Staging | None = None
