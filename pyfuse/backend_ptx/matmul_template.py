@@ -342,14 +342,27 @@ class _MainLoop:
     def tile_loop(self, body: Callable[[Reg, Reg, Reg], None]) -> None:
         """Run ``body(batch, m0, n0)`` for each of this CTA's tiles, in the same order in
         every role (persistent: tile ids from blockIdx.x stepping by gridDim.x)."""
-        kb, order = self.kb, self.order
         if not self.stmt.persistent:
             body(*self.cta_tile)
             return
-        # Clusters walk cluster tiles, every CTA of one the same (it multicasts to its peers).
+        self.tile_ids(lambda t, stride: body(*self.decode_linear(t)))
+
+    def tile_ids(
+        self, body: Callable[[Reg, Reg], None], first: Reg | None = None, every: int = 1
+    ) -> None:
+        """Run ``body(t, stride)`` for the persistent tile ids ``t = blockIdx.x + (first + j
+        every) gridDim.x`` below the tile count (clusters walk cluster tiles, every CTA of
+        one the same: it multicasts to its peers)."""
+        kb, order = self.kb, self.order
         clustered = self.stmt.cluster_size > 1
         t = self.sreg("clusterid.x" if clustered else "ctaid.x")
         stride = self.sreg("nclusterid.x" if clustered else "nctaid.x")
+        if first is not None:
+            kb.emit(arith.mad("u32", t, first, stride, t))
+        step = stride
+        if every != 1:
+            step = self.u32()
+            kb.emit(arith.mul("u32", step, stride, every))
         top, done = kb.new_label("tile"), kb.new_label("tiles_done")
         finished = self.pred()
         kb.place(top)
@@ -357,8 +370,8 @@ class _MainLoop:
             arith.setp("ge", "u32", finished, t, order.tiles),
             control.bra(done, uni=True).guarded(finished),
         )
-        body(*self.decode_linear(t))
-        kb.emit(arith.add("u32", t, t, stride), control.bra(top, uni=True))
+        body(t, stride)
+        kb.emit(arith.add("u32", t, t, step), control.bra(top, uni=True))
         kb.place(done)
 
     def k_loop(self, body: Callable[[Reg], None]) -> None:
@@ -435,16 +448,10 @@ class _MainLoop:
     def pingpong_tile_loop(self) -> None:
         """Consumer warpgroup ``w`` computes this CTA's tiles ``w, w + 2, ...`` (tile ids
         blockIdx.x + (w + 2 j) gridDim.x) and skips the other's K tiles in the ring."""
-        kb, order, stmt = self.kb, self.order, self.stmt
-        clustered = stmt.cluster_size > 1
-        t = self.sreg("clusterid.x" if clustered else "ctaid.x")
-        stride = self.sreg("nclusterid.x" if clustered else "nctaid.x")
+        kb, order = self.kb, self.order
         first = self.u32()
-        kb.emit(arith.mad("u32", t, self.consumer_index, stride, t))
         kb.emit(arith.mul("u32", first, self.consumer_index, self.k_tiles))
         self.ring.skip(first)  # warpgroup 1 starts after warpgroup 0's first tile
-        step = self.u32()
-        kb.emit(arith.mul("u32", step, stride, 2))
         # The main loops take turns (named barrier 3 + w: warpgroup w's turn). Besides keeping
         # the tensor cores to one warpgroup, the order makes the parity waits sound: when a
         # warpgroup starts a tile, every stage of the tiles before it has landed, so its
@@ -455,36 +462,31 @@ class _MainLoop:
             arith.sub("u32", other, PINGPONG_TURN_BARRIER + 1, self.consumer_index),
         )
         my_turn_given = self.pred_eq0(self.consumer_index)  # warpgroup 0 starts
-        top, done = kb.new_label("tile"), kb.new_label("tiles_done")
-        finished = self.pred()
-        kb.place(top)
-        # (Branches around the barriers, not predicates: the barrier waits per warpgroup.)
-        kb.emit(
-            arith.setp("ge", "u32", finished, t, order.tiles),
-            control.bra(done, uni=True).guarded(finished),
-        )
-        turn_taken = kb.new_label("turn_taken")
-        kb.emit(control.bra(turn_taken, uni=True).guarded(my_turn_given))
-        kb.emit(control.bar_sync(mine, both))
-        kb.place(turn_taken)
-        kb.emit(arith.setp("ne", "u32", my_turn_given, t, t))  # false from now on
 
-        def pass_the_turn() -> None:
-            # Only when the other warpgroup has a next tile (it waits for this arrival).
-            following, last = self.u32(), self.pred()
-            passed = kb.new_label("turn_passed")
-            kb.emit(
-                arith.add("u32", following, t, stride),
-                arith.setp("ge", "u32", last, following, order.tiles),
-                control.bra(passed, uni=True).guarded(last),
-                control.bar_arrive(other, both),
-            )
-            kb.place(passed)
+        def tile(t: Reg, stride: Reg) -> None:
+            # (Branches around the barriers, not predicates: the barrier waits per warpgroup.)
+            turn_taken = kb.new_label("turn_taken")
+            kb.emit(control.bra(turn_taken, uni=True).guarded(my_turn_given))
+            kb.emit(control.bar_sync(mine, both))
+            kb.place(turn_taken)
+            kb.emit(arith.setp("ne", "u32", my_turn_given, t, t))  # false from now on
 
-        self.consume_tile(*self.decode_linear(t), after_main_loop=pass_the_turn)
-        self.ring.skip(self.k_tiles)  # the other warpgroup's next tile
-        kb.emit(arith.add("u32", t, t, step), control.bra(top, uni=True))
-        kb.place(done)
+            def pass_the_turn() -> None:
+                # Only when the other warpgroup has a next tile (it waits for this arrival).
+                following, last = self.u32(), self.pred()
+                passed = kb.new_label("turn_passed")
+                kb.emit(
+                    arith.add("u32", following, t, stride),
+                    arith.setp("ge", "u32", last, following, order.tiles),
+                    control.bra(passed, uni=True).guarded(last),
+                    control.bar_arrive(other, both),
+                )
+                kb.place(passed)
+
+            self.consume_tile(*self.decode_linear(t), after_main_loop=pass_the_turn)
+            self.ring.skip(self.k_tiles)  # the other warpgroup's next tile
+
+        self.tile_ids(tile, first=self.consumer_index, every=2)
 
     def consume_tile(
         self, batch: Reg, m0: Reg, n0: Reg, after_main_loop: Callable[[], None] | None = None

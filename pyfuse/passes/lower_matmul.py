@@ -362,7 +362,7 @@ class _MatmulLowering(_Lowering):
         assert params.tile_m and params.tile_n
         if not self.paired:
             return []
-        staged = staged_outputs(self.fusion, self.mmas[0], self.sizes["batch"])
+        staged = staged_outputs(self.fusion, self.mmas[0], self.sizes["batch"], self.id_model)
         cols = chunk_cols([out.dtype.itemsize for out, _ in staged], params.tile_n)
         if cols is None:
             return []

@@ -112,9 +112,12 @@ def chunk_cols(itemsizes: list[int], tile_n: int) -> int | None:
     return None
 
 
-def staged_outputs(fusion: Fusion, mma: MmaOp, batch: int) -> list[tuple[TensorView, Layout]]:
-    """The outputs a TMA store can write, with their layouts, in output order."""
-    id_model = IdModel(fusion)
+def staged_outputs(
+    fusion: Fusion, mma: MmaOp, batch: int, id_model: IdModel | None = None
+) -> list[tuple[TensorView, Layout]]:
+    """The outputs a TMA store can write, with their layouts, in output order (``id_model``:
+    the fusion's, when the caller has it)."""
+    id_model = id_model or IdModel(fusion)
     result = []
     for out in fusion.outputs:
         layout = staged_layout(fusion, out, mma, id_model, batch)

@@ -217,9 +217,22 @@ def test_a_reused_staging_buffer_after_wait_group_read_stores_both_chunks() -> N
         assert (got[:, :64] == _tile(0)).all() and (got[:, 64:] == _tile(1)).all()
 
 
-def test_a_tile_loaded_by_tma_and_stored_back_is_unchanged() -> None:
-    """Both directions share one shared-memory layout, swizzle included."""
-    ptx = (
+def _load_then_store(wait: bool) -> str:
+    """Thread 0 loads a 64x64 tile with TMA into the buffer and stores it back out, after
+    waiting on the load's mbarrier (``wait``) or not."""
+    wait_code = (
+        """$L__wait:
+    mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 %p3, [%r0], %r20;
+    @!%p3 bra $L__wait;
+"""
+        if wait
+        else ""
+    )
+    store = (
+        "    @%p1 cp.async.bulk.tensor.2d.global.shared::cta.bulk_group "
+        "[%rd0, {%r20, %r20}], [%r22];"
+    )
+    return (
         _HEADER
         + f"""    mov.b64 %rd1, tmap1_IN;
     cvta.param.u64 %rd1, %rd1;
@@ -230,16 +243,18 @@ def test_a_tile_loaded_by_tma_and_stored_back_is_unchanged() -> None:
     bar.sync 0;
     @%p1 mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%r0], 8192;
 {_LOAD}
-$L__wait:
-    mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 %p3, [%r0], %r20;
-    @!%p3 bra $L__wait;
-    @%p1 cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%rd0, {{%r20, %r20}}], [%r22];
+{wait_code}{store}
     @%p1 cp.async.bulk.commit_group;
     @%p1 cp.async.bulk.wait_group 0;
     ret;
 }}
 """
     )
+
+
+def test_a_tile_loaded_by_tma_and_stored_back_is_unchanged() -> None:
+    """Both directions share one shared-memory layout, swizzle included."""
+    ptx = _load_then_store(wait=True)
     data = (np.arange(64 * 64, dtype=np.uint16) * 7).reshape(64, 64).view(ml_dtypes.bfloat16)
     for order, seed in ORDERS:
         got = _run(ptx, (64, 64), swizzle=True, order=order, seed=seed, source=data)
@@ -361,24 +376,7 @@ def test_a_store_before_the_writers_arrive_is_caught_in_some_interleaving() -> N
 
 
 def test_a_store_of_bytes_a_tma_load_has_not_written_is_reported() -> None:
-    ptx = (
-        _HEADER
-        + f"""    mov.b64 %rd1, tmap1_IN;
-    cvta.param.u64 %rd1, %rd1;
-    add.u32 %r22, %r0, {BUFFER};
-    mov.u32 %r20, 0;
-    @%p1 mbarrier.init.shared::cta.b64 [%r0], 1;
-    @%p1 fence.mbarrier_init.release.cluster;
-    bar.sync 0;
-    @%p1 mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%r0], 8192;
-{_LOAD}
-    @%p1 cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%rd0, {{%r20, %r20}}], [%r22];
-    @%p1 cp.async.bulk.commit_group;
-    @%p1 cp.async.bulk.wait_group 0;
-    ret;
-}}
-"""
-    )
+    ptx = _load_then_store(wait=False)
     data = np.zeros((64, 64), dtype=ml_dtypes.bfloat16)
     with pytest.raises(SimulationError, match="a TMA store reads shared bytes a TMA load has not"):
         _run(ptx, (64, 64), order="late", source=data)
