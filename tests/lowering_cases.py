@@ -519,6 +519,12 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
         ),
         [S((341, 97), pf.int8, strides=(1, 344))],
     ),
+    # a bf16 remainder beside an argmax of 39116 elements: a 1024-thread persistent row of 40
+    # elements per thread, with the remainder's f64 divisions, spilled 32 B (CPU fuzzer, 549)
+    "remainder_beside_a_long_argmax": (
+        lambda a, b: (pf.remainder(a.reshape(-1), b), b.max(-1, keepdim=True).indices),
+        [S((127, 28, 11), pf.int16), S((39116,), bf16)],
+    ),
     "odd_layer_norm_long_epilogue": (
         lambda x, r, w: (pf.layer_norm(pf.gelu(x + r) * x, w) * r, x + r),
         [S((2, 12285), f16)] * 2 + [S((12285,), f16)],

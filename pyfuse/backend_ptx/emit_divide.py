@@ -127,12 +127,7 @@ class _FloatDivision(_Emitting):
         """One exact step of ``r mod size`` in f64 (both >= 0): by the multiple
         ``size * 2**k`` with ``r / (size * 2**k)`` below 2**52, so that the truncated quotient
         and the fma's remainder are exact; once ``r < 2**51 size``, by ``size`` itself."""
-        ratio = self.out(lambda d: arith.div("f64", d, r, size, mode="rn"), "f64")
-        scaled = self.out(lambda d: arith.mul("f64", d, ratio, 2.0**-51, rounding="rn"), "f64")
-        bits = self.out(lambda d: arith.mov("b64", d, scaled), "b64")
-        exponent = self.out(lambda d: logic.and_("b64", d, bits, _F64_EXPONENT), "b64")
-        power = self.out(lambda d: arith.mov("b64", d, exponent), "f64")
-        power = self.out(lambda d: arith.max_("f64", d, power, 1.0), "f64")
+        power = self.scale(r, size) if self.t == "f64" else self.scale_by_exponents(r, size)
         divisor = self.out(lambda d: arith.mul("f64", d, size, power, rounding="rn"), "f64")
         quotient = self.out(lambda d: arith.div("f64", d, r, divisor, mode="rn"), "f64")
         whole = self.out(lambda d: convert.cvt("f64", "f64", d, quotient, rounding="rzi"), "f64")
@@ -143,11 +138,43 @@ class _FloatDivision(_Emitting):
         negative = self.out(lambda p: arith.setp("lt", "f64", p, rest, 0.0), "pred")
         return self.out(lambda d: arith.selp("f64", d, back, rest, negative), "f64")
 
+    def scale(self, r: Reg, size: Reg) -> Reg:
+        """``2**k``, the power of two at most ``r / size / 2**51`` (at least 1), from the
+        quotient itself: right for f64 operands, denormal ones included."""
+        ratio = self.out(lambda d: arith.div("f64", d, r, size, mode="rn"), "f64")
+        scaled = self.out(lambda d: arith.mul("f64", d, ratio, 2.0**-51, rounding="rn"), "f64")
+        bits = self.out(lambda d: arith.mov("b64", d, scaled), "b64")
+        exponent = self.out(lambda d: logic.and_("b64", d, bits, _F64_EXPONENT), "b64")
+        power = self.out(lambda d: arith.mov("b64", d, exponent), "f64")
+        return self.out(lambda d: arith.max_("f64", d, power, 1.0), "f64")
+
+    def scale_by_exponents(self, r: Reg, size: Reg) -> Reg:
+        """``2**k`` with ``k = max(exponent(r) - exponent(size) - 51, 0)`` from the f64 bits,
+        which leaves ``r / (size 2**k)`` below 2**52. It saves a division per step (f64
+        division calls a subroutine, around which ptxas spills a busy kernel's registers),
+        and holds for widened f32 operands: they and every rest are f64-normal or zero. A
+        zero divisor or an infinite ``r`` clamp the power at 2**1023; their results are NaN."""
+        r_exponent, size_exponent = self.biased_exponent(r), self.biased_exponent(size)
+        k = self.out(lambda d: arith.sub("s64", d, r_exponent, size_exponent), "b64")
+        k = self.out(lambda d: arith.add("s64", d, k, 1023 - 51), "b64")  # biased, as bits
+        k = self.out(lambda d: arith.max_("s64", d, k, 1023), "b64")
+        k = self.out(lambda d: arith.min_("s64", d, k, 2046), "b64")
+        bits = self.out(lambda d: logic.shl("b64", d, k, 52), "b64")
+        return self.out(lambda d: arith.mov("b64", d, bits), "f64")
+
+    def biased_exponent(self, value: Reg) -> Reg:
+        """The exponent field of a non-negative f64."""
+        bits = self.out(lambda d: arith.mov("b64", d, value), "b64")
+        return self.out(lambda d: logic.shr("u64", d, bits, 52), "b64")
+
     def remainder(self) -> Reg:
         t, y = self.t, self.y
         r = self.fmod()
         moved = self.out(lambda d: arith.add(t, d, r, y, rounding="rn"))
-        return self.select(self.signs_differ(r, y), moved, r)
+        r = self.select(self.signs_differ(r, y), moved, r)
+        # A zero remainder takes the divisor's sign (NumPy's npy_divmod).
+        zero = self.select(self.pred("lt", y, 0.0), -0.0, 0.0)
+        return self.select(self.pred("eq", r, 0.0), zero, r)
 
     def floor_divide(self) -> Reg:
         t, x, y = self.t, self.x, self.y

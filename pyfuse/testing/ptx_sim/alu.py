@@ -4,8 +4,8 @@ conversions and the special-function unit.
 Expects an :class:`Operands` view of the active lanes of one thread group. Guarantees, for the
 instructions :func:`execute` accepts (it returns False for any other, which the machine then
 handles or refuses): integer results wrap at their type's width; ``.rn`` float results are
-the exact result rounded once to the type (float64 math rounded to f32/f16/bf16; f64 ``fma``
-rounds twice, a documented gap); ``.approx`` instructions are the exact function rounded
+the exact result rounded once to the type (float64 math rounded to f32/f16/bf16; ``fma`` from
+the exact product, :func:`_fused`); ``.approx`` instructions are the exact function rounded
 (``ex2``, ``lg2``, ``rcp``, ``rsqrt``, ``sin``, ``cos``, ``tanh``), their inputs and results
 flushed with ``.ftz``; ``min``/``max`` return the other operand for one NaN (``.NaN``: NaN);
 ``cvt`` to an integer saturates, NaN giving 0; ``div``/``rem`` by zero give -1 (unsigned all
@@ -14,7 +14,9 @@ ones) and the dividend, as the GPU does.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from fractions import Fraction
 from typing import Protocol
 
 import numpy as np
@@ -132,6 +134,49 @@ def _mov(instr: Instr, ops: Operands) -> None:
     ops.write(dest, ops.read(source, type_), type_)
 
 
+def _fused(a: Array, b: Array, c: Array, type_: str) -> Array:
+    """``a b + c`` as float64 values that round to ``type_`` as the fused result would: once,
+    from the exact value. A float32 product is exact in float64, so only a sum landing on a
+    float32 midpoint is redone; a float64 product is not, so every finite lane is computed
+    from exact rationals (exact fma is what an exact f64 fmod's reduction relies on)."""
+    approx: Array = a * b + c
+    if type_ == "f32":
+        bits = approx.view(np.uint64) & np.uint64((1 << 29) - 1)
+        redo = np.isfinite(approx) & (bits == np.uint64(1 << 28))
+    elif type_ == "f64":
+        redo = np.isfinite(a) & np.isfinite(b) & np.isfinite(c)
+    else:
+        return approx
+    out: Array = approx.copy()
+    for i in np.flatnonzero(redo):
+        exact = Fraction(float(a[i])) * Fraction(float(b[i])) + Fraction(float(c[i]))
+        if exact == 0:
+            continue  # the product was exact: the approximation has the right signed zero
+        try:
+            rounded = float(exact)
+        except OverflowError:
+            rounded = math.copysign(math.inf, exact)
+        if type_ == "f32":
+            rounded = _nearest_f32(rounded, exact)
+        out[i] = rounded
+    return out
+
+
+def _nearest_f32(value: float, exact: Fraction) -> float:
+    """The float32 nearest ``exact``, given ``value``, its float64 rounding."""
+    single = np.float32(value)
+    if not np.isfinite(single):
+        return value
+    other = np.nextafter(
+        single, np.float32(math.inf if exact > Fraction(float(single)) else -math.inf)
+    )
+    if not np.isfinite(other):
+        return float(single)
+    if abs(Fraction(float(other)) - exact) < abs(Fraction(float(single)) - exact):
+        return float(other)
+    return float(single)
+
+
 def _arith(instr: Instr, ops: Operands) -> None:
     op = instr.opcode
     (type_,) = types_of(instr)
@@ -147,7 +192,7 @@ def _arith(instr: Instr, ops: Operands) -> None:
             elif op == "mul":
                 exact = values[0] * values[1]
             elif op in ("fma", "mad"):
-                exact = values[0] * values[1] + values[2]
+                exact = _fused(values[0], values[1], values[2], type_)
             elif op == "div":
                 exact = values[0] / values[1]
             elif op in ("min", "max"):
