@@ -16,7 +16,9 @@ Guarantees: the kernel body is one :class:`MatmulMainLoop`:
 - one accumulator register buffer per MMA;
 - an epilogue run per accumulator element with ``row``/``col``/``batch_index`` bound: every
   epilogue expr lowered with the pointwise machinery of :mod:`pyfuse.passes.lower` (indices
-  derived from the accumulator's logical axes), guarded by ``row < M and col < N``;
+  derived from the accumulator's logical axes), guarded by ``row < M and col < N``, or,
+  where every output is staged for a TMA store (which clips the edges), unguarded with its
+  reads clamped to ``min(row, M - 1)``, ``min(col, N - 1)``;
 - the launch: ``block = (128, consumer warpgroups + 1)`` (warpgroup 0 produces), the grid
   is the SM count for a persistent schedule, else ``(N tiles * swizzle, M tiles / swizzle,
   batch)``, and the dynamic shared memory holds the barriers and every stage. With a
@@ -81,6 +83,8 @@ class _MatmulLowering(_Lowering):
         self.suffix_current = ""
         self.results_current: dict[int, k.Buffer] = {}
         self.locals_: dict[tuple[int, str], k.Buffer] = {}
+        self.staged: dict[str, int] = {}
+        self.unguarded = False  # set by lower(): see there
         # The problem's extent per role (m, n, k, batch).
         self.sizes = {"m": 1, "n": 1, "k": 1, "batch": 1}
         for axis, role in zip(self.reference.logical, self.roles, strict=True):
@@ -170,7 +174,15 @@ class _MatmulLowering(_Lowering):
     def _reference_indices(self, by_position: dict[int, k.KExpr]) -> dict[int, k.KExpr]:
         del by_position
         index: dict[int, k.KExpr] = {}
-        by_role = {"m": self.row, "n": self.col_current, "batch": self.batch_index}
+        by_role: dict[str, k.KExpr] = {
+            "m": self.row,
+            "n": self.col_current,
+            "batch": self.batch_index,
+        }
+        if self.unguarded:
+            for role in ("m", "n"):
+                last = k.const(self.sizes[role] - 1, self.index_dtype)
+                by_role[role] = k.Binary("min", by_role[role], last, self.index_dtype)
         for role, combined in by_role.items():
             axes = [a for a, r in zip(self.reference.logical, self.roles, strict=True) if r == role]
             remaining: k.KExpr = combined
@@ -297,6 +309,12 @@ class _MatmulLowering(_Lowering):
             mmas.append((operand_index[id(mma.a)], operand_index[id(mma.b)], accumulator))
 
         sizes = self.sizes
+        # Every output staged for a TMA store, whose tensor map clips the ragged edges: the
+        # epilogue then runs on every element unguarded, its reads clamped into the problem
+        # (no branch per column pair; loads of one column share an address across rows).
+        self.unguarded = bool(stores) and all(
+            self._buffer(out).name in self.staged for out in self.fusion.outputs
+        )
         epilogue = self._epilogue(sizes)
         loop = k.MatmulMainLoop(
             operands=operands,
@@ -461,7 +479,10 @@ class _MatmulLowering(_Lowering):
                 zero = k.const(0, self.index_dtype)
                 value = k.Load(first_results[id(out)], zero, out.dtype)
                 body.append(k.Store(self._buffer(out), self._output_offset(out, self.col), value))
-        statements.append(k.If(guard, body))
+        if self.unguarded:
+            statements.extend(body)
+        else:
+            statements.append(k.If(guard, body))
         return statements
 
     def _output_offset(self, out: TensorView, col: k.Var) -> k.KExpr:

@@ -52,6 +52,7 @@ from pyfuse.runtime.launch import (
     target_for,
 )
 from pyfuse.runtime.location import user_location
+from pyfuse.runtime.repeat_call import Repeat, repeat_of
 from pyfuse.runtime.spec import Spec, spec, spec_of
 
 if TYPE_CHECKING:
@@ -82,6 +83,11 @@ class _FunctionState:
         self.captured: tuple[object, ...] = ()
         self.captured_key: tuple[object, ...] = ()
         self.bound: dict[tuple[Any, ...], Bound] = {}
+        # The warm path's shortcut for calls like the last (pyfuse.runtime.repeat_call): made
+        # on the second call in a row with one key, used only with the bound table it was
+        # made from (a changed captured value switches tables).
+        self.repeat: Repeat | None = None
+        self.last_key: tuple[Any, ...] | None = None
         self._tables: dict[tuple[object, ...], dict[tuple[Any, ...], Bound]] = {}
         if self.guard is not None:
             self.captured = self.guard.read()
@@ -274,6 +280,11 @@ def call(fused: Any, arrays: Sequence[object]) -> Any:
     check = state.check
     if check is not None and not check(state.captured):
         state.recapture()
+    repeat = state.repeat
+    if repeat is not None and repeat.table is state.bound:
+        repeated = repeat.pointers(arrays)
+        if repeated is not None:
+            return repeat.bound.run(arrays, repeated, None)
     try:
         key, pointers, stream = call_key(arrays)
     except ArgumentError as error:
@@ -281,6 +292,10 @@ def call(fused: Any, arrays: Sequence[object]) -> Any:
     bound = state.bound.get(key)
     if bound is None:
         bound = _bind_new(fused, state, arrays, key, pointers, stream)
+    elif key == state.last_key:
+        # The second call in a row with this key: later ones may take the shortcut.
+        state.repeat = repeat_of(arrays, key[-1], bound, state.bound)
+    state.last_key = key
     return bound.run(arrays, pointers, stream)
 
 

@@ -23,6 +23,13 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec], pf.MatmulParams | N
         [S((150, 256), bf16), S((136, 256), bf16), S((136,), bf16)],
         None,
     ),
+    # Ragged in M and N with epilogue inputs read per element and per row: the staged
+    # epilogue runs unguarded, its reads clamped into the problem.
+    "residual_and_row_scale_ragged": (
+        lambda a, b, r, s: (a @ b.T + r) * s,
+        [S((150, 64), bf16), S((136, 64), bf16), S((150, 136), bf16), S((150, 1), bf16)],
+        None,
+    ),
     "gate_up": (
         lambda x, w1, w3: pf.silu(x @ w1.T) * (x @ w3.T),
         [S((96, 128), bf16), S((136, 128), bf16), S((136, 128), bf16)],
