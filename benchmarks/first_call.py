@@ -140,12 +140,18 @@ def _child(case: str, mode: str, env: dict[str, str]) -> dict[str, Any]:
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def measure(case: str, reps: int, extra_env: dict[str, str]) -> dict[str, Any]:
-    """One case, empty and filled cache, both process kinds, ``reps`` processes each."""
+def measure(
+    case: str,
+    reps: int,
+    extra_env: dict[str, str],
+    caches: tuple[str, ...] = ("empty", "filled"),
+    modes: tuple[str, ...] = ("bench", "trace"),
+) -> dict[str, Any]:
+    """One case, for each cache state and process kind asked, ``reps`` processes each."""
     rows: dict[str, Any] = {}
-    for cache_state in ("empty", "filled"):
+    for cache_state in caches:
         runs: dict[str, list[dict[str, Any]]] = {"bench": [], "trace": []}
-        for mode in ("bench", "trace"):
+        for mode in modes:
             for _ in range(reps):
                 with tempfile.TemporaryDirectory() as cache:
                     env = dict(os.environ, PYFUSE_CACHE_DIR=cache, CUDA_CACHE_DISABLE="1")
@@ -188,6 +194,12 @@ def main() -> None:
         default=[""],
         help="settings to compare, each a comma list of NAME=VALUE ('' for the defaults)",
     )
+    parser.add_argument(
+        "--caches", nargs="*", default=["empty", "filled"], choices=["empty", "filled"]
+    )
+    parser.add_argument(
+        "--modes", nargs="*", default=["bench", "trace"], choices=["bench", "trace"]
+    )
     parser.add_argument("--json")
     args = parser.parse_args()
     print(f"commit {commit()}")
@@ -200,7 +212,7 @@ def main() -> None:
     for case in args.only:
         for setting in args.env:
             extra = dict(item.split("=", 1) for item in setting.split(",") if item)
-            rows = measure(case, args.reps, extra)
+            rows = measure(case, args.reps, extra, tuple(args.caches), tuple(args.modes))
             record[f"{case} {setting}"] = rows
             for line in summarize(case, setting or "defaults", rows):
                 print(line, flush=True)

@@ -525,6 +525,12 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
         lambda a, b: (pf.remainder(a.reshape(-1), b), b.max(-1, keepdim=True).indices),
         [S((127, 28, 11), pf.int16), S((39116,), bf16)],
     ),
+    # a decode GEMV with a long K: vectors narrowed to fit the streaming row's registers
+    # (vectors of 8 fell back to scalar loads; the public GEMM set's 1x3584x18944)
+    "long_gemv_decode": (
+        lambda x, w: x @ w.T,
+        [S((1, 18944), bf16), S((8, 18944), bf16)],
+    ),
     "odd_layer_norm_long_epilogue": (
         lambda x, r, w: (pf.layer_norm(pf.gelu(x + r) * x, w) * r, x + r),
         [S((2, 12285), f16)] * 2 + [S((12285,), f16)],

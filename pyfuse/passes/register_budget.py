@@ -83,10 +83,30 @@ MAX_STREAMING_PREDICATES = 7
 
 
 # Registers a streaming reduction's thread may spend on register arrays (8- to 32-bit
-# elements take one each, 64-bit two) at 1024 threads, twice that at 512: an int8 and a
-# float32 array of 33 each, kept across the loop nests of a row that stores one and reduces
-# the other, spilled 52 to 176 bytes at 64 registers (CPU fuzzer, seed 523).
+# elements take one each, 64-bit two, vector-loaded 16-bit ones half) at 1024 threads, twice
+# that at 512: an int8 and a float32 array of 33 each, kept across the loop nests of a row
+# that stores one and reduces the other, spilled 52 to 176 bytes at 64 registers (CPU
+# fuzzer, seed 523). The reduction scheduler narrows a streaming row's vectors to fit it.
 STREAMING_ARRAY_WORDS_AT_1024 = 40
+
+
+def _vector_loaded_16_bit(kernel: k.Kernel) -> set[str]:
+    """The 16-bit register arrays that vector loads fill: the loads leave them two to a
+    32-bit register, and ptxas keeps them so (a GEMV's rows of 18944 bf16 at 1024 threads,
+    two arrays of 24 elements loaded in vectors of 8, took 39 registers without spills)."""
+    return {
+        stmt.target.name
+        for stmt in k.walk(kernel.body)
+        if isinstance(stmt, k.VectorLoad) and stmt.target.dtype.itemsize == 2
+    }
+
+
+def _words(buffer: k.Buffer, packed: bool) -> int:
+    """Registers of a register array: one an element up to 32 bits, two for 64-bit ones,
+    half of one for packed 16-bit ones (:func:`_vector_loaded_16_bit`)."""
+    if packed:
+        return -(-buffer.size // 2)
+    return buffer.size * -(-buffer.dtype.itemsize // 4)
 
 
 def _check_streaming_arrays(kernel: k.Kernel) -> None:
@@ -97,7 +117,8 @@ def _check_streaming_arrays(kernel: k.Kernel) -> None:
             f"kernel {kernel.name}: a streaming reduction keeps {predicates} bools per thread "
             f"in register arrays (at most {MAX_STREAMING_PREDICATES} predicate registers)"
         )
-    words = sum(b.size * -(-b.dtype.itemsize // 4) for b in arrays if not b.dtype.is_bool)
+    packed = _vector_loaded_16_bit(kernel)
+    words = sum(_words(b, b.name in packed) for b in arrays if not b.dtype.is_bool)
     threads = math.prod(kernel.block)
     budget = STREAMING_ARRAY_WORDS_AT_1024 * HOPPER.max_threads_per_block // threads
     if words > budget:

@@ -43,6 +43,7 @@ from pyfuse.ir.iterdomain import ParallelType
 from pyfuse.ir.records import record
 from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.tensor import TensorView
+from pyfuse.passes.register_budget import STREAMING_ARRAY_WORDS_AT_1024
 from pyfuse.passes.scheduler_utils import (
     cache_inputs_and_outputs,
     replay_everywhere,
@@ -389,11 +390,8 @@ def choose_params(
     target: TargetInfo,
     vectorize: bool = True,
 ) -> ReductionParams:
-    row_tensors = _kept_and_read(fusion)
-    held = _held(row_tensors)
+    held = _held(_kept_and_read(fusion))
     persistent = _is_persistent(fusion, held)
-    pressure = _pressure(held)
-    words = _register_words(row_tensors)
     cols = _extent(reference, flags, True)
     if _is_inner(reference, flags):
         innermost = reference.no_reductions[-1]
@@ -401,38 +399,81 @@ def choose_params(
         if flags[-1] and vectorize:
             # A vector must stay inside one run of the innermost axis.
             vector = vector_width(fusion, innermost, innermost.logical_extent, target)
-        vectors = -(-cols // vector)
-        # Aim for about 4 vectors per thread, 32 to 1024 threads (whole warps).
-        threads = _power_of_two_at_least(max(1, vectors // 4))
-        most = MAX_THREADS
-        dividing = _divides_on_the_way_in(fusion)
-        if dividing:
-            most = MAX_PERSISTENT_THREADS  # see DIVIDING_ROW_BUDGET
-        if persistent and (
-            pressure > 1
-            or words > 1  # 64 registers at 1024 threads spilled 16 int64 (seed 379)
-            or -(-vectors // MAX_PERSISTENT_THREADS) * vector <= MAX_PERSISTENT_PER_THREAD // words
-        ):
-            most = MAX_PERSISTENT_THREADS
-        most = min(most, target.max_threads_per_block)
-        threads = max(MIN_THREADS, min(most, threads))
-        if persistent:
-            # More threads where the row's tensors would not fit the budget per thread.
-            budget = _row_budget(pressure, vector, words, dividing)
-            while threads < most and -(-vectors // threads) * vector > budget:
-                threads *= 2
-        staged = _staged_wide(fusion)
-        while (
-            staged
-            and threads < target.max_threads_per_block
-            and 2 * staged * -(-vectors // threads) * vector > _staged_budget(threads)
-        ):
-            threads *= 2
-        serial = -(-vectors // threads)
+        while True:
+            threads, serial = _inner_threads(fusion, target, cols, vector, persistent, held)
+            if persistent or vector == 1:
+                break
+            if _streaming_words(fusion, vector) <= _streaming_budget(threads):
+                break
+            vector //= 2  # narrower vectors: the row's per-vector arrays fit in registers
         return ReductionParams("inner", threads, vector, serial, persistent)
     rows = _extent(reference, flags, False)
     threads = max(MIN_THREADS, min(256, _power_of_two_at_least(rows)))
     return ReductionParams("outer", threads, 1, cols, persistent)
+
+
+def _streaming_words(fusion: Fusion, vector: int) -> int:
+    """Registers a streaming row's per-vector register arrays take: one array of ``vector``
+    elements per tensor of the reductions' input cones, counted as the lowering's budget
+    counts them (register_budget.py: 16-bit inputs, vector-loaded, two to a register)."""
+    cone: dict[int, TensorView] = {}
+    for reduction in _reductions(fusion):
+        cone.update(upstream([reduction.input]))
+    words = 0
+    for tv in cone.values():
+        if tv.dtype.is_bool:
+            continue
+        if tv.definition is None and tv.dtype.itemsize == 2:
+            words += -(-vector // 2)
+        else:
+            words += vector * -(-tv.dtype.itemsize // 4)
+    return words
+
+
+def _streaming_budget(threads: int) -> int:
+    return STREAMING_ARRAY_WORDS_AT_1024 * SM90.max_threads_per_block // threads
+
+
+def _inner_threads(
+    fusion: Fusion,
+    target: TargetInfo,
+    cols: int,
+    vector: int,
+    persistent: bool,
+    held: list[tuple[int, int]],
+) -> tuple[int, int]:
+    """Threads and serial vectors per thread of an inner reduction's row of ``cols``."""
+    pressure = _pressure(held)
+    words = _register_words(_kept_and_read(fusion))
+    vectors = -(-cols // vector)
+    # Aim for about 4 vectors per thread, 32 to 1024 threads (whole warps).
+    threads = _power_of_two_at_least(max(1, vectors // 4))
+    most = MAX_THREADS
+    dividing = _divides_on_the_way_in(fusion)
+    if dividing:
+        most = MAX_PERSISTENT_THREADS  # see DIVIDING_ROW_BUDGET
+    if persistent and (
+        pressure > 1
+        or words > 1  # 64 registers at 1024 threads spilled 16 int64 (seed 379)
+        or -(-vectors // MAX_PERSISTENT_THREADS) * vector <= MAX_PERSISTENT_PER_THREAD // words
+    ):
+        most = MAX_PERSISTENT_THREADS
+    most = min(most, target.max_threads_per_block)
+    threads = max(MIN_THREADS, min(most, threads))
+    if persistent:
+        # More threads where the row's tensors would not fit the budget per thread.
+        budget = _row_budget(pressure, vector, words, dividing)
+        while threads < most and -(-vectors // threads) * vector > budget:
+            threads *= 2
+    staged = _staged_wide(fusion)
+    while (
+        staged
+        and threads < target.max_threads_per_block
+        and 2 * staged * -(-vectors // threads) * vector > _staged_budget(threads)
+    ):
+        threads *= 2
+    serial = -(-vectors // threads)
+    return threads, serial
 
 
 def schedule(
