@@ -1,5 +1,5 @@
 """The matmul heuristic's tile shape: :func:`default_tiles` (from M, N and the MMA count)
-and :func:`filling_tiles` (smaller tiles for an output of less than one wave).
+and :func:`filling_tiles` (smaller tiles where they fill the last wave better).
 
 Expects output extents in elements; guarantees tiles that wgmma takes (rows a multiple of
 64, columns a multiple of 8 up to 256) and no wider or taller than the default. Used by
@@ -25,8 +25,8 @@ def default_tiles(m: int, n: int, *, single_mma: bool) -> tuple[int, int]:
     return tile_m, tile_n
 
 
-# Smaller tiles for outputs of less than one wave, with their throughput per SM relative to
-# 128x256 (wgmma's issue rate falls with the tile: fewer MMAs per operand byte loaded).
+# The tiles the heuristic weighs, with their throughput per SM relative to 128x256 (wgmma's
+# issue rate falls with the tile: fewer MMAs per operand byte loaded).
 FILL_TILES = ((128, 256, 1.0), (128, 128, 0.9), (64, 256, 0.8), (64, 128, 0.7))
 
 
@@ -35,15 +35,19 @@ def filling_tiles(
 ) -> tuple[int, int]:
     """The tile of least estimated time, ``waves * area / throughput``, among the default
     and the smaller :data:`FILL_TILES` (none wider or taller than the default, which already
-    fits M <= 64 and narrow N), for an output whose default tiles leave SMs idle (fewer than
-    one wave); the default otherwise. At M = 256, N = 8192 the default's 64 tiles use half
-    the SMs, 128x128's 128 use nearly all: autotuning measured 0.63x cuBLAS against 0.94x."""
+    fits M <= 64 and narrow N); the default where none is estimated faster. The last wave
+    is what smaller tiles fill:
+
+    - under one wave: at M = 256, N = 8192 the default's 64 tiles use half the SMs, 128x128's
+      128 use nearly all (autotuning measured 0.63x cuBLAS against 0.94x);
+    - just past a whole wave: 256x18944's 148 tiles of 128x256 take two waves on 132 SMs, the
+      second nearly empty; 296 tiles of 128x128 take three waves of half the work each.
+      Every shape of the public set the default put there ran under 0.9x cuBLAS
+      (docs/performance.md, "Tiles by waves")."""
 
     def count(m: int, n: int) -> int:
         return ceil_div(shape["m"], m) * ceil_div(shape["n"], n) * shape["batch"]
 
-    if count(tile_m, tile_n) >= target.sm_count:
-        return tile_m, tile_n
     throughput = {(m, n): value for m, n, value in FILL_TILES}
 
     def cost(m: int, n: int) -> float:
@@ -54,7 +58,14 @@ def filling_tiles(
     for m, n, _ in FILL_TILES:
         if m <= tile_m and n <= tile_n and cost(m, n) < cost(*best):
             best = (m, n)
+    past_a_wave = count(tile_m, tile_n) >= target.sm_count
+    if past_a_wave and cost(*best) > PAST_A_WAVE_GAIN * cost(tile_m, tile_n):
+        return tile_m, tile_n  # a few percent is within the estimate's error
     return best
+
+
+# Past one wave, a smaller tile must be estimated this much faster than the default.
+PAST_A_WAVE_GAIN = 0.95
 
 
 def consumer_warpgroups(tile_m: int, pingpong: bool | None) -> int:

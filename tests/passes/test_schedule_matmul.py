@@ -379,12 +379,14 @@ def test_default_cluster_for_large_matmuls(
     [
         ((256, 8192, 3072), None, (128, 128)),  # 64 default tiles: 128 fill the SMs
         ((32, 4608, 3584), None, (64, 128)),  # M <= 64 keeps 64 rows
-        ((3000, 4608, 3584), None, (128, 256)),  # several waves: the default
+        ((3000, 4608, 3584), None, (128, 256)),  # 128x128 only 3% better: the default
+        ((256, 18944, 3584), None, (128, 128)),  # 148 tiles: 2 waves, the second near empty
+        ((8192, 8192, 8192), None, (128, 256)),  # whole waves: the default
         ((4096, 64, 2048), None, (128, 64)),  # a narrow N keeps its width
         ((256, 8192, 3072), pf.MatmulParams(tile_n=256), (128, 256)),  # the user's tile
     ],
 )
-def test_outputs_of_less_than_a_wave_get_smaller_tiles(
+def test_tiles_fill_the_last_wave(
     shape: tuple[int, int, int], user: pf.MatmulParams | None, tiles: tuple[int, int]
 ) -> None:
     params = _linear_params(shape, user)
