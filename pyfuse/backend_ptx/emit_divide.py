@@ -8,7 +8,9 @@ are torch's:
 - floats: ``fmod(x, y) = x - trunc(x / y) y`` with the sign of ``x``, exactly: ``|x|`` is
   reduced in f64 by multiples ``|y| 2**k`` that leave quotients below 2**52, where the
   truncated quotient and the fma's remainder are exact (``FMOD_STEPS`` steps cover every
-  f32 pair; f64 operands whose quotient passes 2**306 get an approximation). ``fmod(x, 0)``,
+  f32 pair; f64 operands whose quotient passes 2**306 get an approximation); ``k`` comes
+  from the operands' exponent bits for f32 operands, from a division for f64 ones
+  (denormal divisors). A zero remainder takes the divisor's sign. ``fmod(x, 0)``,
   ``fmod(inf, y)`` and NaNs give NaN, ``fmod(x, inf) = x``. ``remainder`` moves a nonzero
   ``fmod`` of the other sign than ``y`` by ``y``; ``floor_divide`` is ``(x - fmod(x, y)) / y`` made
   integral (NumPy's ``npy_divmod``), ``x / y`` where ``y == 0`` or ``x / y`` overflows.

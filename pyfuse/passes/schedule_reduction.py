@@ -399,13 +399,21 @@ def choose_params(
         if flags[-1] and vectorize:
             # A vector must stay inside one run of the innermost axis.
             vector = vector_width(fusion, innermost, innermost.logical_extent, target)
+        cap = target.max_threads_per_block
         while True:
-            threads, serial = _inner_threads(fusion, target, cols, vector, persistent, held)
+            threads, serial = _inner_threads(fusion, target, cols, vector, persistent, held, cap)
             if persistent or vector == 1:
                 break
             if _streaming_words(fusion, vector) <= _streaming_budget(threads):
                 break
-            vector //= 2  # narrower vectors: the row's per-vector arrays fit in registers
+            # The row's per-vector arrays do not fit: fewer threads first (each gets more
+            # registers, and keeps its 16-byte loads), down to STREAMING_MIN_THREADS; then
+            # narrower vectors.
+            if STREAMING_MIN_THREADS < threads <= cap:
+                cap = threads // 2
+            else:
+                vector //= 2
+                cap = target.max_threads_per_block
         return ReductionParams("inner", threads, vector, serial, persistent)
     rows = _extent(reference, flags, False)
     threads = max(MIN_THREADS, min(256, _power_of_two_at_least(rows)))
@@ -430,6 +438,11 @@ def _streaming_words(fusion: Fusion, vector: int) -> int:
     return words
 
 
+# The fewest threads a streaming row is narrowed to before its vectors are: a 512-thread
+# block still makes a whole SM's threads with four blocks.
+STREAMING_MIN_THREADS = 256
+
+
 def _streaming_budget(threads: int) -> int:
     return STREAMING_ARRAY_WORDS_AT_1024 * SM90.max_threads_per_block // threads
 
@@ -441,8 +454,10 @@ def _inner_threads(
     vector: int,
     persistent: bool,
     held: list[tuple[int, int]],
+    cap: int,
 ) -> tuple[int, int]:
-    """Threads and serial vectors per thread of an inner reduction's row of ``cols``."""
+    """Threads and serial vectors per thread of an inner reduction's row of ``cols``, at
+    most ``cap`` threads before the staging of 64-bit tensors asks for more."""
     pressure = _pressure(held)
     words = _register_words(_kept_and_read(fusion))
     vectors = -(-cols // vector)
@@ -458,7 +473,7 @@ def _inner_threads(
         or -(-vectors // MAX_PERSISTENT_THREADS) * vector <= MAX_PERSISTENT_PER_THREAD // words
     ):
         most = MAX_PERSISTENT_THREADS
-    most = min(most, target.max_threads_per_block)
+    most = min(most, target.max_threads_per_block, cap)
     threads = max(MIN_THREADS, min(most, threads))
     if persistent:
         # More threads where the row's tensors would not fit the budget per thread.
