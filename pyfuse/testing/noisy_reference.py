@@ -27,7 +27,8 @@ Guarantees, for :func:`evaluate_noisy`:
   same way (``sign * inf``, ``sign * 0``, NaN), and so is a sin or cos whose operand's
   noise reaches 2**-7 radians (of ``cos(exp(x))``).
 - A float's cast to bool, and ``==``/``!=`` of floats, whose operand's noise reaches 0 (of
-  ``x - y``), and an argmax's hit test over near-ties, are undetermined bools: True in the
+  ``x - y``) or whose operand is an undetermined value's mark, and an argmax's hit test
+  over near-ties, are undetermined bools: True in the
   run with ``jitter=1.0``, False with ``-1.0``, flipped with a Generator.
 
 Where the runs move an output past a comparison's tolerance, it is ill-conditioned in float32
@@ -157,7 +158,11 @@ def _noisy_result(expr: Expr, env: Env, exact: Env, jitter: Jitter, noisy_inputs
         if undetermined is not None and undetermined.any():
             value = np.where(undetermined, _mark(jitter), value).astype(value.dtype)
     if dtype.is_bool and value.size and noisy_inputs:
-        for undetermined in (_near_tie_with_extremum(expr, exact), _near_zero(expr, env, exact)):
+        for undetermined in (
+            _near_tie_with_extremum(expr, exact),
+            _near_zero(expr, env, exact),
+            _compares_a_mark(expr, env, exact),
+        ):
             if undetermined is not None and undetermined.any():
                 exact_value = np.asarray(exact.tensor(expr.output))
                 value = np.where(undetermined, _bool_mark(jitter, exact_value), value)
@@ -198,6 +203,27 @@ def _near_tie_with_extremum(expr: Expr, exact: Env) -> Array | None:
         ties = np.sum(near, axis=reduction.axes, keepdims=True) >= 2
         return np.broadcast_to(near & ties, expr.output.shape)
     return None
+
+
+def _compares_a_mark(expr: Expr, env: Env, exact: Env) -> Array | None:
+    """For ``==`` and ``!=`` of floats: where an operand is an undetermined value's mark in
+    this run (infinite or NaN where the exact value is finite). Marks compare equal to one
+    another, so an argmax's hit test over a row of them found the first index in every run,
+    and a ``where`` after it could map that onto the exact answer (GPU fuzzer, seed 559: the
+    argmax of ``cos(amax(exp(x)))``, whose operands' noise is far past a radian)."""
+    if not (isinstance(expr, BinaryOp) and expr.op in (BinaryOpType.EQ, BinaryOpType.NE)):
+        return None
+    common = common_dtype(expr.inputs)
+    if not common.is_floating:
+        return None
+    marked = np.zeros(expr.output.shape, dtype=bool)
+    for val in expr.inputs:
+        if not isinstance(val, TensorView):
+            continue
+        noisy = np.asarray(env.operand(val, common), dtype=np.float64)
+        true = np.asarray(exact.operand(val, common), dtype=np.float64)
+        marked |= np.broadcast_to(~np.isfinite(noisy) & np.isfinite(true), expr.output.shape)
+    return marked
 
 
 def _near_zero(expr: Expr, env: Env, exact: Env) -> Array | None:

@@ -483,3 +483,20 @@ def test_a_floor_divide_by_a_tiny_divisor_is_the_infinite_quotient() -> None:
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         want = np.floor_divide(x, y)
     np.testing.assert_array_equal(got, want)
+
+
+def test_an_argmax_over_undetermined_values_stays_undetermined_through_a_where() -> None:
+    """GPU fuzzer, seed 559: ``where(argmax(cos(amax(exp(x)))) > 0.25, ..., 2)``. The cos
+    operands' noise is far past a radian, so every value is marked; marks compare equal,
+    so the argmax's hit test found index 0 in every noisy run, which the where mapped onto
+    the exact answer 2, and the kernel's 1 was held wrong. A hit test on a mark is
+    undetermined now: some run differs from the reference there."""
+    fusion = pf.fuse(
+        lambda x: pf.where(pf.argmax(pf.cos(pf.amax(pf.exp(x), 0)), 0) > 0.25, 0, 2)
+    ).trace(pf.spec((24, 5, 4), pf.int8))
+    rng = np.random.default_rng(0)
+    x = rng.integers(30, 51, (24, 5, 4)).astype(np.int8)
+    (want,) = evaluate(fusion, [x])
+    runs = [_noisy(fusion, [x], jitter)[0] for jitter in (1.0, -1.0, np.random.default_rng(1))]
+    assert np.logical_or.reduce([run != want for run in runs]).all()  # a run moves each
+    assert compare(np.where(want == 2, 0, 2).astype(want.dtype), want, jittered=runs) is None
