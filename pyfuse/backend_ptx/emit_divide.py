@@ -1,16 +1,16 @@
 """torch's division-like ops in PTX: ``fmod``, ``remainder`` and ``floor_divide``.
 
 Expects compute-type operands (f32, f64, or 32/64-bit integers) from
-:class:`~pyfuse.backend_ptx.emit_scalar.ScalarMath`. Guarantees the results of NumPy's
-``fmod``, ``remainder`` and ``floor_divide`` (which the reference interpreter computes), which
-are torch's:
+:class:`~pyfuse.backend_ptx.emit_scalar.ScalarMath`. Guarantees torch's results, which the
+reference interpreter computes (``ir/reference_math.py``; NumPy's but for the sign of a zero
+remainder):
 
 - floats: ``fmod(x, y) = x - trunc(x / y) y`` with the sign of ``x``, exactly: ``|x|`` is
   reduced in f64 by multiples ``|y| 2**k`` that leave quotients below 2**52, where the
   truncated quotient and the fma's remainder are exact (``FMOD_STEPS`` steps cover every
   f32 pair; f64 operands whose quotient passes 2**306 get an approximation); ``k`` comes
   from the operands' exponent bits for f32 operands, from a division for f64 ones
-  (denormal divisors). A zero remainder takes the divisor's sign. ``fmod(x, 0)``,
+  (denormal divisors). A zero remainder keeps the dividend's sign (torch's rule). ``fmod(x, 0)``,
   ``fmod(inf, y)`` and NaNs give NaN, ``fmod(x, inf) = x``. ``remainder`` moves a nonzero
   ``fmod`` of the other sign than ``y`` by ``y``; ``floor_divide`` is ``(x - fmod(x, y)) / y`` made
   integral (NumPy's ``npy_divmod``), ``x / y`` where ``y == 0`` or ``x / y`` overflows.
@@ -173,10 +173,8 @@ class _FloatDivision(_Emitting):
         t, y = self.t, self.y
         r = self.fmod()
         moved = self.out(lambda d: arith.add(t, d, r, y, rounding="rn"))
-        r = self.select(self.signs_differ(r, y), moved, r)
-        # A zero remainder takes the divisor's sign (NumPy's npy_divmod).
-        zero = self.select(self.pred("lt", y, 0.0), -0.0, 0.0)
-        return self.select(self.pred("eq", r, 0.0), zero, r)
+        # A zero keeps the dividend's sign, as torch's does (NumPy's takes the divisor's).
+        return self.select(self.signs_differ(r, y), moved, r)
 
     def floor_divide(self) -> Reg:
         t, x, y = self.t, self.x, self.y
