@@ -83,3 +83,15 @@ def test_float64_division_ops_match_the_reference(op: str) -> None:
         want = OPS[op](x, y)
     close = np.isclose(got, want, rtol=0, atol=0, equal_nan=True)
     assert close[4:].all(), (x[4:][~close[4:]], y[4:][~close[4:]])
+
+
+def test_a_quotient_by_a_zero_remainder_has_the_reference_sign() -> None:
+    """GPU fuzzer, seed 561, replayed on the simulator: ``x / cat([i8 % f16, ...])`` where
+    the remainder is an exact zero; a zero of the divisor's sign made the quotient the other
+    infinity."""
+    x = np.array([-4.0, 4.0, -3.0, 3.0, 6.0, -6.0], np.float16)
+    y = np.array([2.0, -2.0, 1.5, -1.5, -3.0, 3.0], np.float16)
+    got = _run("remainder", x, y, pf.float16)
+    want = reference_math.remainder(x, y)
+    assert np.all(got == 0) and np.array_equal(np.signbit(got), np.signbit(want))
+    assert np.array_equal(np.signbit(got), np.signbit(x))
