@@ -90,23 +90,23 @@ def decompose_unschedulable_mmas(fusion: Fusion, target: TargetInfo) -> int:
     mmas = [expr for expr in fusion.exprs() if isinstance(expr, MmaOp)]
     if not mmas:
         return 0
-    from pyfuse.passes import schedule_matmul  # loads with the first MMA
+    from pyfuse.passes import matmul_operands  # loads with the first MMA
 
     count = 0
     for expr in mmas:
         unloadable = target.vector_bytes < SM90.tma_alignment  # unaligned inputs
         for name, operand in (("A", expr.a), ("B", expr.b)):
-            root = schedule_matmul.operand_root(fusion, operand)
+            root = matmul_operands.operand_root(fusion, operand)
             if unloadable or root is None:
                 continue  # a computed operand: segmentation gives it a kernel of its own
-            reason = schedule_matmul.operand_load_reason(fusion, expr, name, root)
+            reason = matmul_operands.operand_load_reason(fusion, expr, name, root)
             unloadable = reason is not None
         if any(axis.is_reduction and axis.extent == 0 for axis in expr.output.logical):
             # K = 0: no tile to load (a TMA box of extent 0 is invalid); the sum over no
             # elements then folds to zeros (fold_empty_reductions).
             unloadable = True
-        a_root = schedule_matmul.operand_root(fusion, expr.a)
-        if a_root is not None and a_root is schedule_matmul.operand_root(fusion, expr.b):
+        a_root = matmul_operands.operand_root(fusion, expr.a)
+        if a_root is not None and a_root is matmul_operands.operand_root(fusion, expr.b):
             # One input as both operands (``x @ x.T``): the tensor-core kernel faulted with a
             # misaligned address on the H200 (2026-12-01); multiply+sum until it is found.
             unloadable = True

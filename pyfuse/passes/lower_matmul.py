@@ -44,14 +44,14 @@ from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.tensor import MemoryType, TensorView, Val
 from pyfuse.passes.lower import _Lowering
 from pyfuse.passes.matmul_epilogue import STAGING_ROWS, chunk_cols, staged_outputs
-from pyfuse.passes.matmul_tiles import consumer_warpgroups
-from pyfuse.passes.plan import KernelPlan
-from pyfuse.passes.schedule_matmul import (
+from pyfuse.passes.matmul_operands import (
     BARRIER_REGION_BYTES,
     operand_memory,
     operand_memory_roles,
     operand_swizzle_bytes,
 )
+from pyfuse.passes.matmul_tiles import consumer_warpgroups
+from pyfuse.passes.plan import KernelPlan
 
 # Every swizzled tile starts on its pattern boundary: that of the widest swizzle (1024 bytes)
 # is a multiple of every narrower one's.

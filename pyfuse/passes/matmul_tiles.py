@@ -3,7 +3,7 @@ and :func:`filling_tiles` (smaller tiles where they fill the last wave better).
 
 Expects output extents in elements; guarantees tiles that wgmma takes (rows a multiple of
 64, columns a multiple of 8 up to 256) and no wider or taller than the default. Used by
-the matmul scheduler (``schedule_matmul.choose_params``) and by split-K's tile count
+the matmul heuristic (``matmul_params.choose_params``) and by split-K's tile count
 (``split_k.auto_parts``, the default alone).
 """
 

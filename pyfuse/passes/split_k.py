@@ -172,7 +172,7 @@ def _split(fusion: Fusion, expr: MatmulOp | LinearOp, parts: int, target: Target
 def _tma_refusal(a: TensorView, b: TensorView, target: TargetInfo) -> str | None:
     """Why TMA could not load the operands' stored tensors (the tensor-core path would then
     decompose the parts into multiply + sum, where a split only costs), or None."""
-    from pyfuse.passes.schedule_matmul import tma_reason  # with the matmul
+    from pyfuse.passes.matmul_operands import tma_reason  # with the matmul
 
     if target.vector_bytes < SM90.tma_alignment:
         return (

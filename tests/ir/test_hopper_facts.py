@@ -17,7 +17,7 @@ from pyfuse.backend_ptx.driver import DEFAULT_DYNAMIC_SMEM_LIMIT
 from pyfuse.backend_ptx.instructions import wgmma
 from pyfuse.ir.hopper import SM90, HopperFacts
 from pyfuse.ir.target import HOPPER
-from pyfuse.passes import lower_matmul, schedule_matmul
+from pyfuse.passes import lower_matmul, matmul_operands
 
 IR = Path(pyfuse.__file__).parent / "ir"
 
@@ -55,13 +55,13 @@ def test_tables_with_their_own_encodings_agree_with_the_facts() -> None:
         assert swizzle.pattern_bytes == SM90.swizzle_atom_rows * swizzle.span_bytes
     assert tuple(matmul_host.SWIZZLES) == SM90.swizzle_spans
     assert (SM90.tma_max_rank, SM90.tma_max_box) == (tma.MAX_RANK, tma.MAX_BOX)
-    assert set(wgmma.WGMMA_K.values()) == {schedule_matmul.WGMMA_K} == {16}
+    assert set(wgmma.WGMMA_K.values()) == {matmul_operands.WGMMA_K} == {16}
 
 
 def test_the_mbarrier_object_and_the_barrier_region_are_different_sizes() -> None:
     """8 bytes per mbarrier; the region in front of the operand tiles that holds them is
     padded to the widest swizzle pattern, so the first tile starts on its boundary."""
     assert SM90.mbarrier_bytes == 8
-    assert schedule_matmul.BARRIER_REGION_BYTES == lower_matmul.SMEM_ALIGN == 1024
-    most_stages = schedule_matmul.BARRIER_REGION_BYTES // (2 * SM90.mbarrier_bytes)
+    assert matmul_operands.BARRIER_REGION_BYTES == lower_matmul.SMEM_ALIGN == 1024
+    most_stages = matmul_operands.BARRIER_REGION_BYTES // (2 * SM90.mbarrier_bytes)
     assert most_stages >= 8  # full[s] and empty[s] for the scheduler's largest ring

@@ -347,7 +347,7 @@ def test_clusters_the_kernel_cannot_split_are_refused(
 
 def _linear_params(shape: tuple[int, int, int], user: pf.MatmulParams | None) -> pf.MatmulParams:
     """The matmul scheduler's params for ``linear`` of an M x K input and an N x K weight."""
-    from pyfuse.passes.schedule_matmul import choose_params
+    from pyfuse.passes.matmul_params import choose_params
     from pyfuse.passes.translate_patterns import translate_patterns
 
     m, n, k = shape

@@ -1,0 +1,248 @@
+"""The matmul heuristic's parameters: :func:`choose_params` fills every field of
+:class:`~pyfuse.ir.params.MatmulParams` the user left ``None`` from the problem's shape and
+the device (tiles by :mod:`matmul_tiles`, stages from shared memory, the grid swizzle, the
+cluster, the TMA-store epilogue, ping-pong's tiles), keeps the user's fields, and warns where
+a requested setting cannot be carried out.
+
+Expects a kernel fusion the matmul scheduler accepts (:func:`schedule_matmul.decline_reason`
+is None). Guarantees parameters the kernel takes (checked by ``_check_params``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+
+from pyfuse.ir.exprs import MmaOp
+from pyfuse.ir.fusion import Fusion
+from pyfuse.ir.hopper import SM90
+from pyfuse.ir.iterdomain import (
+    ceil_div,
+)
+from pyfuse.ir.params import MatmulParams
+from pyfuse.ir.target import TargetInfo
+from pyfuse.passes.matmul_epilogue import staged_outputs, staging_bytes
+from pyfuse.passes.matmul_operands import (
+    BARRIER_REGION_BYTES,
+    WGMMA_K,
+    WIDEST_SWIZZLE_BYTES,
+    contiguous_role,
+    mma_extents,
+    mma_ops,
+)
+from pyfuse.passes.matmul_tiles import consumer_warpgroups, default_tiles, filling_tiles
+
+# fp32 accumulator registers a ping-pong consumer thread may hold (a 128x128 tile): the rest
+# of its 240 keep the epilogue's values and the addresses.
+PINGPONG_ACCUMULATORS = 128
+
+
+def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo) -> MatmulParams:
+    """The user's fields as given; every ``None`` chosen from the shape and the device."""
+    mmas = mma_ops(fusion)
+    shape = mma_extents(mmas[0])
+    operands = {id(m.a) for m in mmas} | {id(m.b) for m in mmas}
+    tile_m, tile_n = default_tiles(shape["m"], shape["n"], single_mma=len(mmas) == 1)
+    if len(mmas) == 1:
+        tile_m, tile_n = filling_tiles(shape, tile_m, tile_n, target)
+    tile_k = WIDEST_SWIZZLE_BYTES // mmas[0].a.dtype.itemsize
+    itemsize = mmas[0].a.dtype.itemsize
+    given = user or MatmulParams()
+    given, tile_m, tile_n = _pingpong_tiles(given, tile_m, tile_n, len(mmas))
+    tile_m = given.tile_m or tile_m
+    tile_n = _mn_major_tile_n(fusion, mmas, given.tile_n or tile_n, itemsize, given.tile_n)
+    if given.tile_n is not None and given.tile_n != tile_n:
+        given = dataclasses.replace(given, tile_n=tile_n)  # rounded up, with a warning
+    tile_k = given.tile_k or tile_k
+    a_count = len({id(m.a) for m in mmas})
+    b_count = len(operands) - a_count
+    stage_bytes = (tile_m * a_count + tile_n * b_count) * tile_k * itemsize
+    budget = target.max_smem_per_block - BARRIER_REGION_BYTES
+    warpgroups = consumer_warpgroups(tile_m, given.pingpong)
+    smem_epilogue, epilogue_bytes = _smem_epilogue(
+        fusion, mmas[0], shape, warpgroups, tile_n, given
+    )
+    if smem_epilogue and given.smem_epilogue is None and budget - epilogue_bytes < 2 * stage_bytes:
+        smem_epilogue, epilogue_bytes = False, 0  # two stages beat staging the output
+    stages = max(1, min(8, (budget - epilogue_bytes) // stage_bytes))
+    m_tiles = ceil_div(shape["m"], tile_m)
+    tiles = m_tiles * ceil_div(shape["n"], tile_n) * shape["batch"]
+    defaults = MatmulParams(
+        tile_m=tile_m,
+        tile_n=tile_n,
+        tile_k=tile_k,
+        stages=stages,
+        grid_swizzle=_grid_swizzle(m_tiles, tile_m, tile_n, target),
+        persistent=tiles > target.sm_count or bool(given.pingpong),
+        splitk=1,
+        cluster_m=_cluster_m(m_tiles, tiles, tile_n, tile_k, given, target),
+        cluster_n=1,
+        warp_specialized=True,
+        smem_epilogue=smem_epilogue,
+        pingpong=False,
+    )
+    params = given.merged(defaults)
+    _check_params(params, tile_n_limit=SM90.wgmma_n_max)
+    _warn_unused(params)
+    return params
+
+
+def _smem_epilogue(
+    fusion: Fusion,
+    mma: MmaOp,
+    shape: dict[str, int],
+    warpgroups: int,
+    tile_n: int,
+    given: MatmulParams,
+) -> tuple[bool, int]:
+    """Whether the epilogue stages its outputs in shared memory for TMA stores (by default
+    whenever an output can be, :mod:`matmul_epilogue`), and the bytes that takes."""
+    if given.smem_epilogue is False:
+        return False, 0
+    staged = [out for out, _ in staged_outputs(fusion, mma, shape["batch"])]
+    nbytes = staging_bytes(staged, warpgroups, tile_n)
+    if nbytes == 0 and given.smem_epilogue:
+        warnings.warn(
+            "pyfuse: MatmulParams(smem_epilogue=True) not applied: no output of this matmul "
+            "can be stored with TMA (it needs a contiguous N axis, 16-byte aligned strides, "
+            "a bf16, f16 or f32 dtype, and a tile_n of whole 32-byte rows); the epilogue "
+            "stores from registers",
+            UserWarning,
+            stacklevel=4,
+        )
+    return nbytes > 0, nbytes
+
+
+def _pingpong_tiles(
+    given: MatmulParams, tile_m: int, tile_n: int, mma_count: int
+) -> tuple[MatmulParams, int, int]:
+    """A ping-pong warpgroup holds a whole tile's accumulators: at most
+    ``PINGPONG_ACCUMULATORS`` fp32 registers a thread over the MMAs. Tiles the user left
+    open shrink to fit (128x128 for one MMA, 64x128 for two); a persistent=False or a user's
+    tile that does not fit turns ping-pong off, with a warning."""
+    if not given.pingpong:
+        return given, tile_m, tile_n
+
+    def registers(m: int, n: int) -> int:
+        return n // 2 * (m // SM90.wgmma_m) * mma_count
+
+    if (
+        given.tile_m is None
+        and given.tile_n is None
+        and registers(tile_m, tile_n) > (PINGPONG_ACCUMULATORS)
+    ):
+        tile_m, tile_n = (128, 128) if mma_count == 1 else (64, 128)
+    m, n = given.tile_m or tile_m, given.tile_n or tile_n
+    reason = None
+    if given.persistent is False:
+        reason = "it needs a persistent kernel"
+    elif registers(m, n) > PINGPONG_ACCUMULATORS:
+        reason = (
+            f"a {m}x{n} tile holds {registers(m, n)} accumulator registers a thread, more than "
+            f"{PINGPONG_ACCUMULATORS}"
+        )
+    if reason is not None:
+        warnings.warn(
+            f"pyfuse: MatmulParams(pingpong=True) not applied: {reason}; the kernel is cooperative",
+            UserWarning,
+            stacklevel=4,
+        )
+        given = dataclasses.replace(given, pingpong=False)
+    return given, tile_m, tile_n
+
+
+def _mn_major_tile_n(
+    fusion: Fusion, mmas: list[MmaOp], tile_n: int, itemsize: int, requested: int | None
+) -> int:
+    """``tile_n``, rounded up to whole rows of the narrowest swizzle (32 bytes: 16 bf16/f16
+    elements) when a B operand is stored N-major, whose tile rows are N; a K-major B takes
+    any multiple of 8 (its rows are K)."""
+    if all(contiguous_role(fusion, mma, mma.b) != "n" for mma in mmas):
+        return tile_n
+    narrowest = SM90.swizzle_spans[-1]
+    row = narrowest // itemsize
+    rounded = ceil_div(tile_n, row) * row
+    if requested is not None and rounded != requested:
+        warnings.warn(
+            f"pyfuse: MatmulParams(tile_n={requested}) rounded up to {rounded}: an N-major B "
+            f"operand is loaded in rows of {narrowest} bytes ({row} elements)",
+            UserWarning,
+            stacklevel=3,
+        )
+    return rounded
+
+
+def _cluster_m(
+    m_tiles: int, tiles: int, tile_n: int, tile_k: int, given: MatmulParams, target: TargetInfo
+) -> int:
+    """2 (pairs of M tiles share their B tile through TMA multicast) for matmuls of at least
+    two waves of tiles, where it ran 3-5% faster on the H200 (8192^3: 0.94-0.95x cuBLAS
+    against 0.90-0.91x in two runs); 1 for smaller ones, when the user asked for a
+    ``cluster_n``, or when the tile does not split into two multicast halves."""
+    if (given.cluster_n or 1) > 1 or m_tiles < 2 or tiles < 2 * target.sm_count:
+        return 1
+    if tile_n % (SM90.swizzle_atom_rows * 2) or tile_k % (SM90.swizzle_atom_rows * 2):
+        return 1  # the two CTAs would not each load whole swizzle atoms
+    return 2
+
+
+def _warn_unused(params: MatmulParams) -> None:
+    """Say so when a requested setting is scheduled in the IR but not yet carried out by the
+    kernel (the result is still exact: the kernel reduces all of K in each CTA)."""
+    unused = []
+    if (params.splitk or 1) > 1:  # the pipeline's split_k pass takes it from the params
+        unused.append(f"splitk={params.splitk} (reached the kernel scheduler unsplit)")
+    if params.warp_specialized is False:
+        unused.append("warp_specialized=False (the kernel is always warp-specialized)")
+    if unused:
+        warnings.warn(
+            f"pyfuse: MatmulParams {'; '.join(unused)} not applied by the Hopper kernel yet; "
+            "the matmul runs without it",
+            UserWarning,
+            stacklevel=2,
+        )
+
+
+def _grid_swizzle(m_tiles: int, tile_m: int, tile_n: int, target: TargetInfo) -> int:
+    """M tiles walked together per N tile: the tiles in flight (one per SM) then touch about
+    ``s * tile_m`` rows of A and ``SMs / s * tile_n`` rows of B, least at
+    ``s = sqrt(SMs * tile_n / tile_m)`` (16 for 128x256 tiles on 132 SMs: on the H200 that
+    ran 6% faster than 4 at 4096x14336x4096), as a power of two no larger than the M tiles."""
+    best = math.sqrt(target.sm_count * tile_n / tile_m)
+    swizzle = 1
+    while swizzle * 2 <= min(best, m_tiles):
+        swizzle *= 2
+    return swizzle
+
+
+def _check_params(params: MatmulParams, tile_n_limit: int) -> None:
+    assert params.tile_m and params.tile_n and params.tile_k  # filled by merged()
+    if params.tile_m % SM90.wgmma_m:
+        raise ValueError(f"tile_m must be a multiple of {SM90.wgmma_m}, got {params.tile_m}")
+    step = SM90.wgmma_n_step
+    if params.tile_n % step or params.tile_n > tile_n_limit:
+        raise ValueError(
+            f"tile_n must be a multiple of {step} and at most {tile_n_limit}, got {params.tile_n}"
+        )
+    if params.tile_k % WGMMA_K:
+        raise ValueError(f"tile_k must be a multiple of {WGMMA_K}, got {params.tile_k}")
+    cluster_m, cluster_n = params.cluster_m or 1, params.cluster_n or 1
+    if cluster_m * cluster_n > SM90.max_portable_cluster_ctas:
+        raise ValueError(
+            f"cluster_m x cluster_n = {cluster_m} x {cluster_n} CTAs; a portable cluster has at "
+            f"most {SM90.max_portable_cluster_ctas}"
+        )
+    # Each of the CTAs sharing an operand tile loads a slice of it in whole 8-row swizzle
+    # atoms: B tiles are shared by cluster_m CTAs, A tiles by cluster_n.
+    for sharers, extents in (
+        (cluster_m, (params.tile_n, params.tile_k)),
+        (cluster_n, (params.tile_m, params.tile_k)),
+    ):
+        whole_atoms = SM90.swizzle_atom_rows * sharers
+        if sharers > 1 and any(extent % whole_atoms for extent in extents):
+            raise ValueError(
+                f"a {cluster_m}x{cluster_n} cluster splits operand tiles of {extents[0]}x"
+                f"{extents[1]} among {sharers} CTAs, which needs both extents to be multiples "
+                f"of {whole_atoms}"
+            )
