@@ -1,4 +1,5 @@
-"""Checks shared by several test folders: ptxas by policy, GPU results against the reference."""
+"""Checks shared by several test folders: ptxas by policy, GPU results against the reference,
+the matmul kernel of a fusion."""
 
 from __future__ import annotations
 
@@ -128,3 +129,18 @@ def run_fresh_process(script: str, folder: Path, *args: str) -> dict[str, Any]:
     )
     assert done.returncode == 0, done.stderr[-4000:]
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def matmul_kernel(fn: Any, specs: list[Any], params: Any = None) -> tuple[Any, Any]:
+    """The one tensor-core kernel of ``fn`` traced on ``specs`` (passes only, no emission):
+    its ``KernelStages`` and its ``MatmulMainLoop``."""
+    import pyfuse as pf
+    from pyfuse.ir.target import HOPPER
+    from pyfuse.passes import pipeline
+
+    fusion = pf.fuse(fn).trace(*specs)
+    result = pipeline.run(fusion, HOPPER, params)
+    (stage,) = [st for st in result.kernels if st.plan.scheduler == "matmul"]
+    loop = stage.kernel_ir.main_loop()
+    assert loop is not None
+    return stage, loop

@@ -60,6 +60,7 @@ from pyfuse.backend_ptx.abi import ParamKind
 from pyfuse.backend_ptx.emitter import Directives, Param
 from pyfuse.backend_ptx.instructions import mbarrier, wgmma
 from pyfuse.backend_ptx.matmul_staging import check_stores
+from pyfuse.backend_ptx.matmul_vectors import check_vectors
 from pyfuse.backend_ptx.tensor_maps import MatmulLaunch
 from pyfuse.ir import dtypes
 from pyfuse.ir.hopper import SM90
@@ -76,6 +77,8 @@ SWIZZLES = {
 WGMMA_TYPES = {dtypes.bfloat16: "bf16", dtypes.float16: "f16"}
 # TMA element types of the outputs a TMA store writes (matmul_epilogue.STAGED_DTYPES).
 STORE_TYPES = {**WGMMA_TYPES, dtypes.float32: "f32"}
+# TMA element types of the epilogue vectors, by element size: a copy moves bits unchanged.
+VECTOR_TYPES = {1: "u8", 2: "u16", 4: "u32", 8: "u64"}
 PRODUCER_REGISTERS = 40  # CUTLASS's load warpgroup: one thread issuing TMA needs few
 MAX_CONSUMER_REGISTERS = 240
 
@@ -400,13 +403,14 @@ def check_main_loop(
             f"kernel {kernel.name}: setmaxnreg needs a register cap at entry; build the "
             "KernelBuilder with matmul_directives(kernel)"
         )
-    maps_needed = len(stmt.operands) + len(stmt.stores)
+    maps_needed = len(mapped_buffers(stmt))
     if len(tensor_map_params) != maps_needed:
         raise ValueError(
             f"kernel {kernel.name}: {maps_needed} tensor maps needed, got "
             f"{len(tensor_map_params)} (use tensor_map_params_for)"
         )
     check_stores(stmt, kernel.smem_bytes)
+    check_vectors(stmt, kernel.smem_bytes, lowest)
     for param in tensor_map_params:
         if param.kind is not ParamKind.TENSOR_MAP or param not in declared:
             raise ValueError(f"param {param.name} must be a declared TENSOR_MAP param")
@@ -438,13 +442,19 @@ def register_split(
 
 
 def mapped_buffers(stmt: MatmulMainLoop) -> list[str]:
-    """The buffer of each tensor map, in parameter order: the operands', then the stores'."""
-    return [o.buffer_name for o in stmt.operands] + [s.buffer_name for s in stmt.stores]
+    """The buffer of each tensor map, in parameter order: the operands', the stores', then
+    the epilogue vectors'."""
+    return (
+        [o.buffer_name for o in stmt.operands]
+        + [s.buffer_name for s in stmt.stores]
+        + [v.buffer_name for v in stmt.vectors]
+    )
 
 
 def tensor_map_plans(kernel: Kernel) -> list[tma_host.TensorMapPlan]:
     """One tiled-map plan per TMA operand (checked against the smem layout first), then one
-    per TMA-stored output (a box of 64 rows by ``chunk_cols``, swizzled by its row)."""
+    per TMA-stored output (a box of 64 rows by ``chunk_cols``, swizzled by its row), then
+    one per epilogue vector (1-D, unswizzled, its elements copied as raw bits)."""
     stmt = find_main_loop(kernel)
     plans = []
     for operand in stmt.operands:
@@ -467,6 +477,12 @@ def tensor_map_plans(kernel: Kernel) -> list[tma_host.TensorMapPlan]:
                 store.strides,
                 store.box,
                 swizzle=SWIZZLES[store.swizzle_bytes],
+            )
+        )
+    for vector in stmt.vectors:
+        plans.append(
+            tma_host.plan_tiled(
+                VECTOR_TYPES[vector.dtype.itemsize], (vector.extent,), (1,), (vector.span,)
             )
         )
     return plans

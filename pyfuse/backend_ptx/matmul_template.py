@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from pyfuse.backend_ptx import smem_desc
+from pyfuse.backend_ptx import matmul_vectors, smem_desc
 from pyfuse.backend_ptx.abi import ParamKind
 from pyfuse.backend_ptx.emitter import Directives, KernelBuilder, Param
 from pyfuse.backend_ptx.instructions import (
@@ -64,6 +64,7 @@ from pyfuse.backend_ptx.matmul_host import (
 )
 from pyfuse.backend_ptx.matmul_producer import Producer, Ring
 from pyfuse.backend_ptx.matmul_staging import Staging
+from pyfuse.backend_ptx.matmul_vectors import VectorLoads
 from pyfuse.backend_ptx.operands import Address, Reg, RegClass
 from pyfuse.ir.hopper import SM90
 from pyfuse.ir.kernel_ir import Buffer, Kernel, MatmulMainLoop, Var
@@ -266,6 +267,7 @@ class _MainLoop:
                     Address(self.smem, MBARRIER_BYTES * (stmt.stages + stage)), arrivals
                 ).guarded(leader),
             )
+        matmul_vectors.init_barriers(kb, stmt, self.smem, leader)
         kb.emit(mbarrier.fence_init().guarded(leader))
         if stmt.cluster_size > 1:
             # Peers multicast into this CTA and arrive on its barriers: all must be initialized.
@@ -429,14 +431,20 @@ class _MainLoop:
         self.previous_stage = self.u32()  # the stage of the K tile whose wgmmas may be pending
         kb.emit(arith.mov("u32", self.previous_stage, 0))
         self.staging: Staging | None = None
+        first_store = len(stmt.operands)
+        first_vector = first_store + len(stmt.stores)
         if stmt.stores:
-            store_maps = []
-            for param in self.maps[len(stmt.operands) :]:
-                address = kb.reg(RegClass.B64)
-                kb.emit(memory.tensor_map_address(address, param))
-                store_maps.append(address)
+            store_maps = matmul_vectors.tensor_map_addresses(
+                kb, self.maps[first_store:first_vector]
+            )
             self.staging = Staging(
                 kb, stmt, store_maps, self.smem, self.tid, lane, warp, self.consumer_index
+            )
+        self.vectors: VectorLoads | None = None
+        if stmt.vectors:
+            vector_maps = matmul_vectors.tensor_map_addresses(kb, self.maps[first_vector:])
+            self.vectors = VectorLoads(
+                kb, stmt, vector_maps, self.smem, self.tid, self.consumer_index
             )
         if stmt.pingpong:
             self.pingpong_tile_loop()
@@ -525,12 +533,18 @@ class _MainLoop:
             kb.emit(arith.mov("u32", self.previous_stage, ring.stage))
             ring.advance()
 
+        first_row = None
+        if self.vectors is not None:
+            first_row = self.first_row(m0)
+            self.vectors.issue(first_row, n0)
         self.k_loop(consume)
         if after_main_loop is not None:
             after_main_loop()
         kb.emit(wgmma.wait_group(0))
         self.release(self.previous_stage, self.lane0)
-        self.epilogue(batch, m0, n0)
+        if self.vectors is not None:
+            self.vectors.wait()
+        self.epilogue(batch, first_row or self.first_row(m0), n0)
 
     def issue_wgmmas(self, descriptors: list[list[Reg]], accumulate: Reg) -> None:
         """Every k-step's wgmmas of one K tile: per MMA, one per 64-row block of A."""
@@ -566,26 +580,51 @@ class _MainLoop:
 
     # -- epilogue ----------------------------------------------------------------------------
 
-    def epilogue(self, batch: Reg, m0: Reg, n0: Reg) -> None:
-        """Bind row/col/batch for each accumulator register (hopper-ptx-notes 4.4): d[i] of a
-        64-row block is row 16 warp + lane / 4 + 8 ((i >> 1) & 1), col 8 (i >> 2) + 2 (lane %
-        4) + (i & 1); a ping-pong warpgroup's blocks follow each other, 64 rows apart."""
-        kb, stmt = self.kb, self.stmt
-        first_row, row0, col0, quad = self.u32(), self.u32(), self.u32(), self.u32()
-        if stmt.pingpong:
+    def first_row(self, m0: Reg) -> Reg:
+        """The first of this warpgroup's rows of the tile at ``m0``: all of them in a ping-pong
+        kernel, else its 64-row block."""
+        kb = self.kb
+        first_row = self.u32()
+        if self.stmt.pingpong:
             kb.emit(arith.mov("u32", first_row, m0))
         else:
             kb.emit(arith.mad("u32", first_row, self.consumer_index, SM90.wgmma_m, m0))
-        kb.emit(
-            arith.mad("u32", row0, self.warp, 16, first_row),
-            logic.shr("u32", quad, self.lane, 2),
-            arith.add("u32", row0, row0, quad),
-            logic.and_("b32", col0, self.lane, 3),
-            arith.mad("u32", col0, col0, 2, n0),
-        )
+        return first_row
+
+    def epilogue(self, batch: Reg, first_row: Reg, n0: Reg) -> None:
+        """Bind row/col/batch for each accumulator register (hopper-ptx-notes 4.4): d[i] of a
+        64-row block is row 16 warp + lane / 4 + 8 ((i >> 1) & 1), col 8 (i >> 2) + 2 (lane %
+        4) + (i & 1); a ping-pong warpgroup's blocks follow each other, 64 rows apart. With
+        epilogue vectors, also the warpgroup and the row and column inside its tile."""
+        kb, stmt = self.kb, self.stmt
+        row0, col0, quad = self.u32(), self.u32(), self.u32()
+        local_row0 = local_col0 = row0  # inside the warpgroup's tile: with vectors only
+        if stmt.vectors:
+            local_row0, local_col0 = self.u32(), self.u32()
+            kb.emit(
+                logic.shr("u32", quad, self.lane, 2),
+                arith.mad("u32", local_row0, self.warp, 16, quad),
+                arith.add("u32", row0, local_row0, first_row),
+                logic.and_("b32", local_col0, self.lane, 3),
+                arith.mul("u32", local_col0, local_col0, 2),
+                arith.add("u32", col0, local_col0, n0),
+            )
+        else:
+            kb.emit(
+                arith.mad("u32", row0, self.warp, 16, first_row),
+                logic.shr("u32", quad, self.lane, 2),
+                arith.add("u32", row0, row0, quad),
+                logic.and_("b32", col0, self.lane, 3),
+                arith.mad("u32", col0, col0, 2, n0),
+            )
         rows: dict[int, Reg] = {}
         cols: dict[int, Reg] = {}
+        local_rows: dict[int, Reg] = {}
+        local_cols: dict[int, Reg] = {}
         batch_value = self.index_value(stmt.batch_index, batch, 0, {})
+        fixed: dict[Var, Reg] = {stmt.batch_index: batch_value}
+        if stmt.warpgroup is not None:
+            fixed[stmt.warpgroup] = self.index_value(stmt.warpgroup, self.consumer_index, 0, {})
         # A paired epilogue takes registers i and i + 1 (adjacent columns) in one call.
         step = 2 if stmt.pair_col is not None else 1
         staging = self.staging
@@ -600,9 +639,17 @@ class _MainLoop:
                 if staging is not None and i % staging.elements_per_chunk == 0:
                     staging.begin_chunk()
                 row_offset = block * SM90.wgmma_m + 8 * ((i >> 1) & 1)
+                col_offset = 8 * (i >> 2) + (i & 1)
                 row = self.index_value(stmt.row, row0, row_offset, rows)
-                col = self.index_value(stmt.col, col0, 8 * (i >> 2) + (i & 1), cols)
-                bindings = {stmt.row: row, stmt.col: col, stmt.batch_index: batch_value}
+                col = self.index_value(stmt.col, col0, col_offset, cols)
+                bindings = {stmt.row: row, stmt.col: col, **fixed}
+                if stmt.tile_row is not None and stmt.tile_col is not None:
+                    bindings[stmt.tile_row] = self.index_value(
+                        stmt.tile_row, local_row0, row_offset, local_rows
+                    )
+                    bindings[stmt.tile_col] = self.index_value(
+                        stmt.tile_col, local_col0, col_offset, local_cols
+                    )
                 if stmt.pair_col is not None:
                     bindings[stmt.pair_col] = self.index_value(
                         stmt.pair_col, col0, 8 * (i >> 2) + 1, cols

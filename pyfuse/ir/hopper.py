@@ -47,6 +47,7 @@ class HopperFacts:
     tma_alignment: int = 16
     tma_max_rank: int = 5
     tma_max_box: int = 256  # elements along each box dim
+    tma_smem_alignment: int = 128  # a tensor copy's shared-memory start
     max_portable_cluster_ctas: int = 8
     max_cluster_ctas: int = 16  # with the function's non-portable cluster size opt-in
 

@@ -26,6 +26,7 @@ from typing import TypeVar
 
 from pyfuse.ir import dtypes
 from pyfuse.ir.dtypes import DType
+from pyfuse.ir.hopper import SM90
 from pyfuse.ir.records import record
 from pyfuse.ir.tensor import MemoryType
 
@@ -644,6 +645,29 @@ class TmaStore:
         return 64 * self.swizzle_bytes
 
 
+@record(frozen=True)
+class TmaVector:
+    """An epilogue input read along one tile axis only: a bias along N (``role`` "n"), a
+    per-row scale along M ("m"). Per tile, each consumer warpgroup's leader loads the
+    ``span`` elements its rows or the tile's columns take (one 1-D TMA box, zero past
+    ``extent``) into the warpgroup's own buffer, warpgroup ``w``'s at ``smem_offset + w *
+    buffer_bytes``; the epilogue reads it there (``MatmulMainLoop.vector_index``), not from
+    global memory once per element."""
+
+    buffer_name: str
+    dtype: DType
+    role: str  # "m" or "n"
+    extent: int  # elements of the input: the tensor map's one dim
+    span: int  # elements per warpgroup per tile: the box
+    smem_offset: int
+
+    @property
+    def buffer_bytes(self) -> int:
+        """One warpgroup's buffer: the box, rounded up to TMA's shared-memory alignment."""
+        align = SM90.tma_smem_alignment
+        return -(-self.span * self.dtype.itemsize // align) * align
+
+
 @record(eq=False)
 class MatmulMainLoop(Stmt):
     """A warp-specialized Hopper matmul over output tiles: a producer warpgroup loads operand
@@ -688,6 +712,14 @@ class MatmulMainLoop(Stmt):
     # turn, so that one's epilogue runs while the other's wgmmas run (else cooperative: the
     # consumer warpgroups split every tile's rows).
     pingpong: bool = False
+    # Epilogue inputs loaded per tile into shared memory; the epilogue indexes a vector's
+    # buffer with ``warpgroup`` (the consumer warpgroup), ``tile_row`` (the row inside the
+    # warpgroup's rows of the tile) and ``tile_col`` (the column inside the tile), all three
+    # bound with ``row`` and ``col``.
+    vectors: list[TmaVector] = field(default_factory=list)
+    warpgroup: Var | None = None
+    tile_row: Var | None = None
+    tile_col: Var | None = None
 
     def children(self) -> Iterator[list[Stmt]]:
         yield self.epilogue

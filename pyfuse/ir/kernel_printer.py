@@ -95,6 +95,12 @@ def stmt_to_lines(stmt: Stmt, indent: str = "") -> list[str]:
                 f"roles={list(store.roles)} swizzle={store.swizzle_bytes}B "
                 f"smem+{store.smem_offset} (2 x {store.buffer_bytes} B per warpgroup)"
             )
+        for vector in stmt.vectors:
+            lines.append(
+                f"{inner}tma vector {vector.buffer_name} along {vector.role}: "
+                f"extent={vector.extent} box={vector.span} smem+{vector.smem_offset} "
+                f"({vector.buffer_bytes} B per warpgroup, loaded per tile)"
+            )
         lines.append(
             f"{inner}epilogue for each ({stmt.batch_index}, {stmt.row}, {stmt.col}) at "
             f"{stmt.element}:"

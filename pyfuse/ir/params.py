@@ -29,7 +29,6 @@ class MatmulParams:
     splitk: int | None = None
     cluster_m: int | None = None
     cluster_n: int | None = None
-    warp_specialized: bool | None = None
     smem_epilogue: bool | None = None
     pingpong: bool | None = None
 

@@ -51,6 +51,7 @@ from pyfuse.passes.matmul_operands import (
     operand_swizzle_bytes,
 )
 from pyfuse.passes.matmul_tiles import consumer_warpgroups
+from pyfuse.passes.matmul_vectors import EpilogueVectors
 from pyfuse.passes.plan import KernelPlan
 
 # Every swizzled tile starts on its pattern boundary: that of the widest swizzle (1024 bytes)
@@ -85,6 +86,7 @@ class _MatmulLowering(_Lowering):
         self.locals_: dict[tuple[int, str], k.Buffer] = {}
         self.staged: dict[str, int] = {}
         self.unguarded = False  # set by lower(): see there
+        self.vectors: EpilogueVectors | None = None  # set by lower(), before the epilogue
         # The problem's extent per role (m, n, k, batch).
         self.sizes = {"m": 1, "n": 1, "k": 1, "batch": 1}
         for axis, role in zip(self.reference.logical, self.roles, strict=True):
@@ -205,7 +207,9 @@ class _MatmulLowering(_Lowering):
         if isinstance(val, TensorView) and val.memory_type == MemoryType.LOCAL:
             buffer = self._local(val, self.suffix_current)
             return k.Load(buffer, k.const(0, self.index_dtype), val.dtype)
-        return super()._read(expr, val, consumer_index, by_position, compute_dtype)
+        value = super()._read(expr, val, consumer_index, by_position, compute_dtype)
+        # A bias or a row scale: read from the tile's copy in shared memory.
+        return value if self.vectors is None else self.vectors.read(value)
 
     def _buffer_index(self, tv: TensorView, by_position: dict[int, k.KExpr]) -> k.KExpr:
         # Epilogue values are one register per accumulator element: the element loop is the
@@ -297,6 +301,22 @@ class _MatmulLowering(_Lowering):
 
         warpgroups = consumer_warpgroups(params.tile_m, params.pingpong)
         row_blocks = params.tile_m // SM90.wgmma_m if params.pingpong else 1
+        operand_buffers = {operand.buffer_name for operand in operands}
+        self.vectors = EpilogueVectors(
+            row=self.row,
+            cols={self.col: 0, self.pair_col: 1},
+            sizes=self.sizes,
+            spans={"m": SM90.wgmma_m * row_blocks, "n": params.tile_n},
+            warpgroups=warpgroups,
+            smem_start=smem_bytes,
+            smem_limit=self.target.max_smem_per_block,
+            index_dtype=self.index_dtype,
+            inputs=frozenset(
+                param.buffer_name
+                for param in self.params
+                if param.role == k.ParamRole.INPUT and param.buffer_name not in operand_buffers
+            ),
+        )
         mmas: list[tuple[int, int, k.Buffer]] = []
         for mma in self.mmas:
             out = mma.output
@@ -316,6 +336,8 @@ class _MatmulLowering(_Lowering):
             self._buffer(out).name in self.staged for out in self.fusion.outputs
         )
         epilogue = self._epilogue(sizes)
+        vectors = self.vectors
+        smem_bytes = max(smem_bytes, vectors.smem_end)
         loop = k.MatmulMainLoop(
             operands=operands,
             mmas=mmas,
@@ -341,6 +363,10 @@ class _MatmulLowering(_Lowering):
             cluster_n=params.cluster_n or 1,
             stores=stores,
             pingpong=bool(params.pingpong),
+            vectors=vectors.vectors,
+            warpgroup=vectors.warpgroup if vectors.vectors else None,
+            tile_row=vectors.tile_row if vectors.vectors else None,
+            tile_col=vectors.tile_col if vectors.vectors else None,
         )
         m_tiles = -(-sizes["m"] // params.tile_m)
         n_tiles = -(-sizes["n"] // params.tile_n)

@@ -78,7 +78,6 @@ def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo)
         splitk=1,
         cluster_m=_cluster_m(m_tiles, tiles, tile_n, tile_k, given, target),
         cluster_n=1,
-        warp_specialized=True,
         smem_epilogue=smem_epilogue,
         pingpong=False,
     )
@@ -193,8 +192,6 @@ def _warn_unused(params: MatmulParams) -> None:
     unused = []
     if (params.splitk or 1) > 1:  # the pipeline's split_k pass takes it from the params
         unused.append(f"splitk={params.splitk} (reached the kernel scheduler unsplit)")
-    if params.warp_specialized is False:
-        unused.append("warp_specialized=False (the kernel is always warp-specialized)")
     if unused:
         warnings.warn(
             f"pyfuse: MatmulParams {'; '.join(unused)} not applied by the Hopper kernel yet; "

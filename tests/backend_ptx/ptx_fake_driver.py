@@ -93,6 +93,7 @@ class CUstream_flags(enum.IntEnum):  # noqa: N801
 
 
 class CUtensorMapDataType(enum.IntEnum):
+    CU_TENSOR_MAP_DATA_TYPE_UINT16 = 1  # an epilogue vector of 16-bit elements
     CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 = 9
     CU_TENSOR_MAP_DATA_TYPE_FLOAT32 = 7
 

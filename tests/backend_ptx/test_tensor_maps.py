@@ -140,16 +140,20 @@ def test_the_cases_cover_what_the_launch_data_distinguishes(
         if kernel.matmul_launch is not None
     }
     maps = [m for launch in launches.values() for m in launch.maps]
-    assert {m.swizzle for m in maps} == {1, 2, 3}  # 32, 64 and 128-byte swizzles
-    assert {m.dtype_code for m in maps} == {TMA_DTYPES["bf16"].code, TMA_DTYPES["f16"].code}
-    assert {len(m.global_dims) for m in maps} >= {2, 3}  # batch and split-K dims
+    assert {m.swizzle for m in maps} == {0, 1, 2, 3}  # none (the bias), 32, 64 and 128 bytes
+    # Operands and stores by their types; the bias vector as raw 16-bit words.
+    codes = {TMA_DTYPES[name].code for name in ("bf16", "f16", "u16")}
+    assert {m.dtype_code for m in maps} == codes
+    assert {len(m.global_dims) for m in maps} >= {1, 2, 3}  # the bias; batch and split-K dims
     assert len(_matmul_kernels(compiled["split_k"])) < len(compiled["split_k"].kernels)
     cluster = launches["persistent_cluster"]
     assert cluster.persistent and cluster.cluster_ctas == 2
-    # The epilogue's bias is a pointer argument no map reads; the output is TMA-stored.
+    # Maps for the operands, the TMA-stored output, then the bias loaded per tile (1-D, its
+    # box the tile's 128 columns).
     gelu = launches["linear_bias_gelu"]
-    assert gelu.pointer_arguments == (0, 1, 3)
-    assert len(gelu.maps) == 3
+    assert gelu.pointer_arguments == (0, 1, 3, 2)
+    assert len(gelu.maps) == 4
+    assert (gelu.maps[3].global_dims, gelu.maps[3].box_dims) == ((1024,), (128,))
     assert len(compiled["linear_bias_gelu"].kernels[0].arguments) == 4
 
 

@@ -124,6 +124,26 @@ def test_epilogues() -> None:
     assert (out - want).abs().max().item() <= 2e-2 * (want.abs().max().item() + 1)
 
 
+@pytest.mark.parametrize(
+    "schedule", ["default", "persistent", "cluster2x1", "registers", "pingpong"]
+)
+def test_bias_and_row_scale_vectors(schedule: str) -> None:
+    """A bias along N (f32) and a scale along M, loaded per tile into shared memory by TMA
+    (passes/matmul_vectors.py), on ragged shapes with many tiles per CTA; twice."""
+    torch = _torch()
+    m, n, k = 3000, 1000, 520
+    x, w = _rand(torch, m, k), _rand(torch, n, k)
+    bias = torch.randn(n, device="cuda", dtype=torch.float32)
+    scale = _rand(torch, m, 1)
+    fused = pf.fuse(
+        lambda x, w, b, s: ((x @ w.T + b) * s).to(pf.bfloat16), matmul=SCHEDULES[schedule]
+    )
+    product = (x.float() @ w.float().T).to(torch.bfloat16).float()
+    want = (product + bias) * scale.float()
+    for _ in range(2):
+        _check(fused(x, w, bias, scale), want, k)
+
+
 def test_gate_up_pair_with_intermediate_outputs() -> None:
     torch = _torch()
     x, w1, w3 = _rand(torch, 4096, 5120), _rand(torch, 14336, 5120), _rand(torch, 14336, 5120)

@@ -7,6 +7,7 @@ import re
 import warnings
 
 import pytest
+from check_utils import matmul_kernel
 
 import pyfuse as pf
 from pyfuse.backend_ptx.emit import emit_ptx
@@ -15,23 +16,13 @@ from pyfuse.ir import kernel_ir as k
 from pyfuse.ir.hopper import SM90
 from pyfuse.ir.kernel_printer import kernel_to_str
 from pyfuse.ir.target import HOPPER
-from pyfuse.passes import pipeline
 from pyfuse.passes.matmul_epilogue import chunk_cols
 
 bf16, f16, f32 = pf.bfloat16, pf.float16, pf.float32
 
 
-def _main_loop(fn, specs, params=None):  # type: ignore[no-untyped-def]
-    fusion = pf.fuse(fn).trace(*specs)
-    result = pipeline.run(fusion, HOPPER, params)
-    (stage,) = [st for st in result.kernels if st.plan.scheduler == "matmul"]
-    loop = stage.kernel_ir.main_loop()
-    assert loop is not None
-    return stage, loop
-
-
 def test_a_row_major_output_is_staged_in_64_row_chunks_of_one_swizzle_row() -> None:
-    stage, loop = _main_loop(
+    stage, loop = matmul_kernel(
         lambda x, w, b: pf.gelu(pf.linear(x, w, b), approximate="tanh"),
         [pf.spec((512, 256), bf16), pf.spec((1024, 256), bf16), pf.spec((1024,), bf16)],
     )
@@ -39,9 +30,12 @@ def test_a_row_major_output_is_staged_in_64_row_chunks_of_one_swizzle_row() -> N
     assert store.roles == ("m", "n") and store.shape == (512, 1024)
     assert store.box == (SM90.wgmma_m, 64) and store.swizzle_bytes == 128
     assert stage.plan.params["smem_epilogue"] is True
-    # The staging buffers follow the stages and fit the block's shared memory.
+    # The staging buffers follow the stages, the bias's per-tile copies follow them, and all
+    # fit the block's shared memory.
     warpgroups = loop.tile_m // SM90.wgmma_m
-    assert store.smem_offset + 2 * warpgroups * store.buffer_bytes == stage.kernel_ir.smem_bytes
+    (bias,) = loop.vectors
+    assert store.smem_offset + 2 * warpgroups * store.buffer_bytes <= bias.smem_offset
+    assert bias.smem_offset + warpgroups * bias.buffer_bytes == stage.kernel_ir.smem_bytes
     assert stage.kernel_ir.smem_bytes <= HOPPER.max_smem_per_block
     # The epilogue writes the pair into staging; no global store of that output is left.
     stmts = list(stage.kernel_ir.walk())
@@ -51,13 +45,13 @@ def test_a_row_major_output_is_staged_in_64_row_chunks_of_one_swizzle_row() -> N
 
 
 def test_a_3d_linear_output_collapses_its_row_axes_and_a_batched_one_keeps_its_batch() -> None:
-    _, loop = _main_loop(
+    _, loop = matmul_kernel(
         lambda x, w: pf.linear(x, w),
         [pf.spec((4, 96, 256), bf16), pf.spec((512, 256), bf16)],
     )
     (store,) = loop.stores
     assert store.roles == ("m", "n") and store.shape == (4 * 96, 512)
-    _, loop = _main_loop(
+    _, loop = matmul_kernel(
         lambda a, b: a @ b, [pf.spec((3, 200, 128), bf16), pf.spec((3, 128, 320), bf16)]
     )
     (store,) = loop.stores
@@ -74,13 +68,13 @@ def test_a_3d_linear_output_collapses_its_row_axes_and_a_batched_one_keeps_its_b
     ],
 )
 def test_outputs_a_tma_store_cannot_write_exactly_keep_register_stores(fn, specs, why) -> None:  # type: ignore[no-untyped-def]
-    stage, loop = _main_loop(fn, [pf.spec(shape, dtype) for shape, dtype in specs])
+    stage, loop = matmul_kernel(fn, [pf.spec(shape, dtype) for shape, dtype in specs])
     assert loop.stores == [], why
     assert any(isinstance(s, k.VectorStore | k.Store) for s in stage.kernel_ir.walk())
 
 
 def test_an_f32_output_is_staged_in_32_column_chunks() -> None:
-    _, loop = _main_loop(
+    _, loop = matmul_kernel(
         lambda a, b: (a @ b).to(f32), [pf.spec((256, 128), bf16), pf.spec((128, 512), bf16)]
     )
     (store,) = loop.stores
@@ -91,24 +85,24 @@ def test_an_f32_output_is_staged_in_32_column_chunks() -> None:
 
 def test_smem_epilogue_false_stores_from_registers_and_true_warns_when_nothing_qualifies() -> None:
     specs = [pf.spec((256, 128), bf16), pf.spec((128, 512), bf16)]
-    stage, loop = _main_loop(lambda a, b: a @ b, specs, pf.MatmulParams(smem_epilogue=False))
+    stage, loop = matmul_kernel(lambda a, b: a @ b, specs, pf.MatmulParams(smem_epilogue=False))
     assert loop.stores == [] and stage.plan.params["smem_epilogue"] is False
     # Without the staging buffers the pipeline gets the shared memory back.
-    staged_stage, _ = _main_loop(lambda a, b: a @ b, specs)
+    staged_stage, _ = matmul_kernel(lambda a, b: a @ b, specs)
     assert stage.plan.params["stages"] >= staged_stage.plan.params["stages"]
     with pytest.warns(UserWarning, match="smem_epilogue=True"):
-        _main_loop(
+        matmul_kernel(
             lambda a, b: (a @ b).T,
             [pf.spec((256, 128), bf16), pf.spec((128, 512), bf16)],
             pf.MatmulParams(smem_epilogue=True),
         )
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        _main_loop(lambda a, b: a @ b, specs, pf.MatmulParams(smem_epilogue=True))
+        matmul_kernel(lambda a, b: a @ b, specs, pf.MatmulParams(smem_epilogue=True))
 
 
 def test_the_stores_tensor_maps_follow_the_operands_and_the_ptx_assembles_its_protocol() -> None:
-    stage, loop = _main_loop(
+    stage, loop = matmul_kernel(
         lambda a, b: a @ b, [pf.spec((300, 128), f16), pf.spec((128, 384), f16)]
     )
     kernel = stage.kernel_ir

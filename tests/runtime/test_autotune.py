@@ -26,7 +26,6 @@ WIDE = {
     "splitk": 1,
     "cluster_m": 2,
     "cluster_n": 1,
-    "warp_specialized": True,
     "smem_epilogue": False,
 }
 

@@ -96,8 +96,8 @@ def test_a_restored_matmul_variant_launches_without_its_kernel_ir(cache_dir: Pat
         results.append((launched, encodes))
     assert results[0] == results[1]
     (launched, encodes) = results[1]
-    assert len(encodes) == 3  # A, B and the TMA-stored output
-    assert len(launched["args"]) == 4 + 3  # x, w, b, out, then the maps of A, B and out
+    assert len(encodes) == 4  # A, B, the TMA-stored output and the bias vector
+    assert len(launched["args"]) == 4 + 4  # x, w, b, out, then the maps of A, B, out and b
     assert launched["grid"] == tuple(fresh.kernels[0].grid)
     assert all(kernel.built_ir is None for kernel in restored.kernels)
     assert restored.built_segmented is None
@@ -173,7 +173,7 @@ def test_a_fresh_process_launches_a_cached_matmul_without_the_compiler(tmp_path:
     assert "emit" in first["timings"] and "pyfuse.backend_ptx.matmul_template" in first["modules"]
     assert second["timings"] == ["trace", "variant_cache"]  # as compiled, before the launch
     assert second["ptx"] == first["ptx"]
-    assert second["encodes"] == first["encodes"] and len(second["encodes"]) == 3
+    assert second["encodes"] == first["encodes"] and len(second["encodes"]) == 4
     assert second["launches"] == first["launches"] == 1
     assert not second["ir_rebuilt"]
     compiler = [

@@ -63,4 +63,16 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec], pf.MatmulParams | N
         [S((200, 128), bf16), S((136, 128), bf16)],
         P(pingpong=True, tile_m=128, tile_n=64, stages=3),
     ),
+    # Epilogue vectors (a bias along N, a row scale along M) in each warpgroup's own copy,
+    # reloaded per tile: ping-pong tiles, several tiles per CTA, ragged both ways.
+    "pingpong_bias_and_row_scale": (
+        lambda a, b, bias, s: (a @ b.T + bias) * s,
+        [S((200, 64), bf16), S((136, 64), bf16), S((136,), bf16), S((200, 1), bf16)],
+        P(pingpong=True, tile_m=128, tile_n=64, stages=3),
+    ),
+    "register_stores_f32_bias_in_a_cluster": (
+        lambda a, b, bias: (a @ b.T + bias).bfloat16(),
+        [S((256, 64), bf16), S((136, 64), bf16), S((136,), pf.float32)],
+        P(cluster_m=2, smem_epilogue=False),
+    ),
 }

@@ -63,6 +63,21 @@ def test_a_persistent_kernel_on_fewer_ctas_than_tiles_covers_every_tile() -> Non
     _close(out, fused.reference(*arrays))
 
 
+@pytest.mark.parametrize("order", ["eager", "late"])
+def test_each_warpgroup_reloads_its_vectors_for_every_tile(order: str) -> None:
+    # One CTA: each ping-pong warpgroup computes three of the six tiles, its bias and row
+    # scale copies reloaded (and their barrier's phase flipped) for each.
+    fn, specs, params = CASES["pingpong_bias_and_row_scale"]
+    fused, fusion, result = _compile(fn, specs, params)
+    (stages,) = result.kernels
+    loop = stages.kernel_ir.main_loop()
+    assert loop is not None and {v.role for v in loop.vectors} == {"m", "n"}
+    arrays = random_inputs(specs, 5)
+    out = poison(fusion.outputs[0].shape, fusion.outputs[0].dtype)
+    run_kernel(stages.kernel_ir, stages.emitted.ptx, arrays, [out], grid=(1, 1, 1), order=order)
+    _close(out, fused.reference(*arrays))
+
+
 # ---- planted bugs ------------------------------------------------------------------------------
 
 # One CTA, 16 K tiles through 7 stages: the ring wraps twice, so a stage freed too early is
