@@ -20,11 +20,12 @@ Guarantees: the kernel body is one :class:`MatmulMainLoop`:
   where every output is staged for a TMA store (which clips the edges), unguarded with its
   reads clamped to ``min(row, M - 1)``, ``min(col, N - 1)``;
 - the launch: ``block = (128, consumer warpgroups + 1)`` (warpgroup 0 produces), the grid
-  is the SM count for a persistent schedule, else ``(N tiles * swizzle, M tiles / swizzle,
-  batch)``, and the dynamic shared memory holds the barriers and every stage. With a
-  ``cluster_m x cluster_n`` cluster the grid is 1-D, ``cluster`` CTAs per cluster tile (or
-  as many clusters as fit the SMs, persistent) and ``Kernel.cluster = (cluster_m *
-  cluster_n, 1, 1)``.
+  for a persistent schedule 1-D, the fewest CTAs (or clusters) that take every tile in as
+  many waves as one per SM would (``matmul_tiles.persistent_ctas``), else ``(N tiles *
+  swizzle, M tiles / swizzle, batch)``; the dynamic shared memory holds the barriers, every
+  stage, the output staging and the epilogue vectors. With a ``cluster_m x cluster_n``
+  cluster the grid is 1-D, ``cluster`` CTAs per cluster tile (persistent: as above) and
+  ``Kernel.cluster = (cluster_m * cluster_n, 1, 1)``.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from pyfuse.passes.matmul_operands import (
     operand_memory_roles,
     operand_swizzle_bytes,
 )
-from pyfuse.passes.matmul_tiles import consumer_warpgroups
+from pyfuse.passes.matmul_tiles import consumer_warpgroups, persistent_ctas
 from pyfuse.passes.matmul_vectors import EpilogueVectors
 from pyfuse.passes.plan import KernelPlan
 
@@ -370,19 +371,24 @@ class _MatmulLowering(_Lowering):
         )
         m_tiles = -(-sizes["m"] // params.tile_m)
         n_tiles = -(-sizes["n"] // params.tile_n)
-        tiles = m_tiles * n_tiles * sizes["batch"]
         cluster = loop.cluster_size
-        if cluster > 1:
-            # One 1-D cluster of CTAs per cluster tile; persistent: as many as fit the SMs.
+        if params.persistent:
+            # As many CTAs as take every tile in the fewest waves (1-D clusters of CTAs).
+            ctas = persistent_ctas(
+                m_tiles,
+                n_tiles,
+                sizes["batch"],
+                loop.cluster_m,
+                loop.cluster_n,
+                self.target.sm_count,
+            )
+            grid = (ctas, 1, 1)
+        elif cluster > 1:
+            # One 1-D cluster of CTAs per cluster tile.
             cluster_tiles = (
                 -(-m_tiles // loop.cluster_m) * -(-n_tiles // loop.cluster_n) * sizes["batch"]
             )
-            clusters = cluster_tiles
-            if params.persistent:
-                clusters = min(max(1, self.target.sm_count // cluster), cluster_tiles)
-            grid = (clusters * cluster, 1, 1)
-        elif params.persistent:
-            grid = (min(self.target.sm_count, tiles), 1, 1)
+            grid = (cluster_tiles * cluster, 1, 1)
         else:
             swizzle = params.grid_swizzle or 1
             grid = (n_tiles * swizzle, -(-m_tiles // swizzle), sizes["batch"])

@@ -68,6 +68,22 @@ def filling_tiles(
 PAST_A_WAVE_GAIN = 0.95
 
 
+def persistent_ctas(
+    m_tiles: int, n_tiles: int, batch: int, cluster_m: int, cluster_n: int, sm_count: int
+) -> int:
+    """The CTAs of a persistent matmul: as few clusters (or CTAs) as take the cluster tiles in
+    as many waves as one per SM would, so each takes the same number of tiles, give or take
+    one, and none sits out part of a last wave while the others finish theirs. 8192^3 at
+    128x256 in 2x1 clusters: 1024 cluster tiles take 16 waves on 66 clusters (the last
+    half full) and the same 16 on 64, all full; fewer SMs then share the power and L2
+    bandwidth for the same time (fast.cu ran 128 of 132 SMs for this)."""
+    cluster = cluster_m * cluster_n
+    work = ceil_div(m_tiles, cluster_m) * ceil_div(n_tiles, cluster_n) * batch
+    slots = min(max(1, sm_count // cluster), work)
+    waves = ceil_div(work, slots)
+    return ceil_div(work, waves) * cluster
+
+
 def consumer_warpgroups(tile_m: int, pingpong: bool | None) -> int:
     """Consumer warpgroups of a CTA: two taking whole tiles in turn (ping-pong), else one
     per 64 rows of the tile (cooperative)."""

@@ -10,8 +10,9 @@ from a fusion input, and an epilogue of pointwise ops only. Guarantees, on succe
   after merging the M, N and K axes of each role and splitting by ``tile_m/n/k``;
 - a grid swizzle of factor ``s`` splits the M tile count by ``s`` and merges the inner part
   with the N tile count (``[Mo/s, s*No]``), exactly the seed case of the IdModel tests;
-- a persistent schedule merges the tile loops and splits them by the SM count
-  (``[tiles/SMs (serial), SMs (BIDx)]``); both compose;
+- a persistent schedule merges the tile loops and splits them by the CTA count, the fewest
+  that take them in as many waves as one per SM (``matmul_tiles.persistent_ctas``;
+  ``[tiles/CTAs (serial), CTAs (BIDx)]``); both compose;
 - each distinct operand gets a shared-memory cache loaded by TMA (``LoadStoreKind.TMA_LOAD``)
   with its box axes marked ``Bulk``, a swizzled allocation (128, 64 or 32 bytes, the widest
   whose rows tile the contiguous tile; the XOR of the 128-byte line in the 8-row atom with
@@ -44,6 +45,7 @@ from pyfuse.ir.iterdomain import (
     Split,
     Swizzle,
     SwizzleKind,
+    ceil_div,
 )
 from pyfuse.ir.params import MatmulParams
 from pyfuse.ir.target import TargetInfo
@@ -61,6 +63,7 @@ from pyfuse.passes.matmul_operands import (
     operand_swizzle_bytes,
 )
 from pyfuse.passes.matmul_params import choose_params
+from pyfuse.passes.matmul_tiles import persistent_ctas
 from pyfuse.passes.plan import MATMUL_SCHEDULER
 from pyfuse.passes.skip_intermediates import (
     metadata_source,
@@ -168,11 +171,19 @@ def schedule_accumulator(
         accumulator.merge(tile_n_pos + 1, tile_m_pos + 1)
     tile_loops = lead + 2
     if params.persistent:
+        ctas = persistent_ctas(
+            ceil_div(m_axis.extent, params.tile_m),
+            ceil_div(n_axis.extent, params.tile_n),
+            batch_axis.extent if batch_axis is not None else 1,
+            params.cluster_m or 1,
+            params.cluster_n or 1,
+            target.sm_count,
+        )
         for _ in range(tile_loops - 1):
             accumulator.merge(0)
-        accumulator.split(0, target.sm_count)
+        accumulator.split(0, ctas)
         accumulator.parallelize(1, ParallelType.BIDX)
-        tile_loops = 2  # [tiles / SMs, SMs], whatever the batch merged in
+        tile_loops = 2  # [tiles / CTAs, CTAs], whatever the batch merged in
     else:
         accumulator.parallelize(tile_n_pos, ParallelType.BIDX)
         accumulator.parallelize(tile_m_pos, ParallelType.BIDY)

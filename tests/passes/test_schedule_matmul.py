@@ -128,10 +128,16 @@ def test_matmul_patterns_under_every_schedule(pattern: str, schedule: str) -> No
     assert {o.buffer_name for o in loop.operands} <= input_names
     assert loop.batch == (3 if pattern == "batch_matmul" else 1)
     if params.persistent:
+        # Whole waves: the fewest clusters that take the cluster tiles in as many waves as
+        # one cluster per SM pair (or CTA per SM) would.
         size = loop.cluster_size
-        tiles = -(-M // loop.tile_m // loop.cluster_m) * -(-N // loop.tile_n // loop.cluster_n)
-        clusters = min(HOPPER.sm_count // size, tiles * loop.batch)
-        assert kernel.grid == (clusters * size, 1, 1)
+        m_tiles, n_tiles = -(-M // loop.tile_m), -(-N // loop.tile_n)
+        tiles = -(-m_tiles // loop.cluster_m) * -(-n_tiles // loop.cluster_n) * loop.batch
+        slots = min(HOPPER.sm_count // size, tiles)
+        clusters, rest = divmod(kernel.grid[0], size)
+        assert rest == 0 and kernel.grid[1:] == (1, 1) and clusters <= slots
+        assert -(-tiles // clusters) == -(-tiles // slots)  # as many waves
+        assert clusters == slots or -(-tiles // (clusters - 1)) > -(-tiles // slots)
 
 
 def _layout_case(a_major: str, b_major: str, as_transpose: bool):  # type: ignore[no-untyped-def]

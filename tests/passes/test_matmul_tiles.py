@@ -1,0 +1,46 @@
+"""The matmul heuristic's tile shape and persistent grid (passes/matmul_tiles.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pyfuse.ir.target import HOPPER
+from pyfuse.passes.matmul_tiles import default_tiles, filling_tiles, persistent_ctas
+
+
+@pytest.mark.parametrize(
+    "m_tiles, n_tiles, batch, cluster_m, ctas",
+    [
+        (64, 32, 1, 2, 128),  # 8192^3 at 128x256, 2x1 clusters: 16 waves of 64 clusters
+        (64, 32, 1, 1, 128),  # the same tiles, one CTA each: 16 waves of 128
+        (133, 1, 1, 1, 67),  # one tile past a wave: two waves of 67 and 66
+        (132, 1, 1, 1, 132),  # exactly one wave
+        (5, 2, 1, 1, 10),  # under a wave: one CTA per tile
+        (3, 5, 3, 2, 60),  # 2 x 5 cluster tiles in each of 3 batches: one wave of 30 clusters
+    ],
+)
+def test_a_persistent_grid_takes_whole_waves(
+    m_tiles: int, n_tiles: int, batch: int, cluster_m: int, ctas: int
+) -> None:
+    got = persistent_ctas(m_tiles, n_tiles, batch, cluster_m, 1, HOPPER.sm_count)
+    assert got == ctas
+
+
+def test_no_fewer_ctas_would_take_as_few_waves() -> None:
+    for tiles in range(1, 3 * HOPPER.sm_count):
+        ctas = persistent_ctas(tiles, 1, 1, 1, 1, HOPPER.sm_count)
+        waves = -(-tiles // min(tiles, HOPPER.sm_count))
+        assert ctas <= HOPPER.sm_count and -(-tiles // ctas) == waves
+        assert ctas == 1 or -(-tiles // (ctas - 1)) > waves
+
+
+def test_the_default_tile_and_smaller_ones_that_fill_the_last_wave() -> None:
+    assert default_tiles(4096, 14336, single_mma=True) == (128, 256)
+    assert default_tiles(4096, 14336, single_mma=False) == (128, 128)  # a gate/up pair
+    assert default_tiles(16, 24, single_mma=True) == (64, 24)
+    # 256 x 8192: 64 tiles of 128x256 fill half the SMs; 128 of 128x128 nearly all.
+    shape = {"m": 256, "n": 8192, "k": 4096, "batch": 1}
+    assert filling_tiles(shape, 128, 256, HOPPER) == (128, 128)
+    # 8192 x 8192 fills 15.5 waves either way: the default stays.
+    shape = {"m": 8192, "n": 8192, "k": 8192, "batch": 1}
+    assert filling_tiles(shape, 128, 256, HOPPER) == (128, 256)
