@@ -324,8 +324,8 @@ def _a_bt_variants(
 
 
 def case_linear_gelu() -> list[Result]:
-    """linear+bias+gelu(tanh) at 4096x14336x4096 (the default, without a cluster, and
-    ping-pong) and at 8192^3 (the default and ping-pong)."""
+    """linear+bias+gelu(tanh) at 4096x14336x4096 (the default, without a cluster, ping-pong
+    and the epilogue warps) and at 8192^3 (the default, ping-pong and the epilogue warps)."""
     import torch
 
     def eager(x: Any, w: Any, b: Any) -> Any:
@@ -334,9 +334,10 @@ def case_linear_gelu() -> list[Result]:
     results = []
     pingpong = (", ping-pong", pf.MatmulParams(pingpong=True))
     no_cluster = (", no cluster", pf.MatmulParams(cluster_m=1))
+    epilogue_warps = (", epilogue warps", pf.MatmulParams(epilogue_warps=True))
     for (m, n, k), variants in (
-        ((4096, 14336, 4096), (("", None), no_cluster, pingpong)),
-        ((8192, 8192, 8192), (("", None), pingpong)),
+        ((4096, 14336, 4096), (("", None), no_cluster, pingpong, epilogue_warps)),
+        ((8192, 8192, 8192), (("", None), pingpong, epilogue_warps)),
     ):
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / 64

@@ -200,7 +200,10 @@ class _KernelEmitter:
             self.arrays[id(buffer)] = registers
 
         def epilogue(
-            bindings: dict[kir.Var, Reg], element: int, staging: Mapping[int, Address]
+            bindings: dict[kir.Var, Reg],
+            element: int,
+            staging: Mapping[int, Address],
+            statements: list[kir.Stmt] = stmt.epilogue,
         ) -> None:
             for var, register in bindings.items():
                 self.env[var.name] = register
@@ -208,11 +211,25 @@ class _KernelEmitter:
             if stmt.pair_element is not None:
                 self.env[stmt.pair_element.name] = element + 1
             self.staging = staging
-            self.block(stmt.epilogue)
+            self.block(statements)
             self.staging = {}
 
+        def late_epilogue(bindings: dict[kir.Var, Reg], element: int, address: Address) -> None:
+            # The pair the consumers handed over, read back; the output is staged over it.
+            handoff = stmt.handoff_value
+            assert handoff is not None
+            self.allocate(handoff)
+            self.vector_load(_Location("shared", address), self.array(handoff), handoff.dtype)
+            epilogue(bindings, element, {0: address}, stmt.late_epilogue)
+
         emit_matmul_main_loop(
-            self.kb, stmt, self.kernel, self.tensor_maps, epilogue, accumulators=accumulators
+            self.kb,
+            stmt,
+            self.kernel,
+            self.tensor_maps,
+            epilogue,
+            accumulators=accumulators,
+            emit_late_epilogue=late_epilogue if stmt.handoff is not None else None,
         )
 
     def loop(self, loop: kir.For) -> None:

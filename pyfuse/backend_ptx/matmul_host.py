@@ -59,6 +59,7 @@ from pyfuse.backend_ptx import tma as tma_host
 from pyfuse.backend_ptx.abi import ParamKind
 from pyfuse.backend_ptx.emitter import Directives, Param
 from pyfuse.backend_ptx.instructions import mbarrier, wgmma
+from pyfuse.backend_ptx.matmul_handoff import check_handoff
 from pyfuse.backend_ptx.matmul_staging import check_stores
 from pyfuse.backend_ptx.matmul_vectors import check_vectors
 from pyfuse.backend_ptx.tensor_maps import MatmulLaunch
@@ -80,6 +81,9 @@ STORE_TYPES = {**WGMMA_TYPES, dtypes.float32: "f32"}
 # TMA element types of the epilogue vectors, by element size: a copy moves bits unchanged.
 VECTOR_TYPES = {1: "u8", 2: "u16", 4: "u32", 8: "u64"}
 PRODUCER_REGISTERS = 40  # CUTLASS's load warpgroup: one thread issuing TMA needs few
+# The producer warpgroup's where three of its warps run the epilogue (matmul_handoff), one
+# pair of columns at a time.
+EPILOGUE_REGISTERS = 88
 MAX_CONSUMER_REGISTERS = 240
 
 
@@ -411,6 +415,7 @@ def check_main_loop(
         )
     check_stores(stmt, kernel.smem_bytes)
     check_vectors(stmt, kernel.smem_bytes, lowest)
+    check_handoff(stmt, kernel.smem_bytes, lowest)
     for param in tensor_map_params:
         if param.kind is not ParamKind.TENSOR_MAP or param not in declared:
             raise ValueError(f"param {param.name} must be a declared TENSOR_MAP param")
@@ -426,16 +431,18 @@ def register_split(
 
     ptxas caps every thread at ``.maxnreg`` or, with ``.maxntid`` + ``.minnctapersm 1``, at
     the register file over the thread count (rounded down to 8, at most 255); the producer
-    gives ``cap - 40`` per thread back and the consumers share it.
+    warpgroup gives ``cap - 40`` per thread back (``cap - EPILOGUE_REGISTERS`` where three
+    of its warps run the epilogue) and the consumers share it.
     """
     warpgroup = SM90.warpgroup_threads
     threads = warpgroup * (stmt.consumer_warpgroups + 1)
     cap = directives.maxnreg or min(
         target.max_registers_per_thread, target.registers_per_sm // threads // 8 * 8
     )
-    pool = cap * threads - PRODUCER_REGISTERS * warpgroup
+    producer = PRODUCER_REGISTERS if stmt.handoff is None else EPILOGUE_REGISTERS
+    pool = cap * threads - producer * warpgroup
     consumer = min(MAX_CONSUMER_REGISTERS, pool // (warpgroup * stmt.consumer_warpgroups) // 8 * 8)
-    return PRODUCER_REGISTERS, consumer
+    return producer, consumer
 
 
 # ---- tensor maps ----------------------------------------------------------------------------

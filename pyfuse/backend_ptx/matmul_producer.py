@@ -70,6 +70,7 @@ class MainLoopView(Protocol):
     rank_m: Reg
     rank_n: Reg
     end: Label
+    idle_warps: Label  # where warps 1..3 go: the epilogue warps' code, or the end
     stage_tx: int
 
     def u32(self) -> Reg: ...
@@ -90,7 +91,7 @@ class Producer:
         kb.emit(
             logic.shr("u32", warp, self.loop.tid, 5),
             arith.setp("ne", "u32", other_warp, warp, 0),
-            control.bra(self.loop.end, uni=True).guarded(other_warp),
+            control.bra(self.loop.idle_warps, uni=True).guarded(other_warp),
             special.elect_sync(elected),
             control.bra(self.loop.end).guarded(elected, negate=True),
         )

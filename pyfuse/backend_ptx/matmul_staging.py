@@ -62,6 +62,8 @@ def check_stores(stmt: MatmulMainLoop, smem_bytes: int) -> None:
     for store in stmt.stores:
         if store.swizzle_bytes not in SM90.swizzle_spans:
             raise ValueError(f"{store.buffer_name}: staged rows of {store.swizzle_bytes} B")
+        if stmt.handoff is not None:
+            continue  # staged over the handoff tile (matmul_handoff.check_handoff)
         end = store.smem_offset + 2 * stmt.consumer_warpgroups * store.buffer_bytes
         if store.smem_offset % SM90.max_swizzle_pattern_bytes or end > smem_bytes:
             raise ValueError(

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from pyfuse.backend_ptx import matmul_vectors, smem_desc
+from pyfuse.backend_ptx import matmul_handoff, matmul_vectors, smem_desc
 from pyfuse.backend_ptx.abi import ParamKind
 from pyfuse.backend_ptx.emitter import Directives, KernelBuilder, Param
 from pyfuse.backend_ptx.instructions import (
@@ -53,6 +53,7 @@ from pyfuse.backend_ptx.instructions import (
     special,
     wgmma,
 )
+from pyfuse.backend_ptx.matmul_handoff import ConsumerHandoff, EpilogueWarps, HandoffTile
 from pyfuse.backend_ptx.matmul_host import (
     WGMMA_TYPES,
     TileOrder,
@@ -76,6 +77,8 @@ MBARRIER_BYTES = SM90.mbarrier_bytes  # full[s] and empty[s] are one mbarrier ob
 
 # (bindings, accumulator element, per TMA-stored output the staging address of the element)
 EmitEpilogue = Callable[[dict[Var, Reg], int, Mapping[int, Address]], None]
+# The epilogue warps': (bindings, accumulator element, the pair's handoff address).
+EmitLateEpilogue = Callable[[dict[Var, Reg], int, Address], None]
 
 
 # ---- launch facts the caller needs ----------------------------------------------------------
@@ -115,15 +118,22 @@ def emit_matmul_main_loop(
     emit_epilogue: EmitEpilogue,
     *,
     accumulators: Mapping[Buffer, Sequence[Reg]] | None = None,
+    emit_late_epilogue: EmitLateEpilogue | None = None,
 ) -> None:
     """Emit the whole warp-specialized main loop into ``kb`` (see the module docstring).
 
     ``emit_epilogue(bindings, element)`` emits the epilogue for accumulator register
     ``element`` with ``stmt.row``/``stmt.col``/``stmt.batch_index`` bound to registers;
     it reads the accumulators from ``accumulators`` (from :func:`allocate_accumulators`,
-    allocated here when not given). Every thread leaves through the end of the emitted code.
+    allocated here when not given). With epilogue warps, ``emit_late_epilogue`` emits
+    the late epilogue of a pair, its value read from the handoff address given. Every thread
+    leaves through the end of the emitted code.
     """
-    _MainLoop(kb, stmt, kernel, tensor_map_params, emit_epilogue, accumulators).emit()
+    if stmt.handoff is not None and emit_late_epilogue is None:
+        raise ValueError("a main loop with epilogue warps needs emit_late_epilogue")
+    loop = _MainLoop(kb, stmt, kernel, tensor_map_params, emit_epilogue, accumulators)
+    loop.emit_late = emit_late_epilogue
+    loop.emit()
 
 
 class _MainLoop:
@@ -138,6 +148,7 @@ class _MainLoop:
     ) -> None:
         self.kb, self.stmt, self.kernel = kb, stmt, kernel
         self.emit_epilogue = emit_epilogue
+        self.emit_late: EmitLateEpilogue | None = None
         self.layouts = [operand_layout(stmt, operand) for operand in stmt.operands]
         self.ab_type = WGMMA_TYPES[stmt.operands[0].dtype]  # operand_layout checked the types
         self.wgmma_k = wgmma.WGMMA_K[self.ab_type]
@@ -158,6 +169,8 @@ class _MainLoop:
                     f"(m64n{stmt.tile_n}), got {len(registers)}"
                 )
         self.end = kb.new_label("matmul_end")
+        # Where the producer warpgroup's warps other than the TMA warp go.
+        self.idle_warps = self.end
 
     # -- small helpers -----------------------------------------------------------------------
 
@@ -227,6 +240,8 @@ class _MainLoop:
                     self.sreg("ctaid.z"), self.sreg("ctaid.y"), self.sreg("ctaid.x"), check=True
                 )
         self.init_barriers()
+        if stmt.handoff is not None:
+            self.idle_warps = kb.new_label("epilogue_warps")
         producer_regs, consumer_regs = register_split(stmt, kb.directives)
         consumer = kb.new_label("consumer")
         is_consumer = self.pred()
@@ -237,6 +252,10 @@ class _MainLoop:
         )
         Producer(self).emit()
         kb.emit(control.bra(self.end))
+        if stmt.handoff is not None:
+            kb.place(self.idle_warps)
+            self.epilogue_warps()
+            kb.emit(control.bra(self.end))
         kb.place(consumer)
         kb.emit(special.setmaxnreg("inc", consumer_regs))
         self.consumer()
@@ -268,6 +287,7 @@ class _MainLoop:
                 ).guarded(leader),
             )
         matmul_vectors.init_barriers(kb, stmt, self.smem, leader)
+        matmul_handoff.init_barriers(kb, stmt, self.smem, leader)
         kb.emit(mbarrier.fence_init().guarded(leader))
         if stmt.cluster_size > 1:
             # Peers multicast into this CTA and arrive on its barriers: all must be initialized.
@@ -431,9 +451,13 @@ class _MainLoop:
         self.previous_stage = self.u32()  # the stage of the K tile whose wgmmas may be pending
         kb.emit(arith.mov("u32", self.previous_stage, 0))
         self.staging: Staging | None = None
+        self.handoff: ConsumerHandoff | None = None
         first_store = len(stmt.operands)
         first_vector = first_store + len(stmt.stores)
-        if stmt.stores:
+        if stmt.handoff is not None:
+            # The epilogue warps store the output; the consumers write the handoff.
+            self.handoff = ConsumerHandoff(kb, stmt, self.smem, lane, warp, self.consumer_index)
+        elif stmt.stores:
             store_maps = matmul_vectors.tensor_map_addresses(
                 kb, self.maps[first_store:first_vector]
             )
@@ -591,11 +615,14 @@ class _MainLoop:
             kb.emit(arith.mad("u32", first_row, self.consumer_index, SM90.wgmma_m, m0))
         return first_row
 
-    def epilogue(self, batch: Reg, first_row: Reg, n0: Reg) -> None:
-        """Bind row/col/batch for each accumulator register (hopper-ptx-notes 4.4): d[i] of a
-        64-row block is row 16 warp + lane / 4 + 8 ((i >> 1) & 1), col 8 (i >> 2) + 2 (lane %
-        4) + (i & 1); a ping-pong warpgroup's blocks follow each other, 64 rows apart. With
-        epilogue vectors, also the warpgroup and the row and column inside its tile."""
+    def fragment(
+        self, batch: Reg, first_row: Reg, n0: Reg, warpgroup: Reg
+    ) -> Callable[[int, int], dict[Var, Reg]]:
+        """The bindings of each accumulator register ``i`` of 64-row block ``block``
+        (hopper-ptx-notes 4.4): d[i] is row 16 warp + lane / 4 + 8 ((i >> 1) & 1), col 8 (i >>
+        2) + 2 (lane % 4) + (i & 1); a ping-pong warpgroup's blocks follow each other, 64 rows
+        apart. With epilogue vectors, also the warpgroup and the row and column inside its
+        tile. Registers are made once per offset, at their first use."""
         kb, stmt = self.kb, self.stmt
         row0, col0, quad = self.u32(), self.u32(), self.u32()
         local_row0 = local_col0 = row0  # inside the warpgroup's tile: with vectors only
@@ -624,11 +651,40 @@ class _MainLoop:
         batch_value = self.index_value(stmt.batch_index, batch, 0, {})
         fixed: dict[Var, Reg] = {stmt.batch_index: batch_value}
         if stmt.warpgroup is not None:
-            fixed[stmt.warpgroup] = self.index_value(stmt.warpgroup, self.consumer_index, 0, {})
+            fixed[stmt.warpgroup] = self.index_value(stmt.warpgroup, warpgroup, 0, {})
+
+        def bindings(block: int, i: int) -> dict[Var, Reg]:
+            row_offset = block * SM90.wgmma_m + 8 * ((i >> 1) & 1)
+            col_offset = 8 * (i >> 2) + (i & 1)
+            row = self.index_value(stmt.row, row0, row_offset, rows)
+            col = self.index_value(stmt.col, col0, col_offset, cols)
+            bound = {stmt.row: row, stmt.col: col, **fixed}
+            if stmt.tile_row is not None and stmt.tile_col is not None:
+                bound[stmt.tile_row] = self.index_value(
+                    stmt.tile_row, local_row0, row_offset, local_rows
+                )
+                bound[stmt.tile_col] = self.index_value(
+                    stmt.tile_col, local_col0, col_offset, local_cols
+                )
+            if stmt.pair_col is not None:
+                bound[stmt.pair_col] = self.index_value(stmt.pair_col, col0, col_offset + 1, cols)
+            return bound
+
+        return bindings
+
+    def epilogue(self, batch: Reg, first_row: Reg, n0: Reg) -> None:
+        """The epilogue once per accumulator register, or pair of them (adjacent columns),
+        with the fragment's coordinates bound; staged outputs chunk by chunk
+        (:mod:`.matmul_staging`), or with epilogue warps the handoff tile
+        (:mod:`.matmul_handoff`)."""
+        kb, stmt = self.kb, self.stmt
+        bindings = self.fragment(batch, first_row, n0, self.consumer_index)
         # A paired epilogue takes registers i and i + 1 (adjacent columns) in one call.
         step = 2 if stmt.pair_col is not None else 1
-        staging = self.staging
+        staging, handoff = self.staging, self.handoff
         per_block = stmt.tile_n // 2
+        if handoff is not None:
+            handoff.begin()
         for block in range(stmt.row_blocks):
             block_row = first_row
             if block:
@@ -638,25 +694,53 @@ class _MainLoop:
                 element = block * per_block + i
                 if staging is not None and i % staging.elements_per_chunk == 0:
                     staging.begin_chunk()
-                row_offset = block * SM90.wgmma_m + 8 * ((i >> 1) & 1)
-                col_offset = 8 * (i >> 2) + (i & 1)
-                row = self.index_value(stmt.row, row0, row_offset, rows)
-                col = self.index_value(stmt.col, col0, col_offset, cols)
-                bindings = {stmt.row: row, stmt.col: col, **fixed}
-                if stmt.tile_row is not None and stmt.tile_col is not None:
-                    bindings[stmt.tile_row] = self.index_value(
-                        stmt.tile_row, local_row0, row_offset, local_rows
-                    )
-                    bindings[stmt.tile_col] = self.index_value(
-                        stmt.tile_col, local_col0, col_offset, local_cols
-                    )
-                if stmt.pair_col is not None:
-                    bindings[stmt.pair_col] = self.index_value(
-                        stmt.pair_col, col0, 8 * (i >> 2) + 1, cols
-                    )
-                self.emit_epilogue(bindings, element, staging.addresses(i) if staging else {})
+                addresses: Mapping[int, Address] = {}
+                if staging is not None:
+                    addresses = staging.addresses(i)
+                elif handoff is not None:
+                    addresses = handoff.addresses(i)
+                self.emit_epilogue(bindings(block, i), element, addresses)
                 if staging is not None and (i + step) % staging.elements_per_chunk == 0:
                     staging.end_chunk(i // staging.elements_per_chunk, batch, block_row, n0)
+        if handoff is not None:
+            handoff.end()
+
+    # -- the epilogue warps ---------------------------------------------------------------------
+
+    def epilogue_warps(self) -> None:
+        """The producer warpgroup's warps 1..3, per tile in the consumers' order: the late
+        epilogue of their virtual warps from the handoff tile, then its TMA stores
+        (:mod:`.matmul_handoff`)."""
+        kb, stmt = self.kb, self.stmt
+        handoff = stmt.handoff
+        assert handoff is not None and self.emit_late is not None
+        emit_late = self.emit_late
+        warp = self.u32()
+        self.lane = self.u32()
+        kb.emit(logic.and_("b32", self.lane, self.tid, 31), logic.shr("u32", warp, self.tid, 5))
+        first_store = len(stmt.operands)
+        (store_map,) = matmul_vectors.tensor_map_addresses(
+            kb, self.maps[first_store : first_store + 1]
+        )
+        late = EpilogueWarps(kb, stmt, self.smem, self.tid, warp, store_map)
+        per_block = stmt.tile_n // 2
+
+        def tile(batch: Reg, m0: Reg, n0: Reg) -> None:
+            def virtual_warp(block_row: Reg, warp_in_block: Reg, first_row: Reg) -> None:
+                # This thread plays lane `lane` of consumer warp `warp_in_block`.
+                self.warp = warp_in_block
+                place = HandoffTile(kb, stmt, self.smem, self.lane, warp_in_block)
+                bindings = self.fragment(batch, first_row, n0, block_row)
+                for chunk in range(handoff.chunks):
+                    box = place.box(block_row, chunk)
+                    per_chunk = place.elements_per_chunk
+                    for i in range(chunk * per_chunk, min((chunk + 1) * per_chunk, per_block), 2):
+                        emit_late(bindings(0, i), i, place.address(box, i))
+
+            late.tile(batch, m0, n0, virtual_warp)
+
+        self.tile_loop(tile)
+        late.drain()
 
     def index_value(self, var: Var, base: Reg, offset: int, cache: dict[int, Reg]) -> Reg:
         """``base + offset`` in a register of ``var``'s index type (made once per offset)."""

@@ -107,6 +107,15 @@ def stmt_to_lines(stmt: Stmt, indent: str = "") -> list[str]:
         )
         for child in stmt.epilogue:
             lines += stmt_to_lines(child, inner + "  ")
+        handoff = stmt.handoff
+        if handoff is not None and stmt.handoff_value is not None:
+            lines.append(
+                f"{inner}epilogue warps, from {stmt.handoff_value.name} (the handoff tile: "
+                f"smem+{handoff.smem_offset}, {handoff.row_blocks}x{handoff.chunks} boxes of "
+                f"{handoff.box_bytes} B):"
+            )
+            for child in stmt.late_epilogue:
+                lines += stmt_to_lines(child, inner + "  ")
         return lines
     return [f"{indent}{type(stmt).__name__}"]
 

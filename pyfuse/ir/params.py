@@ -18,7 +18,10 @@ class MatmulParams:
     splits K across CTAs; ``cluster_m``/``cluster_n`` set the CTA cluster; ``smem_epilogue``
     stores the output through shared memory (and TMA); ``pingpong`` gives each of two
     consumer warpgroups whole tiles in turn (one's epilogue under the other's main loop;
-    persistent, at most 128x128 accumulator elements per warpgroup)."""
+    persistent, at most 128x128 accumulator elements per warpgroup); ``epilogue_warps``
+    hands the epilogue after its first 16-bit tensor to the producer warpgroup's idle warps,
+    which run it while the consumers start their next tile (one MMA, one TMA-stored 16-bit
+    output)."""
 
     tile_m: int | None = None
     tile_n: int | None = None
@@ -31,6 +34,7 @@ class MatmulParams:
     cluster_n: int | None = None
     smem_epilogue: bool | None = None
     pingpong: bool | None = None
+    epilogue_warps: bool | None = None
 
     def __post_init__(self) -> None:
         for field in fields(self):

@@ -23,6 +23,7 @@ from pyfuse.ir.iterdomain import (
 from pyfuse.ir.params import MatmulParams
 from pyfuse.ir.target import TargetInfo
 from pyfuse.passes.matmul_epilogue import staged_outputs, staging_bytes
+from pyfuse.passes.matmul_handoff import HANDOFF_ITEMSIZE, handoff_tensor
 from pyfuse.passes.matmul_operands import (
     BARRIER_REGION_BYTES,
     WGMMA_K,
@@ -60,11 +61,17 @@ def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo)
     stage_bytes = (tile_m * a_count + tile_n * b_count) * tile_k * itemsize
     budget = target.max_smem_per_block - BARRIER_REGION_BYTES
     warpgroups = consumer_warpgroups(tile_m, given.pingpong)
-    smem_epilogue, epilogue_bytes = _smem_epilogue(
-        fusion, mmas[0], shape, warpgroups, tile_n, given
-    )
+    given = _epilogue_warps(fusion, mmas, shape, given)
+    if given.epilogue_warps:
+        # The consumers hand each tile over whole; the output is stored from the handoff.
+        smem_epilogue, epilogue_bytes = True, tile_m * tile_n * HANDOFF_ITEMSIZE
+    else:
+        smem_epilogue, epilogue_bytes = _smem_epilogue(
+            fusion, mmas[0], shape, warpgroups, tile_n, given
+        )
     if smem_epilogue and given.smem_epilogue is None and budget - epilogue_bytes < 2 * stage_bytes:
         smem_epilogue, epilogue_bytes = False, 0  # two stages beat staging the output
+        given = dataclasses.replace(given, epilogue_warps=False)
     stages = max(1, min(8, (budget - epilogue_bytes) // stage_bytes))
     m_tiles = ceil_div(shape["m"], tile_m)
     tiles = m_tiles * ceil_div(shape["n"], tile_n) * shape["batch"]
@@ -80,6 +87,7 @@ def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo)
         cluster_n=1,
         smem_epilogue=smem_epilogue,
         pingpong=False,
+        epilogue_warps=False,
     )
     params = given.merged(defaults)
     _check_params(params, tile_n_limit=SM90.wgmma_n_max)
@@ -111,6 +119,36 @@ def _smem_epilogue(
             stacklevel=4,
         )
     return nbytes > 0, nbytes
+
+
+def _epilogue_warps(
+    fusion: Fusion, mmas: list[MmaOp], shape: dict[str, int], given: MatmulParams
+) -> MatmulParams:
+    """``given``, with ``epilogue_warps`` turned off (and a warning) where the kernel
+    cannot hand its epilogue over (:mod:`matmul_handoff`)."""
+    if not given.epilogue_warps:
+        return given
+    reason = None
+    if given.pingpong:
+        reason = "a ping-pong kernel overlaps its epilogue already"
+    elif len(mmas) != 1:
+        reason = f"the kernel has {len(mmas)} MMAs"
+    elif given.smem_epilogue is False:
+        reason = "the output is stored from registers (smem_epilogue=False)"
+    elif handoff_tensor(fusion, mmas[0], shape["batch"]) is None:
+        reason = (
+            "the epilogue has no 16-bit tensor after which it reads only that tensor and "
+            "inputs, with one TMA-stored output of its dtype"
+        )
+    if reason is None:
+        return given
+    warnings.warn(
+        f"pyfuse: MatmulParams(epilogue_warps=True) not applied: {reason}; the consumer "
+        "warpgroups run the whole epilogue",
+        UserWarning,
+        stacklevel=4,
+    )
+    return dataclasses.replace(given, epilogue_warps=False)
 
 
 def _pingpong_tiles(

@@ -167,6 +167,9 @@ def candidates(
         # Ping-pong 128x128 tiles: faster on H200 for some outputs of about a wave or two
         # (256x18944x3584: 0.71x cuBLAS against the heuristic's 0.60x), slower on most.
         add(pingpong=True)
+        # The epilogue in the producer warpgroup's idle warps, under the next tile's main
+        # loop: only where the epilogue can be handed over (else a warning drops it).
+        add(epilogue_warps=True)
     for swizzle in SWIZZLES:
         if swizzle != default["grid_swizzle"]:
             add(grid_swizzle=swizzle)

@@ -31,7 +31,7 @@ from collections.abc import Callable
 import numpy as np
 
 from pyfuse.testing.builder import RAGGED, Builder, broadcasts
-from pyfuse.testing.program import DTYPE_SOURCE, Op, Program, short_name
+from pyfuse.testing.program import DTYPE_SOURCE, SCHEDULES, Op, Program, short_name
 
 _UNARY = (
     ("neg", "pf.neg({0})"),
@@ -694,7 +694,19 @@ def generate(seed: int, index: int) -> Program:
             b.rollback(mark)
     if not b.ops():
         b.op("add", "({0} + 1)", [0])
-    return Program(tuple(b.values), _outputs(b))
+    return Program(tuple(b.values), _outputs(b), _schedule(seed, index, b))
+
+
+def _schedule(seed: int, index: int, b: Builder) -> str:
+    """Half the programs with a matmul ask for one of the other schedules; drawn from a
+    stream of its own, so the program itself is what it was before schedules were drawn."""
+    if not any(op.name in ("matmul", "linear") for op in b.ops()):
+        return ""
+    rng = np.random.default_rng([seed, index, 1])
+    if rng.random() < 0.5:
+        return ""
+    names = sorted(SCHEDULES)
+    return names[int(rng.integers(len(names)))]
 
 
 def _outputs(b: Builder) -> tuple[int, ...]:

@@ -96,13 +96,30 @@ class Op:
 
 Value = Input | Op
 
+# The matmul schedules a program may ask for besides the heuristic's, by the name records,
+# JSON logs and repro scripts use: each kernel path the heuristic does not take by default.
+SCHEDULES: dict[str, pf.MatmulParams] = {
+    "pingpong": pf.MatmulParams(pingpong=True),
+    "epilogue_warps": pf.MatmulParams(epilogue_warps=True),
+    "register_stores": pf.MatmulParams(smem_epilogue=False),
+    "cluster_2x1": pf.MatmulParams(cluster_m=2, persistent=True),
+    "tiles_64x64": pf.MatmulParams(tile_m=64, tile_n=64, persistent=True),
+}
+
 
 @record(frozen=True)
 class Program:
-    """Values in order (an op reads only earlier ones) and the indices of the returned ones."""
+    """Values in order (an op reads only earlier ones), the indices of the returned ones, and
+    the matmul schedule (a :data:`SCHEDULES` name; "" for the heuristic's)."""
 
     values: tuple[Value, ...]
     outputs: tuple[int, ...]
+    schedule: str = ""
+
+    @property
+    def matmul(self) -> pf.MatmulParams | None:
+        """The ``MatmulParams`` of the schedule; None for the heuristic's."""
+        return SCHEDULES[self.schedule] if self.schedule else None
 
     @property
     def inputs(self) -> list[Input]:
@@ -185,13 +202,15 @@ def repro_script(program: Program, header: Sequence[str] = (), gpu: bool = False
     """A standalone script that rebuilds the fusion and runs it as the fuzzer did."""
     comment = "".join(f"# {line}\n" for line in header)
     runner = "run_function_gpu" if gpu else "run_function"
+    matmul = f", matmul={program.matmul!r}" if program.matmul is not None else ""
     return (
         f"{comment}import numpy as np\n\nimport pyfuse as pf\n"
+        f"from pyfuse import MatmulParams\n"
         f"from pyfuse.testing.run import {runner}\n\n\n"
         f"{function_source(program)}\n\n"
         f"{specs_source(program)}\n"
         'if __name__ == "__main__":\n'
-        f"    print({runner}(fusion, SPECS, lenient={program.lenient_outputs()}))\n"
+        f"    print({runner}(fusion, SPECS, lenient={program.lenient_outputs()}{matmul}))\n"
     )
 
 
@@ -212,7 +231,7 @@ def to_json(program: Program) -> dict[str, Any]:
                     "flips": value.flips,
                 }
             )
-    return {"values": values, "outputs": list(program.outputs)}
+    return {"values": values, "outputs": list(program.outputs), "schedule": program.schedule}
 
 
 def from_json(data: dict[str, Any]) -> Program:
@@ -231,4 +250,4 @@ def from_json(data: dict[str, Any]) -> Program:
             values.append(
                 Op(item["op"], item["template"], tuple(item["args"]), bool(item.get("flips")))
             )
-    return Program(tuple(values), tuple(data["outputs"]))
+    return Program(tuple(values), tuple(data["outputs"]), data.get("schedule", ""))

@@ -294,8 +294,10 @@ def run_function(
     lenient: Sequence[bool] | None = None,
     data_seed: int = 0,
     assemble: bool = True,
+    matmul: pf.MatmulParams | None = None,
 ) -> Outcome:
-    """Compile, assemble and simulate ``fn`` for ``specs`` on the CPU; never raises."""
+    """Compile (with the ``matmul`` schedule, if given), assemble and simulate ``fn`` for
+    ``specs`` on the CPU; never raises."""
     from pyfuse.backend_ptx.emit import emit_ptx
     from pyfuse.backend_ptx.ptxas import PtxasError
     from pyfuse.backend_ptx.ptxas import assemble_least_spilling as ptxas_assemble
@@ -313,7 +315,7 @@ def run_function(
         return pipeline.Emitted(emit_ptx(stages.kernel_ir, HOPPER))
 
     try:
-        result = pipeline.run(fusion, HOPPER, emit=emit)
+        result = pipeline.run(fusion, HOPPER, matmul, emit=emit)
     except Exception as error:
         return _error("compile_error", "pipeline", error)
     kernels = len(result.kernels)
@@ -388,6 +390,7 @@ def run_program(program: Program, data_seed: int = 0, assemble: bool = True) -> 
         lenient=program.lenient_outputs(),
         data_seed=data_seed,
         assemble=assemble,
+        matmul=program.matmul,
     )
 
 
@@ -434,11 +437,13 @@ def run_function_gpu(
     *,
     lenient: Sequence[bool] | None = None,
     data_seed: int = 0,
+    matmul: pf.MatmulParams | None = None,
 ) -> Outcome:
-    """Call ``fn`` fused on the GPU twice with fresh data; compare with the reference."""
+    """Call ``fn`` fused (with the ``matmul`` schedule, if given) on the GPU twice with fresh
+    data; compare with the reference."""
     import torch
 
-    fused = pf.fuse(fn)
+    fused = pf.fuse(fn, matmul=matmul)
     fusion = _trace(fused, specs)
     if isinstance(fusion, Outcome):
         return fusion
@@ -481,5 +486,9 @@ def run_program_gpu(program: Program, data_seed: int = 0) -> Outcome:
     except Exception as error:
         return _error("compile_error", "build", error)
     return run_function_gpu(
-        fn, program.specs(), lenient=program.lenient_outputs(), data_seed=data_seed
+        fn,
+        program.specs(),
+        lenient=program.lenient_outputs(),
+        data_seed=data_seed,
+        matmul=program.matmul,
     )

@@ -38,7 +38,7 @@ def compact(program: Program) -> Program:
             )
         values.append(value)
     outputs = tuple(dict.fromkeys(renumber[o] for o in program.outputs))
-    return Program(tuple(values), outputs)
+    return Program(tuple(values), outputs, program.schedule)
 
 
 def substitute(program: Program, old: int, new: int) -> Program:
@@ -50,14 +50,14 @@ def substitute(program: Program, old: int, new: int) -> Program:
             value = Op(value.name, value.template, args, value.flips)
         values.append(value)
     outputs = tuple(dict.fromkeys(new if o == old else o for o in program.outputs))
-    return compact(Program(tuple(values), outputs))
+    return compact(Program(tuple(values), outputs, program.schedule))
 
 
 def _fewer_outputs(program: Program) -> Iterator[Program]:
     if len(program.outputs) > 1:
         for output in program.outputs:
             rest = tuple(o for o in program.outputs if o != output)
-            yield compact(Program(program.values, rest))
+            yield compact(Program(program.values, rest, program.schedule))
 
 
 def _drop_ops(program: Program) -> Iterator[Program]:
@@ -82,7 +82,7 @@ def _contiguous_inputs(program: Program) -> Iterator[Program]:
         if isinstance(value, Input) and value.strides is not None:
             values = list(program.values)
             values[index] = Input(value.shape, value.dtype, None)
-            yield Program(tuple(values), program.outputs)
+            yield Program(tuple(values), program.outputs, program.schedule)
 
 
 def _replace_extent(program: Program, old: int, new: int) -> Program:
@@ -95,7 +95,7 @@ def _replace_extent(program: Program, old: int, new: int) -> Program:
         elif value.name in _SIZED_OPS:
             value = Op(value.name, pattern.sub(str(new), value.template), value.args, value.flips)
         values.append(value)
-    return Program(tuple(values), program.outputs)
+    return Program(tuple(values), program.outputs, program.schedule)
 
 
 def _smaller_extents(program: Program) -> Iterator[Program]:
@@ -106,13 +106,21 @@ def _smaller_extents(program: Program) -> Iterator[Program]:
                 yield _replace_extent(program, extent, smaller)
 
 
+def _default_schedule(program: Program) -> Iterator[Program]:
+    if program.schedule:
+        yield Program(program.values, program.outputs)
+
+
 _PASSES: tuple[Callable[[Program], Iterator[Program]], ...] = (
     _fewer_outputs,
     _drop_ops,
     _merge_inputs,
     _contiguous_inputs,
+    _default_schedule,
     _smaller_extents,
 )
+# Passes whose variants are no smaller by ``size`` but simpler.
+_SIMPLER = (_contiguous_inputs, _default_schedule)
 
 
 def size(program: Program) -> tuple[int, int, int]:
@@ -146,7 +154,7 @@ def shrink(
                 if evaluations >= max_evaluations or time.monotonic() > deadline:
                     return best
                 if candidate == best or (
-                    size(candidate) >= size(best) and make_variants is not _contiguous_inputs
+                    size(candidate) >= size(best) and make_variants not in _SIMPLER
                 ):
                     continue
                 evaluations += 1

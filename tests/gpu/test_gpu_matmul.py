@@ -144,6 +144,31 @@ def test_bias_and_row_scale_vectors(schedule: str) -> None:
         _check(fused(x, w, bias, scale), want, k)
 
 
+@pytest.mark.parametrize(
+    "shape, params",
+    [
+        ((3000, 1000, 520), pf.MatmulParams(epilogue_warps=True, persistent=True)),
+        ((4096, 4096, 1024), pf.MatmulParams(epilogue_warps=True)),
+        ((200, 264, 4096), pf.MatmulParams(epilogue_warps=True, tile_m=64, tile_n=64, splitk=1)),
+        ((1000, 1032, 256), pf.MatmulParams(epilogue_warps=True, cluster_m=2, persistent=True)),
+    ],
+    ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else "",
+)
+def test_epilogue_warps(shape: tuple[int, int, int], params: pf.MatmulParams) -> None:
+    """linear + bias + gelu with the gelu in the producer warpgroup's idle warps, from the
+    handoff tile the consumers write (passes/matmul_handoff.py); many tiles per CTA, twice."""
+    torch = _torch()
+    m, n, k = shape
+    x, w, bias = _rand(torch, m, k), _rand(torch, n, k) / 8, _rand(torch, n)
+    fused = pf.fuse(lambda x, w, b: pf.gelu(pf.linear(x, w, b), approximate="tanh"), matmul=params)
+    pre = torch.nn.functional.linear(x.float(), w.float(), bias.float())
+    want = torch.nn.functional.gelu(pre, approximate="tanh")
+    kernel = fused.compile(x, w, bias).kernels[0]
+    assert kernel.params["epilogue_warps"] is True
+    for _ in range(2):
+        _check(fused(x, w, bias), want, k)
+
+
 def test_gate_up_pair_with_intermediate_outputs() -> None:
     torch = _torch()
     x, w1, w3 = _rand(torch, 4096, 5120), _rand(torch, 14336, 5120), _rand(torch, 14336, 5120)

@@ -70,6 +70,18 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec], pf.MatmulParams | N
         [S((200, 64), bf16), S((136, 64), bf16), S((136,), bf16), S((200, 1), bf16)],
         P(pingpong=True, tile_m=128, tile_n=64, stages=3),
     ),
+    # The epilogue warps: the consumers hand the rounded linear over, the producer
+    # warpgroup's idle warps run the gelu and the TMA stores.
+    "epilogue_warps_linear_bias_gelu": (
+        lambda x, w, b: pf.gelu(pf.linear(x, w, b), approximate="tanh"),
+        [S((200, 128), bf16), S((264, 128), bf16), S((264,), bf16)],
+        P(epilogue_warps=True, persistent=True, tile_m=128, tile_n=128),
+    ),
+    "epilogue_warps_one_consumer_in_a_cluster": (
+        lambda x, w: pf.silu(x @ w.T),
+        [S((64, 64), bf16), S((136, 64), bf16)],
+        P(epilogue_warps=True, cluster_n=2, tile_n=64),
+    ),
     "register_stores_f32_bias_in_a_cluster": (
         lambda a, b, bias: (a @ b.T + bias).bfloat16(),
         [S((256, 64), bf16), S((136, 64), bf16), S((136,), pf.float32)],

@@ -18,6 +18,7 @@ from pyfuse.testing import fuzz
 from pyfuse.testing.generate import generate
 from pyfuse.testing.noisy_reference import JITTER, Jitter, evaluate_noisy
 from pyfuse.testing.program import (
+    SCHEDULES,
     Input,
     Op,
     Program,
@@ -112,6 +113,22 @@ def test_program_round_trips_and_renders_a_runnable_repro() -> None:
     assert namespace["SPECS"] == program.specs()
 
 
+def test_half_the_matmul_programs_ask_for_another_schedule_and_keep_it_in_their_repro() -> None:
+    programs = [generate(11, i) for i in range(400)]
+    with_matmul = [p for p in programs if any(op.name in ("matmul", "linear") for op in p.ops())]
+    assert all(p.schedule == "" for p in programs if p not in with_matmul)
+    scheduled = [p for p in with_matmul if p.schedule]
+    assert 0.3 < len(scheduled) / len(with_matmul) < 0.7
+    assert {p.schedule for p in scheduled} == set(SCHEDULES)
+    program = scheduled[0]
+    assert from_json(to_json(program)) == program
+    script = repro_script(program)
+    assert f"matmul={SCHEDULES[program.schedule]!r}" in script
+    namespace: dict[str, object] = {"__name__": "repro"}
+    exec(compile(script, "<repro>", "exec"), namespace)
+    assert namespace["SPECS"] == program.specs()
+
+
 # ---- shrinker ----------------------------------------------------------------------------------
 
 
@@ -128,8 +145,9 @@ def test_shrink_keeps_the_planted_failure_and_drops_the_rest() -> None:
     def fails(candidate: Program) -> bool:
         return any(op.name == "softmax" for op in candidate.ops())
 
-    shrunk = shrink(program, fails)
+    shrunk = shrink(Program(program.values, program.outputs, "pingpong"), fails)
     assert [op.name for op in shrunk.ops()] == ["softmax"]
+    assert shrunk.schedule == ""  # the heuristic's schedule is simpler, and still fails
     assert len(shrunk.inputs) == 1 and shrunk.inputs[0].strides is None
     assert all(extent <= 1 for extent in shrunk.inputs[0].shape)
     assert size(shrunk) < size(program)

@@ -78,6 +78,54 @@ def test_each_warpgroup_reloads_its_vectors_for_every_tile(order: str) -> None:
     _close(out, fused.reference(*arrays))
 
 
+@pytest.mark.parametrize("order", ["eager", "late"])
+def test_the_epilogue_warps_take_every_tile_of_one_cta(order: str) -> None:
+    # One CTA computes all six tiles: the handoff tile is written, read, stored and handed
+    # back six times, its two barriers' phases flipping each time.
+    fn, specs, params = CASES["epilogue_warps_linear_bias_gelu"]
+    fused, fusion, result = _compile(fn, specs, params)
+    (stages,) = result.kernels
+    loop = stages.kernel_ir.main_loop()
+    assert loop is not None and loop.handoff is not None and loop.consumer_warpgroups == 2
+    arrays = random_inputs(specs, 6)
+    out = poison(fusion.outputs[0].shape, fusion.outputs[0].dtype)
+    run_kernel(stages.kernel_ir, stages.emitted.ptx, arrays, [out], grid=(1, 1, 1), order=order)
+    _close(out, fused.reference(*arrays))
+
+
+_HANDOFF_BUGS = {
+    # the consumers overwrite the handoff before its TMA stores have read it
+    "no_empty_wait": (
+        r"(\$L__handoff_empty_\d+:\n\s+mbarrier.try_wait[^\n]*\n\s+@!%p\d+ bra [^\n]*\n)",
+        "",
+    ),
+    # the TMA unit reads the output before the generic-proxy writes are fenced
+    "no_fence": (r"fence.proxy.async.shared::cta;\n(\s+bar.sync 5)", r"\1"),
+    # the tile is handed back while its stores still read it
+    "no_read_wait": (
+        r"@%p\d+ cp.async.bulk.wait_group.read 0;\n(\s+@%p\d+ mbarrier.arrive[^\n]*\n)",
+        r"\1",
+    ),
+}
+
+
+@pytest.mark.parametrize("bug", sorted(_HANDOFF_BUGS))
+def test_a_planted_handoff_bug_is_reported_or_gives_a_wrong_result(bug: str) -> None:
+    fn, specs, params = CASES["epilogue_warps_linear_bias_gelu"]
+    fused, fusion, result = _compile(fn, specs, params)
+    (stages,) = result.kernels
+    assert stages.emitted is not None
+    ptx = _mutate(stages.emitted.ptx, *_HANDOFF_BUGS[bug])
+    arrays = random_inputs(specs, 0)
+    out = poison(fusion.outputs[0].shape, fusion.outputs[0].dtype)
+    try:
+        run_kernel(stages.kernel_ir, ptx, arrays, [out], grid=(1, 1, 1), order="late")
+    except SimulationError:
+        return
+    with pytest.raises(AssertionError):
+        _close(out, fused.reference(*arrays))
+
+
 # ---- planted bugs ------------------------------------------------------------------------------
 
 # One CTA, 16 K tiles through 7 stages: the ring wraps twice, so a stage freed too early is

@@ -1,0 +1,146 @@
+"""The epilogue warps (passes/matmul_handoff.py, backend_ptx/matmul_handoff.py): which epilogue
+the consumers can hand over and where, what the heuristic leaves in shared memory for it, the
+kernel IR of both parts, and PTX that assembles without spills. The kernels run on the Hopper
+simulator in tests/testing/test_ptx_sim.py (sim_cases.py), planted protocol bugs included."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from check_utils import matmul_kernel, require_ptxas
+
+import pyfuse as pf
+from pyfuse.backend_ptx.emit import emit_ptx
+from pyfuse.backend_ptx.matmul_host import EPILOGUE_REGISTERS, register_split
+from pyfuse.backend_ptx.matmul_template import matmul_directives
+from pyfuse.backend_ptx.ptxas import assemble
+from pyfuse.ir import kernel_ir as k
+from pyfuse.ir.exprs import MmaOp
+from pyfuse.ir.target import HOPPER
+from pyfuse.passes.matmul_handoff import handoff_tensor
+from pyfuse.passes.translate_patterns import translate_patterns
+
+S = pf.spec
+bf16, f32 = pf.bfloat16, pf.float32
+X, W, B = S((512, 256), bf16), S((1024, 256), bf16), S((1024,), bf16)
+EPILOGUE_WARPS = pf.MatmulParams(epilogue_warps=True)
+
+
+def _linear_gelu(x: Any, w: Any, b: Any) -> Any:
+    return pf.gelu(pf.linear(x, w, b), approximate="tanh")
+
+
+def _handoff_name(fn: Callable[..., Any], specs: list[pf.Spec]) -> str | None:
+    fusion = pf.fuse(fn).trace(*specs)
+    with fusion:
+        translate_patterns(fusion)
+    (mma,) = [e for e in fusion.exprs() if isinstance(e, MmaOp)]
+    handoff = handoff_tensor(fusion, mma, 1)
+    return None if handoff is None else str(handoff.dtype.name)
+
+
+def _two_outputs(x: Any, w: Any) -> Any:
+    y = x @ w.T
+    return y, pf.gelu(y)
+
+
+def _upcast_twice(x: Any, w: Any) -> Any:
+    # the product is rounded to bf16 before .float(): the late part starts from it
+    y = (x @ w.T).float()
+    return (pf.gelu(y * 2.0) + y).to(pf.bfloat16)
+
+
+@pytest.mark.parametrize(
+    "fn, specs, found",
+    [
+        (_linear_gelu, [X, W, B], "bfloat16"),  # the linear, rounded with its bias
+        (lambda x, w: pf.silu(x @ w.T) * 2.0, [X, W], "bfloat16"),
+        (lambda x, w: x @ w.T, [X, W], None),  # nothing after the product to hand over
+        (lambda x, w: pf.gelu(x @ w.T).float(), [X, W], None),  # an f32 output
+        (_two_outputs, [X, W], None),
+        (_upcast_twice, [X, W], "bfloat16"),
+    ],
+)
+def test_the_handoff_is_the_first_16_bit_tensor_the_rest_reads_alone(fn, specs, found) -> None:  # type: ignore[no-untyped-def]
+    assert _handoff_name(fn, specs) == found
+
+
+def test_the_consumers_stage_the_linear_and_the_epilogue_warps_the_gelu() -> None:
+    stage, loop = matmul_kernel(_linear_gelu, [X, W, B], EPILOGUE_WARPS)
+    handoff = loop.handoff
+    assert handoff is not None and loop.handoff_value is not None
+    assert stage.plan.params["epilogue_warps"] is True
+    assert stage.kernel_ir.block == (128, loop.consumer_warpgroups + 1, 1)  # no fourth one
+    # The output is staged over the handoff tile, box for box, instead of its own buffers.
+    (store,) = loop.stores
+    assert store.smem_offset == handoff.smem_offset
+    assert handoff.nbytes == loop.tile_m * loop.tile_n * 2
+    consumer_ops = {type(s).__name__ for s in k.walk(loop.epilogue)}
+    late_loads = [s.value for s in k.walk(loop.late_epilogue) if isinstance(s, k.Store)]
+    assert "StageStore" in consumer_ops
+    assert any(isinstance(v, k.Unary) and v.op == "gelu_tanh" for v in late_loads), (
+        "the gelu runs in the late part"
+    )
+    assert not any(
+        isinstance(v, k.Unary) and v.op == "gelu_tanh"
+        for s in k.walk(loop.epilogue)
+        if isinstance(s, k.Store)
+        for v in [s.value]
+    )
+
+
+def test_the_heuristic_leaves_the_handoff_tile_and_three_stages_at_128x256() -> None:
+    stage, loop = matmul_kernel(
+        _linear_gelu,
+        [S((4096, 4096), bf16), S((14336, 4096), bf16), S((14336,), bf16)],
+        EPILOGUE_WARPS,
+    )
+    assert (loop.tile_m, loop.tile_n, loop.stages) == (128, 256, 3)
+    assert stage.kernel_ir.smem_bytes <= HOPPER.max_smem_per_block
+    directives = matmul_directives(stage.kernel_ir)
+    producer, consumer = register_split(loop, directives)
+    # The producer warpgroup keeps enough for its three epilogue warps; 384 threads at 168.
+    assert producer == EPILOGUE_REGISTERS and producer * 128 + consumer * 256 <= 168 * 384
+
+
+@pytest.mark.parametrize(
+    "fn, specs, params, why",
+    [
+        (lambda x, w: x @ w.T, [X, W], EPILOGUE_WARPS, "no 16-bit tensor"),
+        (_linear_gelu, [X, W, B], pf.MatmulParams(epilogue_warps=True, pingpong=True), "ping"),
+        (
+            lambda x, w1, w3: pf.silu(x @ w1.T) * (x @ w3.T),
+            [X, W, W],
+            EPILOGUE_WARPS,
+            "2 MMAs",
+        ),
+    ],
+)
+def test_epilogue_warps_that_cannot_apply_warn_and_keep_the_consumers_epilogue(
+    fn, specs, params, why
+) -> None:  # type: ignore[no-untyped-def]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        stage, loop = matmul_kernel(fn, specs, params)
+    assert loop.handoff is None and stage.plan.params["epilogue_warps"] is False
+    assert any("epilogue_warps=True) not applied" in str(w.message) for w in caught)
+    assert any(why in str(w.message) for w in caught)
+
+
+def test_the_ptx_assembles_without_spills_and_with_its_register_split() -> None:
+    stage, _ = matmul_kernel(
+        _linear_gelu,
+        [S((4096, 4096), bf16), S((14336, 4096), bf16), S((14336,), bf16)],
+        EPILOGUE_WARPS,
+    )
+    ptx = emit_ptx(stage.kernel_ir, HOPPER)
+    assert f"setmaxnreg.dec.sync.aligned.u32 {EPILOGUE_REGISTERS};" in ptx
+    assert "$L__epilogue_warps" in ptx and "bar.sync 5, 96;" in ptx
+    require_ptxas()
+    result = assemble(ptx)
+    resources = result.kernels[stage.kernel_ir.name]
+    assert resources.spill_store_bytes == 0 and resources.local_bytes == 0
+    assert not result.problems(), result.problems()
