@@ -46,14 +46,20 @@ from pyfuse.backend_ptx.emitter import Directives, KernelBuilder, Param
 from pyfuse.backend_ptx.instructions import (
     arith,
     control,
-    convert,
     logic,
     mbarrier,
     memory,
     special,
     wgmma,
 )
-from pyfuse.backend_ptx.matmul_handoff import ConsumerHandoff, EpilogueWarps, HandoffTile
+from pyfuse.backend_ptx.matmul_fragment import (
+    EmitEpilogue,
+    EmitLateEpilogue,
+    consumer_epilogue,
+    epilogue_warps,
+    fragment,
+)
+from pyfuse.backend_ptx.matmul_handoff import ConsumerHandoff
 from pyfuse.backend_ptx.matmul_host import (
     WGMMA_TYPES,
     TileOrder,
@@ -68,17 +74,12 @@ from pyfuse.backend_ptx.matmul_staging import Staging
 from pyfuse.backend_ptx.matmul_vectors import VectorLoads
 from pyfuse.backend_ptx.operands import Address, Reg, RegClass
 from pyfuse.ir.hopper import SM90
-from pyfuse.ir.kernel_ir import Buffer, Kernel, MatmulMainLoop, Var
+from pyfuse.ir.kernel_ir import Buffer, Kernel, MatmulMainLoop
 
 # Named barriers: 0 the CTA's, 1 + w warpgroup w's TMA-store staging (matmul_staging),
 # PINGPONG_TURN_BARRIER + w warpgroup w's turn at the main loop in a ping-pong kernel.
 PINGPONG_TURN_BARRIER = 3
 MBARRIER_BYTES = SM90.mbarrier_bytes  # full[s] and empty[s] are one mbarrier object each
-
-# (bindings, accumulator element, per TMA-stored output the staging address of the element)
-EmitEpilogue = Callable[[dict[Var, Reg], int, Mapping[int, Address]], None]
-# The epilogue warps': (bindings, accumulator element, the pair's handoff address).
-EmitLateEpilogue = Callable[[dict[Var, Reg], int, Address], None]
 
 
 # ---- launch facts the caller needs ----------------------------------------------------------
@@ -254,7 +255,8 @@ class _MainLoop:
         kb.emit(control.bra(self.end))
         if stmt.handoff is not None:
             kb.place(self.idle_warps)
-            self.epilogue_warps()
+            assert self.emit_late is not None
+            epilogue_warps(self, self.emit_late)
             kb.emit(control.bra(self.end))
         kb.place(consumer)
         kb.emit(special.setmaxnreg("inc", consumer_regs))
@@ -568,7 +570,11 @@ class _MainLoop:
         self.release(self.previous_stage, self.lane0)
         if self.vectors is not None:
             self.vectors.wait()
-        self.epilogue(batch, first_row or self.first_row(m0), n0)
+        coordinates = (batch, first_row or self.first_row(m0), n0)
+        bindings = fragment(kb, stmt, self.lane, self.warp, coordinates, self.consumer_index)
+        consumer_epilogue(
+            kb, stmt, bindings, coordinates, self.staging or self.handoff, self.emit_epilogue
+        )
 
     def issue_wgmmas(self, descriptors: list[list[Reg]], accumulate: Reg) -> None:
         """Every k-step's wgmmas of one K tile: per MMA, one per 64-row block of A."""
@@ -614,148 +620,3 @@ class _MainLoop:
         else:
             kb.emit(arith.mad("u32", first_row, self.consumer_index, SM90.wgmma_m, m0))
         return first_row
-
-    def fragment(
-        self, batch: Reg, first_row: Reg, n0: Reg, warpgroup: Reg
-    ) -> Callable[[int, int], dict[Var, Reg]]:
-        """The bindings of each accumulator register ``i`` of 64-row block ``block``
-        (hopper-ptx-notes 4.4): d[i] is row 16 warp + lane / 4 + 8 ((i >> 1) & 1), col 8 (i >>
-        2) + 2 (lane % 4) + (i & 1); a ping-pong warpgroup's blocks follow each other, 64 rows
-        apart. With epilogue vectors, also the warpgroup and the row and column inside its
-        tile. Registers are made once per offset, at their first use."""
-        kb, stmt = self.kb, self.stmt
-        row0, col0, quad = self.u32(), self.u32(), self.u32()
-        local_row0 = local_col0 = row0  # inside the warpgroup's tile: with vectors only
-        if stmt.vectors:
-            local_row0, local_col0 = self.u32(), self.u32()
-            kb.emit(
-                logic.shr("u32", quad, self.lane, 2),
-                arith.mad("u32", local_row0, self.warp, 16, quad),
-                arith.add("u32", row0, local_row0, first_row),
-                logic.and_("b32", local_col0, self.lane, 3),
-                arith.mul("u32", local_col0, local_col0, 2),
-                arith.add("u32", col0, local_col0, n0),
-            )
-        else:
-            kb.emit(
-                arith.mad("u32", row0, self.warp, 16, first_row),
-                logic.shr("u32", quad, self.lane, 2),
-                arith.add("u32", row0, row0, quad),
-                logic.and_("b32", col0, self.lane, 3),
-                arith.mad("u32", col0, col0, 2, n0),
-            )
-        rows: dict[int, Reg] = {}
-        cols: dict[int, Reg] = {}
-        local_rows: dict[int, Reg] = {}
-        local_cols: dict[int, Reg] = {}
-        batch_value = self.index_value(stmt.batch_index, batch, 0, {})
-        fixed: dict[Var, Reg] = {stmt.batch_index: batch_value}
-        if stmt.warpgroup is not None:
-            fixed[stmt.warpgroup] = self.index_value(stmt.warpgroup, warpgroup, 0, {})
-
-        def bindings(block: int, i: int) -> dict[Var, Reg]:
-            row_offset = block * SM90.wgmma_m + 8 * ((i >> 1) & 1)
-            col_offset = 8 * (i >> 2) + (i & 1)
-            row = self.index_value(stmt.row, row0, row_offset, rows)
-            col = self.index_value(stmt.col, col0, col_offset, cols)
-            bound = {stmt.row: row, stmt.col: col, **fixed}
-            if stmt.tile_row is not None and stmt.tile_col is not None:
-                bound[stmt.tile_row] = self.index_value(
-                    stmt.tile_row, local_row0, row_offset, local_rows
-                )
-                bound[stmt.tile_col] = self.index_value(
-                    stmt.tile_col, local_col0, col_offset, local_cols
-                )
-            if stmt.pair_col is not None:
-                bound[stmt.pair_col] = self.index_value(stmt.pair_col, col0, col_offset + 1, cols)
-            return bound
-
-        return bindings
-
-    def epilogue(self, batch: Reg, first_row: Reg, n0: Reg) -> None:
-        """The epilogue once per accumulator register, or pair of them (adjacent columns),
-        with the fragment's coordinates bound; staged outputs chunk by chunk
-        (:mod:`.matmul_staging`), or with epilogue warps the handoff tile
-        (:mod:`.matmul_handoff`)."""
-        kb, stmt = self.kb, self.stmt
-        bindings = self.fragment(batch, first_row, n0, self.consumer_index)
-        # A paired epilogue takes registers i and i + 1 (adjacent columns) in one call.
-        step = 2 if stmt.pair_col is not None else 1
-        staging, handoff = self.staging, self.handoff
-        per_block = stmt.tile_n // 2
-        if handoff is not None:
-            handoff.begin()
-        for block in range(stmt.row_blocks):
-            block_row = first_row
-            if block:
-                block_row = self.u32()
-                kb.emit(arith.add("u32", block_row, first_row, block * SM90.wgmma_m))
-            for i in range(0, per_block, step):
-                element = block * per_block + i
-                if staging is not None and i % staging.elements_per_chunk == 0:
-                    staging.begin_chunk()
-                addresses: Mapping[int, Address] = {}
-                if staging is not None:
-                    addresses = staging.addresses(i)
-                elif handoff is not None:
-                    addresses = handoff.addresses(i)
-                self.emit_epilogue(bindings(block, i), element, addresses)
-                if staging is not None and (i + step) % staging.elements_per_chunk == 0:
-                    staging.end_chunk(i // staging.elements_per_chunk, batch, block_row, n0)
-        if handoff is not None:
-            handoff.end()
-
-    # -- the epilogue warps ---------------------------------------------------------------------
-
-    def epilogue_warps(self) -> None:
-        """The producer warpgroup's warps 1..3, per tile in the consumers' order: the late
-        epilogue of their virtual warps from the handoff tile, then its TMA stores
-        (:mod:`.matmul_handoff`)."""
-        kb, stmt = self.kb, self.stmt
-        handoff = stmt.handoff
-        assert handoff is not None and self.emit_late is not None
-        emit_late = self.emit_late
-        warp = self.u32()
-        self.lane = self.u32()
-        kb.emit(logic.and_("b32", self.lane, self.tid, 31), logic.shr("u32", warp, self.tid, 5))
-        first_store = len(stmt.operands)
-        (store_map,) = matmul_vectors.tensor_map_addresses(
-            kb, self.maps[first_store : first_store + 1]
-        )
-        late = EpilogueWarps(kb, stmt, self.smem, self.tid, warp, store_map)
-        per_block = stmt.tile_n // 2
-
-        def tile(batch: Reg, m0: Reg, n0: Reg) -> None:
-            def virtual_warp(block_row: Reg, warp_in_block: Reg, first_row: Reg) -> None:
-                # This thread plays lane `lane` of consumer warp `warp_in_block`.
-                self.warp = warp_in_block
-                place = HandoffTile(kb, stmt, self.smem, self.lane, warp_in_block)
-                bindings = self.fragment(batch, first_row, n0, block_row)
-                for chunk in range(handoff.chunks):
-                    box = place.box(block_row, chunk)
-                    per_chunk = place.elements_per_chunk
-                    for i in range(chunk * per_chunk, min((chunk + 1) * per_chunk, per_block), 2):
-                        emit_late(bindings(0, i), i, place.address(box, i))
-
-            late.tile(batch, m0, n0, virtual_warp)
-
-        self.tile_loop(tile)
-        late.drain()
-
-    def index_value(self, var: Var, base: Reg, offset: int, cache: dict[int, Reg]) -> Reg:
-        """``base + offset`` in a register of ``var``'s index type (made once per offset)."""
-        if offset in cache:
-            return cache[offset]
-        kb = self.kb
-        value = base
-        if offset:
-            value = self.u32()
-            kb.emit(arith.add("u32", value, base, offset))
-        if var.dtype.itemsize == 8:
-            wide = kb.reg(RegClass.B64)
-            kb.emit(convert.cvt("u64", "u32", wide, value))
-            value = wide
-        elif var.dtype.itemsize != 4:
-            raise ValueError(f"index variable {var} must be int32 or int64, got {var.dtype.name}")
-        cache[offset] = value
-        return value
