@@ -36,6 +36,7 @@ from collections.abc import Callable
 
 from pyfuse.backend_ptx.emitter import KernelBuilder
 from pyfuse.backend_ptx.instructions import arith, control, logic, mbarrier, tma
+from pyfuse.backend_ptx.matmul_staging import swizzled_row
 from pyfuse.backend_ptx.operands import Address, Reg, RegClass
 from pyfuse.ir.hopper import SM90
 from pyfuse.ir.kernel_ir import MatmulMainLoop
@@ -109,14 +110,10 @@ class HandoffTile:
         self.blocks = handoff.chunk_cols // 8
         self.tile = self.u32()
         kb.emit(arith.add("u32", self.tile, smem, handoff.smem_offset))
-        row, row_bytes, xor, lane_bytes = (self.u32() for _ in range(4))
+        row, lane_bytes = self.u32(), self.u32()
+        kb.emit(logic.shr("u32", row, lane, 2), arith.mad("u32", row, warp, ROWS_PER_WARP, row))
+        row_bytes, xor = swizzled_row(kb, row, self.span)
         kb.emit(
-            logic.shr("u32", row, lane, 2),
-            arith.mad("u32", row, warp, ROWS_PER_WARP, row),
-            arith.mul("u32", row_bytes, row, self.span),
-            logic.shr("u32", xor, row_bytes, 7),
-            logic.and_("b32", xor, xor, self.span // 16 - 1),
-            logic.shl("b32", xor, xor, 4),
             logic.and_("b32", lane_bytes, lane, 3),
             arith.mul("u32", lane_bytes, lane_bytes, 2 * size),
         )

@@ -72,6 +72,20 @@ def check_stores(stmt: MatmulMainLoop, smem_bytes: int) -> None:
             )
 
 
+def swizzled_row(kb: KernelBuilder, row: Reg, span: int) -> tuple[Reg, Reg]:
+    """(bytes before staged row ``row`` of ``span`` bytes, the XOR its swizzle applies to a
+    byte offset inside it): the 16-byte chunk index is XORed with the row offset's bits 7..,
+    modulo the span's chunks (see the module)."""
+    row_bytes, xor = kb.reg(RegClass.B32), kb.reg(RegClass.B32)
+    kb.emit(
+        arith.mul("u32", row_bytes, row, span),
+        logic.shr("u32", xor, row_bytes, 7),
+        logic.and_("b32", xor, xor, span // 16 - 1),
+        logic.shl("b32", xor, xor, 4),
+    )
+    return row_bytes, xor
+
+
 class Staging:
     """The per-thread state of the staged stores of one consumer warpgroup's thread."""
 
@@ -109,13 +123,7 @@ class Staging:
                 arith.mad("u32", base, consumer_index, 2 * store.buffer_bytes, base),
             )
             self.buffer_base.append(base)
-            row_bytes, xor = self.u32(), self.u32()
-            kb.emit(
-                arith.mul("u32", row_bytes, row, span),
-                logic.shr("u32", xor, row_bytes, 7),
-                logic.and_("b32", xor, xor, span // 16 - 1),
-                logic.shl("b32", xor, xor, 4),
-            )
+            row_bytes, xor = swizzled_row(kb, row, span)
             thread_base, lane_bytes = self.u32(), self.u32()
             kb.emit(
                 arith.add("u32", thread_base, base, row_bytes),
