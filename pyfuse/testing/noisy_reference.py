@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from pyfuse.ir import dtypes
 from pyfuse.ir.dtypes import DType
 from pyfuse.ir.exprs import (
     BinaryOp,
@@ -320,6 +321,14 @@ def _undetermined_jump(expr: Expr, env: Env, exact: Env, noisy_inputs: bool) -> 
         noisy, true = env.tensor(inp), exact.tensor(inp)
         distance = np.maximum(np.abs(noisy - true), JITTER * np.abs(true))
         return np.broadcast_to(np.isfinite(true) & (distance >= _PHASE_NOISE), expr.output.shape)
+    if _accumulates(expr) and not isinstance(expr, BinaryOp):
+        # A sum or matmul whose terms' magnitudes add up past the accumulator's largest
+        # finite value: some order of a kernel's partial sums overflows (to inf) where
+        # another does not (CPU fuzzer, seed 605 case 3074: a matmul of exp(88)s, 1.6e38
+        # exactly, inf in the kernel's order).
+        wide = any(tv.dtype == dtypes.float64 for tv in (*expr.tensor_inputs, expr.output))
+        largest = float(np.finfo(np.float64 if wide else np.float32).max)
+        return np.broadcast_to(_terms_magnitude(expr, env) > largest, expr.output.shape)
     if isinstance(expr, BinaryOp) and expr.op in _QUOTIENT_PART:
         common = common_dtype(expr.inputs)
         if not common.is_floating:
@@ -405,16 +414,21 @@ def _magnitude(expr: Expr, env: Env) -> Array:
         common = expr.output.dtype
         lhs, rhs = (np.abs(env.operand(val, common)) for val in expr.inputs)
         return np.asarray(lhs + rhs, dtype=np.float64)
-    magnitudes = Env()
-    for tv in expr.tensor_inputs:
-        magnitudes.values[tv] = np.abs(env.values[tv])
     if isinstance(expr, ReductionOp):
         growth = math.sqrt(max(1, expr.input.numel // max(1, expr.output.numel)))
     else:
         growth = float(
             max(1, expr.tensor_inputs[0].shape[-1] if expr.tensor_inputs[0].shape else 1)
         )
-    return evaluate_expr(expr, magnitudes, rounded=False).astype(np.float64) * growth
+    return _terms_magnitude(expr, env) * growth
+
+
+def _terms_magnitude(expr: Expr, env: Env) -> Array:
+    """A sum's or matmul's terms' magnitudes added up: ``expr`` on its inputs' magnitudes."""
+    magnitudes = Env()
+    for tv in expr.tensor_inputs:
+        magnitudes.values[tv] = np.abs(env.values[tv])
+    return np.asarray(evaluate_expr(expr, magnitudes, rounded=False), dtype=np.float64)
 
 
 # The relative error of the kernels' pow per unit of |y log2 |x||, in JITTERs (emit_math: about

@@ -259,6 +259,23 @@ def test_a_product_whose_partial_products_overflow_is_undetermined() -> None:
         assert np.array_equal(moved[:1], [mark], equal_nan=True) and np.isclose(moved[1], 0.75)
 
 
+def test_a_matmul_whose_partial_sums_may_overflow_is_undetermined() -> None:
+    """CPU fuzzer, seed 605 case 3074: a matmul of exp(88)s is 1.6e38 exactly, but its
+    terms add up past float32's largest value, so a kernel's order of partial sums may
+    overflow to inf: each run marks it, and the element next to it stays held."""
+    fusion = pf.fuse(lambda a, b: a @ b).trace(
+        pf.spec((1, 3), pf.float32), pf.spec((3, 2), pf.float32)
+    )
+    a = np.array([[1.6e38, 1.6e38, -1.6e38]], np.float32)
+    b = np.array([[1.0, 1e-38], [1.0, 1e-38], [1.0, 1e-38]], np.float32)
+    (exact,) = evaluate(fusion, [a, b])
+    assert np.isclose(exact[0, 0], 1.6e38, rtol=1e-6)
+    for jitter, mark in ((1.0, np.inf), (-1.0, -np.inf), (np.random.default_rng(0), np.nan)):
+        (moved,) = _noisy(fusion, [a, b], jitter)
+        assert np.array_equal(moved[0, :1], [mark], equal_nan=True)
+        assert np.isclose(moved[0, 1], 1.6, rtol=1e-3)
+
+
 def test_signatures_ignore_sizes_and_names() -> None:
     a = Outcome("compile_error", "pipeline", "ScheduleError", "kernel fusion_k3: T12 has 37 axes")
     b = Outcome("compile_error", "pipeline", "ScheduleError", "kernel fusion_k0: T4 has 5 axes")
