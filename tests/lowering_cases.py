@@ -535,4 +535,11 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
         lambda x, r, w: (pf.layer_norm(pf.gelu(x + r) * x, w) * r, x + r),
         [S((2, 12285), f16)] * 2 + [S((12285,), f16)],
     ),
+    # x reshaped along one path and broadcast against its own rows along another: the
+    # output's columns are the reshape of what its rows index; one loop read x at (row, col)
+    # for both (CPU fuzzer, seed 605 case 5738: 16 of 100 booleans wrong)
+    "reshape_of_an_input_against_its_own_rows": (
+        lambda x: pf.logical_or(pf.reshape(x > 0, (10,)), x <= pf.reshape(x > 0, (10,))),
+        [S((2, 5, 1), f32)],
+    ),
 }

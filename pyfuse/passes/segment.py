@@ -24,7 +24,7 @@ from pyfuse.ir import ops as ir_ops
 from pyfuse.ir.exprs import CatOp, Expr, MmaOp, ReductionOp, SliceOp
 from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.id_model import IdMappingMode, IdModel
-from pyfuse.ir.iterdomain import IterType
+from pyfuse.ir.iterdomain import IterDomain, IterType
 from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.tensor import MemoryType, TensorView, new_axes_like
 from pyfuse.passes import schedule_cat
@@ -168,6 +168,46 @@ def _self_mapped(fusion: Fusion, tensors: Sequence[TensorView] | None = None) ->
             seen = extent_of_group.setdefault(group, (first.logical_extent, tv))
             if seen[0] != first.logical_extent:
                 return seen[1]
+    return _reshape_tie(fusion, id_model, tensors)
+
+
+def _reshape_tie(
+    fusion: Fusion, id_model: IdModel, tensors: Sequence[TensorView] | None
+) -> TensorView | None:
+    """A tensor (of ``tensors``) with one axis mapped to what a reshape merged or split and
+    another mapped to what it made of it: ``x[2, 5, 1] > 0`` reshaped to ``[10]`` and
+    compared with ``x`` broadcast to ``[2, 5, 10]`` (CPU fuzzer, seed 605 case 5738) puts the
+    output's rows in one group with the reshape's inputs and its columns with the reshape's
+    output, so one loop would read ``x`` at (row, col) for both, where the reshape needs it
+    at ``col``."""
+
+    def groups(axes: Sequence[IterDomain]) -> set[int]:
+        return {
+            id(id_model.group(axis, IdMappingMode.BROADCAST)[0])
+            for axis in axes
+            if axis.logical_extent > 1
+        }
+
+    sides: list[tuple[set[int], set[int]]] = []
+    for tv in fusion.tensors():
+        if tv.root is None:
+            continue
+        stack, seen = list(tv.logical), set()
+        while stack:
+            definition = stack.pop().definition
+            if definition is None or id(definition) in seen:
+                continue
+            seen.add(id(definition))
+            before, after = groups(definition.inputs), groups(definition.outputs)
+            if before and after and not before & after:
+                sides.append((before, after))
+            stack.extend(definition.inputs)
+    if not sides:
+        return None
+    for tv in fusion.tensors() if tensors is None else tensors:
+        own = groups([a for a in tv.logical if not a.is_broadcast or a.expanded_extent is not None])
+        if any(own & before and own & after for before, after in sides):
+            return tv
     return None
 
 
