@@ -70,6 +70,11 @@ def check_handoff(stmt: MatmulMainLoop, smem_bytes: int, lowest_tile: int) -> No
         raise ValueError(f"a 16-bit handoff of the output's dtype, got {handoff.dtype.name}")
     if handoff.row_blocks != stmt.consumer_warpgroups:
         raise ValueError("one 64-row block of the handoff per consumer warpgroup")
+    if 1 + stmt.consumer_warpgroups >= EPILOGUE_BARRIER:
+        raise ValueError(
+            f"{stmt.consumer_warpgroups} consumer warpgroups' named barriers reach the epilogue "
+            f"warps' ({EPILOGUE_BARRIER})"
+        )
     if handoff.chunks * handoff.chunk_cols != stmt.tile_n:
         raise ValueError(f"{handoff.chunks} chunks of {handoff.chunk_cols} are not tile_n")
     if barrier_offsets(stmt)[1] + SM90.mbarrier_bytes > lowest_tile:

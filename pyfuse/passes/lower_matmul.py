@@ -282,7 +282,11 @@ class _MatmulLowering(MatmulEpilogueLowering):
         assert params.tile_m and params.tile_n
         handoff_tv = handoff_tensor(self.fusion, self.mmas[0], self.sizes["batch"], self.id_model)
         if handoff_tv is None or len(stores) != 1 or not self.paired or params.pingpong:
-            raise ScheduleError(f"kernel {self.name}: no epilogue to hand over")
+            # The heuristic refuses epilogue warps wherever this could happen.
+            raise ScheduleError(
+                f"kernel {self.name}: epilogue warps need a handoff tensor, one TMA-stored "
+                f"output and paired columns (found {len(stores)} stores, paired {self.paired})"
+            )
         (store,) = stores
         handoff = k.EpilogueHandoff(
             smem_offset=store.smem_offset,

@@ -22,8 +22,12 @@ from pyfuse.ir.iterdomain import (
 )
 from pyfuse.ir.params import MatmulParams
 from pyfuse.ir.target import TargetInfo
-from pyfuse.passes.matmul_epilogue import staged_outputs, staging_bytes
-from pyfuse.passes.matmul_handoff import HANDOFF_ITEMSIZE, handoff_tensor
+from pyfuse.passes.matmul_epilogue import chunk_cols, staged_outputs, staging_bytes
+from pyfuse.passes.matmul_handoff import (
+    HANDOFF_ITEMSIZE,
+    MAX_HANDOFF_WARPGROUPS,
+    handoff_tensor,
+)
 from pyfuse.passes.matmul_operands import (
     BARRIER_REGION_BYTES,
     WGMMA_K,
@@ -61,7 +65,7 @@ def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo)
     stage_bytes = (tile_m * a_count + tile_n * b_count) * tile_k * itemsize
     budget = target.max_smem_per_block - BARRIER_REGION_BYTES
     warpgroups = consumer_warpgroups(tile_m, given.pingpong)
-    given = _epilogue_warps(fusion, mmas, shape, given)
+    given = _epilogue_warps(fusion, mmas, shape, given, tile_m, tile_n)
     if given.epilogue_warps:
         # The consumers hand each tile over whole; the output is stored from the handoff.
         smem_epilogue, epilogue_bytes = True, tile_m * tile_n * HANDOFF_ITEMSIZE
@@ -71,7 +75,11 @@ def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo)
         )
     if smem_epilogue and given.smem_epilogue is None and budget - epilogue_bytes < 2 * stage_bytes:
         smem_epilogue, epilogue_bytes = False, 0  # two stages beat staging the output
-        given = dataclasses.replace(given, epilogue_warps=False)
+        if given.epilogue_warps:
+            _refuse_epilogue_warps(
+                f"its {tile_m}x{tile_n} handoff tile would leave fewer than two stages"
+            )
+            given = dataclasses.replace(given, epilogue_warps=False)
     stages = max(1, min(8, (budget - epilogue_bytes) // stage_bytes))
     m_tiles = ceil_div(shape["m"], tile_m)
     tiles = m_tiles * ceil_div(shape["n"], tile_n) * shape["batch"]
@@ -122,12 +130,18 @@ def _smem_epilogue(
 
 
 def _epilogue_warps(
-    fusion: Fusion, mmas: list[MmaOp], shape: dict[str, int], given: MatmulParams
+    fusion: Fusion,
+    mmas: list[MmaOp],
+    shape: dict[str, int],
+    given: MatmulParams,
+    tile_m: int,
+    tile_n: int,
 ) -> MatmulParams:
     """``given``, with ``epilogue_warps`` turned off (and a warning) where the kernel
     cannot hand its epilogue over (:mod:`matmul_handoff`)."""
     if not given.epilogue_warps:
         return given
+    tile_m, tile_n = given.tile_m or tile_m, given.tile_n or tile_n
     reason = None
     if given.pingpong:
         reason = "a ping-pong kernel overlaps its epilogue already"
@@ -135,6 +149,11 @@ def _epilogue_warps(
         reason = f"the kernel has {len(mmas)} MMAs"
     elif given.smem_epilogue is False:
         reason = "the output is stored from registers (smem_epilogue=False)"
+    elif consumer_warpgroups(tile_m, False) > MAX_HANDOFF_WARPGROUPS:
+        # More consumers leave the producer warpgroup too few registers for the epilogue.
+        reason = f"a {tile_m}-row tile has more than {MAX_HANDOFF_WARPGROUPS} consumer warpgroups"
+    elif chunk_cols([HANDOFF_ITEMSIZE], tile_n) is None:
+        reason = f"a {tile_n}-column tile is no whole number of TMA-store chunks"
     elif handoff_tensor(fusion, mmas[0], shape["batch"]) is None:
         reason = (
             "the epilogue has no 16-bit tensor after which it reads only that tensor and "
@@ -142,13 +161,17 @@ def _epilogue_warps(
         )
     if reason is None:
         return given
+    _refuse_epilogue_warps(reason)
+    return dataclasses.replace(given, epilogue_warps=False)
+
+
+def _refuse_epilogue_warps(reason: str) -> None:
     warnings.warn(
         f"pyfuse: MatmulParams(epilogue_warps=True) not applied: {reason}; the consumer "
         "warpgroups run the whole epilogue",
         UserWarning,
-        stacklevel=4,
+        stacklevel=5,
     )
-    return dataclasses.replace(given, epilogue_warps=False)
 
 
 def _pingpong_tiles(

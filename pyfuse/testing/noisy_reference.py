@@ -326,6 +326,9 @@ def _undetermined_jump(expr: Expr, env: Env, exact: Env, noisy_inputs: bool) -> 
         # finite value: some order of a kernel's partial sums overflows (to inf) where
         # another does not (CPU fuzzer, seed 605 case 3074: a matmul of exp(88)s, 1.6e38
         # exactly, inf in the kernel's order).
+        # Only finite terms count: an infinite one (or NaN) gives every order the same
+        # non-finite sum unless a finite term overflows on its own (CPU fuzzer, seed 605
+        # case 3074 again: inf and 1.65e38 * -2.08, NaN in float32 where inf is exact).
         wide = any(tv.dtype == dtypes.float64 for tv in (*expr.tensor_inputs, expr.output))
         largest = float(np.finfo(np.float64 if wide else np.float32).max)
         return np.broadcast_to(_terms_magnitude(expr, env) > largest, expr.output.shape)
@@ -424,10 +427,12 @@ def _magnitude(expr: Expr, env: Env) -> Array:
 
 
 def _terms_magnitude(expr: Expr, env: Env) -> Array:
-    """A sum's or matmul's terms' magnitudes added up: ``expr`` on its inputs' magnitudes."""
+    """A sum's or matmul's finite terms' magnitudes added up: ``expr`` on its inputs'
+    magnitudes, a non-finite input value taken as 0 (the term it makes is not finite)."""
     magnitudes = Env()
     for tv in expr.tensor_inputs:
-        magnitudes.values[tv] = np.abs(env.values[tv])
+        value = np.abs(np.asarray(env.values[tv]))
+        magnitudes.values[tv] = np.where(np.isfinite(value), value, 0).astype(value.dtype)
     return np.asarray(evaluate_expr(expr, magnitudes, rounded=False), dtype=np.float64)
 
 
@@ -463,7 +468,9 @@ def _jittered(
         noise = jitter.uniform(-JITTER, JITTER, np.shape(value))
     wide = widen(value, dtype) * (1.0 + noise * scale)
     if magnitude is not None:
-        wide = wide + noise * magnitude
+        # An infinite term's magnitude moves nothing: the sum is that infinity (or NaN) in
+        # every order, not inf - inf.
+        wide = wide + np.where(np.isfinite(magnitude), noise * magnitude, 0.0)
     if not isinstance(jitter, float):
         # The random run flushes float32 denormals, as the GPU's approximate functions do; the
         # runs that move every result one way keep them, as its plain arithmetic does.

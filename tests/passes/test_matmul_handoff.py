@@ -117,6 +117,20 @@ def test_the_heuristic_leaves_the_handoff_tile_and_three_stages_at_128x256() -> 
             EPILOGUE_WARPS,
             "2 MMAs",
         ),
+        # a 40-column tile has no TMA-store chunk: it keeps its tensor-core kernel
+        (
+            _linear_gelu,
+            [S((1000, 64), bf16), S((40, 64), bf16), S((40,), bf16)],
+            EPILOGUE_WARPS,
+            "40-column",
+        ),
+        # five consumer warpgroups would leave the epilogue warps too few registers
+        (
+            _linear_gelu,
+            [X, W, B],
+            pf.MatmulParams(epilogue_warps=True, tile_m=320, tile_n=64),
+            "320-row",
+        ),
     ],
 )
 def test_epilogue_warps_that_cannot_apply_warn_and_keep_the_consumers_epilogue(
@@ -126,6 +140,7 @@ def test_epilogue_warps_that_cannot_apply_warn_and_keep_the_consumers_epilogue(
         warnings.simplefilter("always")
         stage, loop = matmul_kernel(fn, specs, params)
     assert loop.handoff is None and stage.plan.params["epilogue_warps"] is False
+    assert "fallback" not in stage.plan.params  # still the tensor-core kernel
     assert any("epilogue_warps=True) not applied" in str(w.message) for w in caught)
     assert any(why in str(w.message) for w in caught)
 

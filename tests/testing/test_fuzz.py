@@ -274,6 +274,18 @@ def test_a_matmul_whose_partial_sums_may_overflow_is_undetermined() -> None:
         (moved,) = _noisy(fusion, [a, b], jitter)
         assert np.array_equal(moved[0, :1], [mark], equal_nan=True)
         assert np.isclose(moved[0, 1], 1.6, rtol=1e-3)
+    # An infinite term beside a finite one that overflows float32 by itself: inf exactly,
+    # NaN in float32 (inf - inf): undetermined too (seed 605 case 3074 again).
+    b2 = np.array([[1.0, 1.0], [-2.08, 1.0], [0.0, 1.0]], np.float32)
+    a2 = np.array([[np.inf, 1.65e38, 1.0]], np.float32)
+    for jitter, mark in ((1.0, np.inf), (-1.0, -np.inf), (np.random.default_rng(1), np.nan)):
+        (moved,) = _noisy(fusion, [a2, b2], jitter)
+        assert np.array_equal(moved[0, :1], [mark], equal_nan=True)
+    # An infinite term makes every order's sum infinite, as the exact one is: still held.
+    fusion = pf.fuse(lambda x: pf.sum(x, -1)).trace(pf.spec((1, 4), pf.float32))
+    x = np.array([[1.0, 2.0, np.inf, 3.0]], np.float32)
+    for jitter in (1.0, -1.0, np.random.default_rng(0)):
+        assert np.array_equal(_noisy(fusion, [x], jitter)[0], [np.inf])
 
 
 def test_signatures_ignore_sizes_and_names() -> None:
