@@ -97,7 +97,7 @@ def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo)
         pingpong=False,
         epilogue_warps=False,
     )
-    params = given.merged(defaults)
+    params = _fit_cluster(given.merged(defaults), given)
     _check_params(params, tile_n_limit=SM90.wgmma_n_max)
     _warn_unused(params)
     return params
@@ -245,6 +245,39 @@ def _cluster_m(
     if tile_n % (SM90.swizzle_atom_rows * 2) or tile_k % (SM90.swizzle_atom_rows * 2):
         return 1  # the two CTAs would not each load whole swizzle atoms
     return 2
+
+
+def _fit_cluster(params: MatmulParams, given: MatmulParams) -> MatmulParams:
+    """``params``, without a requested cluster whose CTAs cannot share the heuristic's tiles
+    (a slice of whole swizzle atoms each, see ``_check_params``), with a warning; a cluster
+    that conflicts with a tile extent the user set too stays, for ``_check_params`` to
+    refuse (the kernel then falls back, saying why)."""
+    assert params.tile_m and params.tile_n and params.tile_k
+    cluster_m, cluster_n = params.cluster_m or 1, params.cluster_n or 1
+    requested = {"cluster_m": given.cluster_m, "cluster_n": given.cluster_n}
+    for name, sharers, extents, fields in (
+        ("cluster_m", cluster_m, (params.tile_n, params.tile_k), (given.tile_n, given.tile_k)),
+        ("cluster_n", cluster_n, (params.tile_m, params.tile_k), (given.tile_m, given.tile_k)),
+    ):
+        atoms = SM90.swizzle_atom_rows * sharers
+        failing = [field for extent, field in zip(extents, fields, strict=True) if extent % atoms]
+        # Kept where the cluster fits, was the heuristic's, or meets a tile the user set.
+        if sharers == 1 or not failing or requested[name] is None:
+            continue
+        if any(field is not None for field in failing):
+            continue
+        warnings.warn(
+            f"pyfuse: MatmulParams({name}={sharers}) not applied: its CTAs would share "
+            f"{extents[0]}x{extents[1]} operand tiles, which split into whole {atoms}-row "
+            "slices only at multiples of that; the kernel runs without a cluster",
+            UserWarning,
+            stacklevel=4,
+        )
+        if name == "cluster_m":
+            params = dataclasses.replace(params, cluster_m=1)
+        else:
+            params = dataclasses.replace(params, cluster_n=1)
+    return params
 
 
 def _warn_unused(params: MatmulParams) -> None:

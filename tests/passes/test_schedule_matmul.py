@@ -398,3 +398,16 @@ def test_tiles_fill_the_last_wave(
 ) -> None:
     params = _linear_params(shape, user)
     assert (params.tile_m, params.tile_n) == tiles
+
+
+def test_a_requested_cluster_the_heuristics_tile_cannot_split_is_dropped_with_a_warning() -> None:
+    # N = 40: the heuristic's 40-column B tile does not split into two 16-row slices; the
+    # kernel keeps its tensor cores without the cluster (it fell back to multiply+sum).
+    fusion = pf.fuse(lambda x, w: x @ w.T).trace(
+        pf.spec((1000, 64), pf.bfloat16), pf.spec((40, 64), pf.bfloat16)
+    )
+    with pytest.warns(UserWarning, match=r"cluster_m=2\) not applied"):
+        result = pipeline.run(fusion, HOPPER, pf.MatmulParams(cluster_m=2, persistent=True))
+    (stages,) = result.kernels
+    assert stages.plan.scheduler == "matmul" and "fallback" not in stages.plan.params
+    assert stages.plan.params["cluster_m"] == 1
