@@ -354,7 +354,7 @@ def case_linear_gelu() -> list[Result]:
 
 
 def case_gate_up() -> list[Result]:
-    """The gate/up pair at 4096x14336x4096: the default and ping-pong."""
+    """The gate/up pair at 4096x14336x4096: the default, ping-pong and the epilogue warps."""
     import torch
 
     m, n, k = 4096, 14336, 4096
@@ -366,7 +366,11 @@ def case_gate_up() -> list[Result]:
         return torch.nn.functional.silu(x @ w1.T) * (x @ w3.T)
 
     results = []
-    for label, params in (("", None), (", ping-pong", pf.MatmulParams(pingpong=True))):
+    for label, params in (
+        ("", None),
+        (", ping-pong", pf.MatmulParams(pingpong=True)),
+        (", epilogue warps", pf.MatmulParams(epilogue_warps=True)),
+    ):
         fused = pf.fuse(
             lambda x, w1, w3: pf.silu(x @ w1.T) * (x @ w3.T), name="gate_up", matmul=params
         )

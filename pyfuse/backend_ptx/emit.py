@@ -23,7 +23,7 @@ same text. A construct the emitter cannot express raises :class:`~pyfuse.errors.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from pyfuse.backend_ptx.abi import ParamKind
 from pyfuse.backend_ptx.emit_math import (
@@ -214,13 +214,16 @@ class _KernelEmitter:
             self.block(statements)
             self.staging = {}
 
-        def late_epilogue(bindings: dict[kir.Var, Reg], element: int, address: Address) -> None:
-            # The pair the consumers handed over, read back; the output is staged over it.
-            handoff = stmt.handoff_value
-            assert handoff is not None
-            self.allocate(handoff)
-            self.vector_load(_Location("shared", address), self.array(handoff), handoff.dtype)
-            epilogue(bindings, element, {0: address}, stmt.late_epilogue)
+        def late_epilogue(
+            bindings: dict[kir.Var, Reg], element: int, addresses: Sequence[Address]
+        ) -> None:
+            # The pairs the consumers handed over, read back; the output is staged over the
+            # first.
+            for handoff, address in zip(stmt.handoff_values, addresses, strict=True):
+                self.allocate(handoff)
+                where = _Location("shared", address)
+                self.vector_load(where, self.array(handoff), handoff.dtype)
+            epilogue(bindings, element, {0: addresses[0]}, stmt.late_epilogue)
 
         emit_matmul_main_loop(
             self.kb,

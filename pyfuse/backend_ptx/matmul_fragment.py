@@ -17,7 +17,7 @@ same instructions for the same epilogue.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from pyfuse.backend_ptx.emitter import KernelBuilder, Param
@@ -31,8 +31,9 @@ from pyfuse.ir.kernel_ir import MatmulMainLoop, Var
 
 # (bindings, accumulator element, per TMA-stored output the staging address of the element)
 EmitEpilogue = Callable[[dict[Var, Reg], int, Mapping[int, Address]], None]
-# The epilogue warps': (bindings, accumulator element, the pair's handoff address).
-EmitLateEpilogue = Callable[[dict[Var, Reg], int, Address], None]
+# The epilogue warps': (bindings, accumulator element, the pair's address in each handoff
+# tensor's tile; the output goes over the first).
+EmitLateEpilogue = Callable[[dict[Var, Reg], int, Sequence[Address]], None]
 # The bindings of accumulator register ``i`` of 64-row block ``block``.
 Bindings = Callable[[int, int], dict[Var, Reg]]
 
@@ -192,9 +193,9 @@ def epilogue_warps(loop: MainLoopView, emit_late: EmitLateEpilogue) -> None:
             bindings = fragment(kb, stmt, lane, warp_in_block, coordinates, block_row)
             per_chunk = place.elements_per_chunk
             for chunk in range(handoff.chunks):
-                box = place.box(block_row, chunk)
+                boxes = [place.box(block_row, chunk, t) for t in range(handoff.tensors)]
                 for i in range(chunk * per_chunk, min((chunk + 1) * per_chunk, per_block), 2):
-                    emit_late(bindings(0, i), i, place.address(box, i))
+                    emit_late(bindings(0, i), i, [place.address(box, i) for box in boxes])
 
         late.tile(batch, m0, n0, virtual_warp)
 

@@ -61,8 +61,10 @@ def check_handoff(stmt: MatmulMainLoop, smem_bytes: int, lowest_tile: int) -> No
     handoff = stmt.handoff
     if handoff is None:
         return
-    if stmt.handoff_value is None or stmt.pingpong or len(stmt.stores) != 1:
-        raise ValueError("epilogue warps need a handoff value and one TMA store, no ping-pong")
+    if len(stmt.handoff_values) != handoff.tensors or stmt.pingpong or len(stmt.stores) != 1:
+        raise ValueError(
+            "epilogue warps need a value per handoff tensor and one TMA store, no ping-pong"
+        )
     (store,) = stmt.stores
     if store.chunk_cols != handoff.chunk_cols or store.smem_offset != handoff.smem_offset:
         raise ValueError("the output is staged over the handoff tile, box for box")
@@ -139,23 +141,21 @@ class HandoffTile:
     def elements_per_chunk(self) -> int:
         return self.blocks * ELEMENTS_PER_BLOCK
 
-    def start(self, block_row: Reg | int, chunk: int) -> Reg:
-        """Where box ``(block_row, chunk)`` starts."""
+    def start(self, block_row: Reg, chunk: int, tensor: int = 0) -> Reg:
+        """Where box ``(block_row, chunk)`` of handoff tensor ``tensor`` starts."""
         base = self.u32()
-        box_bytes = self.handoff.box_bytes
-        if isinstance(block_row, int):
-            offset = (block_row * self.handoff.chunks + chunk) * box_bytes
-            self.kb.emit(arith.add("u32", base, self.tile, offset))
-        else:
-            self.kb.emit(
-                arith.mad("u32", base, block_row, self.handoff.chunks * box_bytes, self.tile),
-                arith.add("u32", base, base, chunk * box_bytes),
-            )
+        handoff = self.handoff
+        offset = tensor * handoff.tile_bytes + chunk * handoff.box_bytes
+        self.kb.emit(
+            arith.mad("u32", base, block_row, handoff.chunks * handoff.box_bytes, self.tile),
+            arith.add("u32", base, base, offset),
+        )
         return base
 
-    def box(self, block_row: Reg, chunk: int) -> list[Reg]:
-        """The thread's 8-column block addresses in box ``(block_row, chunk)``."""
-        base = self.start(block_row, chunk)
+    def box(self, block_row: Reg, chunk: int, tensor: int = 0) -> list[Reg]:
+        """The thread's 8-column block addresses in box ``(block_row, chunk)`` of handoff
+        tensor ``tensor``."""
+        base = self.start(block_row, chunk, tensor)
         addresses = []
         for offset in self.offsets:
             address = self.u32()
@@ -192,7 +192,8 @@ class ConsumerHandoff:
             arith.add("u32", self.empty, smem, empty),
             arith.mov("u32", self.phase, 1),  # the phase before the first: passes at once
         )
-        self.boxes: dict[int, list[Reg]] = {}
+        self.tensors = stmt.handoff.tensors if stmt.handoff is not None else 1
+        self.boxes: dict[tuple[int, int], list[Reg]] = {}
 
     def begin(self) -> None:
         """Wait until the epilogue warps are done with the last tile's handoff."""
@@ -205,11 +206,14 @@ class ConsumerHandoff:
         self.boxes = {}
 
     def addresses(self, element: int) -> dict[int, Address]:
-        """Where ``StageStore`` 0 puts the pair ``element``, ``element + 1``."""
+        """Where ``StageStore`` t puts handoff tensor t's pair ``element``, ``element + 1``."""
         chunk = element // self.tile.elements_per_chunk
-        if chunk not in self.boxes:
-            self.boxes[chunk] = self.tile.box(self.consumer_index, chunk)
-        return {0: self.tile.address(self.boxes[chunk], element)}
+        addresses = {}
+        for tensor in range(self.tensors):
+            if (chunk, tensor) not in self.boxes:
+                self.boxes[chunk, tensor] = self.tile.box(self.consumer_index, chunk, tensor)
+            addresses[tensor] = self.tile.address(self.boxes[chunk, tensor], element)
+        return addresses
 
     def end(self) -> None:
         """The tile is written: every thread's arrival releases its stores."""

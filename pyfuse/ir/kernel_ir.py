@@ -670,26 +670,31 @@ class TmaVector:
 
 @record(frozen=True)
 class EpilogueHandoff:
-    """The tile the consumers hand to the epilogue warps: one 16-bit tensor of the
-    epilogue for the whole tile, in boxes of 64 rows (one consumer warpgroup's) by
-    ``chunk_cols`` columns laid out as the output's TMA-store staging (128-byte swizzled
-    rows), box ``(w, c)`` at ``smem_offset + (w * chunks + c) * box_bytes``. The epilogue
-    warps (the producer warpgroup's idle three) compute the rest of the epilogue from it and
-    write the output over it for the TMA stores."""
+    """The tiles the consumers hand to the epilogue warps: per handoff tensor (one per MMA),
+    the whole tile of it, in boxes of 64 rows (one consumer warpgroup's) by ``chunk_cols``
+    columns laid out as the output's TMA-store staging (128-byte swizzled rows), box ``(w,
+    c)`` of tensor ``t`` at ``smem_offset + t * tile_bytes + (w * chunks + c) * box_bytes``.
+    The epilogue warps (the producer warpgroup's idle three) compute the rest of the epilogue
+    from them and write the output over the first for the TMA stores."""
 
     smem_offset: int
     dtype: DType
     chunk_cols: int
     row_blocks: int  # 64-row boxes down the tile: the consumer warpgroups
     chunks: int  # boxes across it: tile_n / chunk_cols
+    tensors: int = 1
 
     @property
     def box_bytes(self) -> int:
         return SM90.wgmma_m * self.chunk_cols * self.dtype.itemsize
 
     @property
-    def nbytes(self) -> int:
+    def tile_bytes(self) -> int:
         return self.row_blocks * self.chunks * self.box_bytes
+
+    @property
+    def nbytes(self) -> int:
+        return self.tensors * self.tile_bytes
 
 
 @record(eq=False)
@@ -744,13 +749,13 @@ class MatmulMainLoop(Stmt):
     warpgroup: Var | None = None
     tile_row: Var | None = None
     tile_col: Var | None = None
-    # The epilogue warps: the consumers' ``epilogue`` ends by staging the handoff tensor
-    # (``StageStore`` 0 into ``handoff``); the epilogue warps run ``late_epilogue`` per
-    # pair of the handoff's columns, with ``handoff_value`` (2 elements) holding the pair
-    # they read, and its ``StageStore`` 0 writes the output over it.
+    # The epilogue warps: the consumers' ``epilogue`` ends by staging handoff tensor ``t``
+    # (``StageStore`` t into ``handoff``'s tile t); the epilogue warps run ``late_epilogue``
+    # per pair of columns, with ``handoff_values[t]`` (2 elements) holding the pair they
+    # read of tile t, and its ``StageStore`` 0 writes the output over tile 0.
     handoff: EpilogueHandoff | None = None
     late_epilogue: list[Stmt] = field(default_factory=list)
-    handoff_value: Buffer | None = None
+    handoff_values: list[Buffer] = field(default_factory=list)
 
     def children(self) -> Iterator[list[Stmt]]:
         yield self.epilogue

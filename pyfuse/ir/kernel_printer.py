@@ -108,11 +108,12 @@ def stmt_to_lines(stmt: Stmt, indent: str = "") -> list[str]:
         for child in stmt.epilogue:
             lines += stmt_to_lines(child, inner + "  ")
         handoff = stmt.handoff
-        if handoff is not None and stmt.handoff_value is not None:
+        if handoff is not None:
+            names = ", ".join(value.name for value in stmt.handoff_values)
             lines.append(
-                f"{inner}epilogue warps, from {stmt.handoff_value.name} (the handoff tile: "
-                f"smem+{handoff.smem_offset}, {handoff.row_blocks}x{handoff.chunks} boxes of "
-                f"{handoff.box_bytes} B):"
+                f"{inner}epilogue warps, from {names} (the handoff tiles: "
+                f"smem+{handoff.smem_offset}, {handoff.tensors} x {handoff.row_blocks}x"
+                f"{handoff.chunks} boxes of {handoff.box_bytes} B):"
             )
             for child in stmt.late_epilogue:
                 lines += stmt_to_lines(child, inner + "  ")

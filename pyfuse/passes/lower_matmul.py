@@ -43,7 +43,7 @@ from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.tensor import MemoryType, TensorView
 from pyfuse.passes.lower_matmul_epilogue import MatmulEpilogueLowering
 from pyfuse.passes.matmul_epilogue import STAGING_ROWS, chunk_cols, staged_outputs
-from pyfuse.passes.matmul_handoff import handoff_tensor
+from pyfuse.passes.matmul_handoff import handoff_tensors
 from pyfuse.passes.matmul_operands import (
     BARRIER_REGION_BYTES,
     operand_memory,
@@ -194,9 +194,9 @@ class _MatmulLowering(MatmulEpilogueLowering):
             self._buffer(out).name in self.staged for out in self.fusion.outputs
         )
         late_epilogue: list[k.Stmt] = []
-        handoff_value = None
+        handoff_values: list[k.Buffer] = []
         if handoff_tv is not None:
-            epilogue, late_epilogue, handoff_value = self._handoff_epilogues(sizes, handoff_tv)
+            epilogue, late_epilogue, handoff_values = self._handoff_epilogues(sizes, handoff_tv)
         else:
             epilogue = self._epilogue(sizes)
         vectors = self.vectors
@@ -232,7 +232,7 @@ class _MatmulLowering(MatmulEpilogueLowering):
             tile_col=vectors.tile_col if vectors.vectors else None,
             handoff=handoff,
             late_epilogue=late_epilogue,
-            handoff_value=handoff_value,
+            handoff_values=handoff_values,
         )
         m_tiles = -(-sizes["m"] // params.tile_m)
         n_tiles = -(-sizes["n"] // params.tile_n)
@@ -272,15 +272,15 @@ class _MatmulLowering(MatmulEpilogueLowering):
 
     def _handoff(
         self, stores: list[k.TmaStore]
-    ) -> tuple[TensorView | None, k.EpilogueHandoff | None]:
-        """The handoff tensor and tile for the epilogue warps (``epilogue_warps``, which
-        the heuristic keeps only where :func:`matmul_handoff.handoff_tensor` finds one), over
-        the one staged output's buffer."""
+    ) -> tuple[list[TensorView] | None, k.EpilogueHandoff | None]:
+        """The handoff tensors and tiles for the epilogue warps (``epilogue_warps``, which
+        the heuristic keeps only where :func:`matmul_handoff.handoff_tensors` finds them),
+        from the one staged output's buffer on."""
         params = self.matmul
         if not params.epilogue_warps:
             return None, None
         assert params.tile_m and params.tile_n
-        handoff_tv = handoff_tensor(self.fusion, self.mmas[0], self.sizes["batch"], self.id_model)
+        handoff_tv = handoff_tensors(self.fusion, self.mmas, self.sizes["batch"], self.id_model)
         if handoff_tv is None or len(stores) != 1 or not self.paired or params.pingpong:
             # The heuristic refuses epilogue warps wherever this could happen.
             raise ScheduleError(
@@ -290,10 +290,11 @@ class _MatmulLowering(MatmulEpilogueLowering):
         (store,) = stores
         handoff = k.EpilogueHandoff(
             smem_offset=store.smem_offset,
-            dtype=handoff_tv.dtype,
+            dtype=handoff_tv[0].dtype,
             chunk_cols=store.chunk_cols,
             row_blocks=params.tile_m // SM90.wgmma_m,
             chunks=params.tile_n // store.chunk_cols,
+            tensors=len(handoff_tv),
         )
         return handoff_tv, handoff
 

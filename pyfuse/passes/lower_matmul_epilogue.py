@@ -57,10 +57,9 @@ class MatmulEpilogueLowering(_Lowering):
         self.staged: dict[str, int] = {}
         self.unguarded = False  # set by lower(): see there
         self.vectors: EpilogueVectors | None = None  # set by lower(), before the epilogue
-        # With epilogue warps: the handoff tensor, and (while the late part is
-        # lowered) the register pair its reads come from.
-        self.handoff: TensorView | None = None
-        self.handoff_value: k.Buffer | None = None
+        # With epilogue warps: the handoff tensors, and (while the late part is lowered)
+        # the register pair each one's reads come from.
+        self.handoff_values: dict[int, k.Buffer] = {}
         # The problem's extent per role (m, n, k, batch).
         self.sizes = {"m": 1, "n": 1, "k": 1, "batch": 1}
         for axis, role in zip(self.reference.logical, self.roles, strict=True):
@@ -173,9 +172,9 @@ class MatmulEpilogueLowering(_Lowering):
         return index
 
     def _read(self, expr, val: Val, consumer_index, by_position, compute_dtype):  # type: ignore[no-untyped-def,override]
-        if self.handoff_value is not None and val is self.handoff:
+        if isinstance(val, TensorView) and id(val) in self.handoff_values:
             slot = k.const(1 if self.suffix_current else 0, self.index_dtype)
-            return k.Load(self.handoff_value, slot, val.dtype)
+            return k.Load(self.handoff_values[id(val)], slot, val.dtype)
         if isinstance(val, TensorView) and id(val) in self.accumulators:
             return k.Load(self.accumulators[id(val)], self.element_current, val.dtype)
         if isinstance(val, TensorView) and id(val) in self.results_current:
@@ -284,14 +283,15 @@ class MatmulEpilogueLowering(_Lowering):
         return statements
 
     def _handoff_epilogues(
-        self, sizes: dict[str, int], handoff: TensorView
-    ) -> tuple[list[k.Stmt], list[k.Stmt], k.Buffer]:
-        """The consumers' part (up to ``handoff``, staged as store 0), the epilogue
-        warpgroup's part (from ``handoff_value``, the pair it reads back), and that pair.
-        Needs a paired, unguarded epilogue (every output TMA-stored)."""
+        self, sizes: dict[str, int], handoffs: list[TensorView]
+    ) -> tuple[list[k.Stmt], list[k.Stmt], list[k.Buffer]]:
+        """The consumers' part (up to ``handoffs``, handoff ``t`` staged as store ``t``), the
+        epilogue warps' part (from the pairs they read back, its output staged as store 0),
+        and the register pair of each handoff. Needs a paired, unguarded epilogue (every
+        output TMA-stored)."""
         assert self.paired and self.unguarded
         exprs = self._epilogue_exprs()
-        early = split_epilogue(exprs, self.mmas[0], handoff)
+        early = split_epilogue(exprs, self.mmas, handoffs)
         zero, one = k.const(0, self.index_dtype), k.const(1, self.index_dtype)
         consumer: list[k.Stmt] = []
         copies = ((self.col, self.element, ""), (self.pair_col, self.pair_element, "_b"))
@@ -301,21 +301,25 @@ class MatmulEpilogueLowering(_Lowering):
                 col, element, suffix, consumer, [e for e in exprs if id(e.output) in early]
             )
             body += part
-        staged = k.Buffer(f"T{handoff.name}_handoff", handoff.dtype, MemoryType.LOCAL, 2)
-        consumer.append(k.Alloc(staged))
-        for slot, (_, _, suffix) in zip((zero, one), copies, strict=True):
-            value = k.Load(self._local(handoff, suffix), zero, handoff.dtype)
-            body.append(k.Store(staged, slot, value))
-        body.append(k.StageStore(0, staged, 2))
+        for store, handoff in enumerate(handoffs):
+            staged = k.Buffer(f"T{handoff.name}_handoff", handoff.dtype, MemoryType.LOCAL, 2)
+            consumer.append(k.Alloc(staged))
+            for slot, (_, _, suffix) in zip((zero, one), copies, strict=True):
+                value = k.Load(self._local(handoff, suffix), zero, handoff.dtype)
+                body.append(k.Store(staged, slot, value))
+            body.append(k.StageStore(store, staged, 2))
         consumer += body
-        # The late part reads the handoff from what the epilogue warps load, and its
+        # The late part reads the handoffs from what the epilogue warps load, and its
         # vectors from global memory: the consumers' copies already hold their next tile's.
         vectors, self.vectors = self.vectors, None
-        self.handoff = handoff
-        self.handoff_value = k.Buffer(f"T{handoff.name}_in", handoff.dtype, MemoryType.LOCAL, 2)
+        values = [
+            k.Buffer(f"T{handoff.name}_in", handoff.dtype, MemoryType.LOCAL, 2)
+            for handoff in handoffs
+        ]
+        self.handoff_values = {id(t): value for t, value in zip(handoffs, values, strict=True)}
         late = self._epilogue(sizes, [e for e in exprs if id(e.output) not in early])
         self.vectors = vectors
-        return consumer, late, self.handoff_value
+        return consumer, late, values
 
     def _output_offset(self, out: TensorView, col: k.Var) -> k.KExpr:
         self.col_current = col

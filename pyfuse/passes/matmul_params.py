@@ -26,7 +26,7 @@ from pyfuse.passes.matmul_epilogue import chunk_cols, staged_outputs, staging_by
 from pyfuse.passes.matmul_handoff import (
     HANDOFF_ITEMSIZE,
     MAX_HANDOFF_WARPGROUPS,
-    handoff_tensor,
+    handoff_tensors,
 )
 from pyfuse.passes.matmul_operands import (
     BARRIER_REGION_BYTES,
@@ -67,8 +67,10 @@ def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo)
     warpgroups = consumer_warpgroups(tile_m, given.pingpong)
     given = _epilogue_warps(fusion, mmas, shape, given, tile_m, tile_n)
     if given.epilogue_warps:
-        # The consumers hand each tile over whole; the output is stored from the handoff.
-        smem_epilogue, epilogue_bytes = True, tile_m * tile_n * HANDOFF_ITEMSIZE
+        # The consumers hand each tile over whole, one tensor per MMA; the output is stored
+        # from over the first.
+        smem_epilogue = True
+        epilogue_bytes = len(mmas) * tile_m * tile_n * HANDOFF_ITEMSIZE
     else:
         smem_epilogue, epilogue_bytes = _smem_epilogue(
             fusion, mmas[0], shape, warpgroups, tile_n, given
@@ -145,8 +147,6 @@ def _epilogue_warps(
     reason = None
     if given.pingpong:
         reason = "a ping-pong kernel overlaps its epilogue already"
-    elif len(mmas) != 1:
-        reason = f"the kernel has {len(mmas)} MMAs"
     elif given.smem_epilogue is False:
         reason = "the output is stored from registers (smem_epilogue=False)"
     elif consumer_warpgroups(tile_m, False) > MAX_HANDOFF_WARPGROUPS:
@@ -154,10 +154,10 @@ def _epilogue_warps(
         reason = f"a {tile_m}-row tile has more than {MAX_HANDOFF_WARPGROUPS} consumer warpgroups"
     elif chunk_cols([HANDOFF_ITEMSIZE], tile_n) is None:
         reason = f"a {tile_n}-column tile is no whole number of TMA-store chunks"
-    elif handoff_tensor(fusion, mmas[0], shape["batch"]) is None:
+    elif handoff_tensors(fusion, mmas, shape["batch"]) is None:
         reason = (
-            "the epilogue has no 16-bit tensor after which it reads only that tensor and "
-            "inputs, with one TMA-stored output of its dtype"
+            "the epilogue has no 16-bit tensor per MMA after which it reads only those and "
+            "inputs, with one TMA-stored output of their dtype"
         )
     if reason is None:
         return given

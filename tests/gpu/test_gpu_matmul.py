@@ -169,6 +169,23 @@ def test_epilogue_warps(shape: tuple[int, int, int], params: pf.MatmulParams) ->
         _check(fused(x, w, bias), want, k)
 
 
+def test_gate_up_pair_with_epilogue_warps() -> None:
+    """silu(gate) * up with both products handed to the producer warpgroup's idle warps;
+    ragged, many tiles per CTA, twice."""
+    torch = _torch()
+    x, w1, w3 = _rand(torch, 1000, 520), _rand(torch, 1032, 520) / 8, _rand(torch, 1032, 520) / 8
+    fused = pf.fuse(
+        lambda x, w1, w3: pf.silu(x @ w1.T) * (x @ w3.T),
+        matmul=pf.MatmulParams(epilogue_warps=True, persistent=True),
+    )
+    assert fused.compile(x, w1, w3).kernels[0].params["epilogue_warps"] is True
+    gate = (x.float() @ w1.float().T).to(torch.bfloat16).float()
+    up = (x.float() @ w3.float().T).to(torch.bfloat16).float()
+    want = torch.nn.functional.silu(gate) * up
+    for _ in range(2):
+        _check(fused(x, w1, w3), want, 520)
+
+
 def test_gate_up_pair_with_intermediate_outputs() -> None:
     torch = _torch()
     x, w1, w3 = _rand(torch, 4096, 5120), _rand(torch, 14336, 5120), _rand(torch, 14336, 5120)

@@ -20,7 +20,7 @@ from pyfuse.backend_ptx.ptxas import assemble
 from pyfuse.ir import kernel_ir as k
 from pyfuse.ir.exprs import MmaOp
 from pyfuse.ir.target import HOPPER
-from pyfuse.passes.matmul_handoff import handoff_tensor
+from pyfuse.passes.matmul_handoff import handoff_tensors
 from pyfuse.passes.translate_patterns import translate_patterns
 
 S = pf.spec
@@ -33,13 +33,13 @@ def _linear_gelu(x: Any, w: Any, b: Any) -> Any:
     return pf.gelu(pf.linear(x, w, b), approximate="tanh")
 
 
-def _handoff_name(fn: Callable[..., Any], specs: list[pf.Spec]) -> str | None:
+def _handoff_names(fn: Callable[..., Any], specs: list[pf.Spec]) -> list[str] | None:
     fusion = pf.fuse(fn).trace(*specs)
     with fusion:
         translate_patterns(fusion)
-    (mma,) = [e for e in fusion.exprs() if isinstance(e, MmaOp)]
-    handoff = handoff_tensor(fusion, mma, 1)
-    return None if handoff is None else str(handoff.dtype.name)
+    mmas = [e for e in fusion.exprs() if isinstance(e, MmaOp)]
+    handoffs = handoff_tensors(fusion, mmas, 1)
+    return None if handoffs is None else [str(t.dtype.name) for t in handoffs]
 
 
 def _two_outputs(x: Any, w: Any) -> Any:
@@ -56,22 +56,24 @@ def _upcast_twice(x: Any, w: Any) -> Any:
 @pytest.mark.parametrize(
     "fn, specs, found",
     [
-        (_linear_gelu, [X, W, B], "bfloat16"),  # the linear, rounded with its bias
-        (lambda x, w: pf.silu(x @ w.T) * 2.0, [X, W], "bfloat16"),
+        (_linear_gelu, [X, W, B], ["bfloat16"]),  # the linear, rounded with its bias
+        (lambda x, w: pf.silu(x @ w.T) * 2.0, [X, W], ["bfloat16"]),
+        # the gate/up pair: each product, rounded
+        (lambda x, w1, w3: pf.silu(x @ w1.T) * (x @ w3.T), [X, W, W], ["bfloat16"] * 2),
         (lambda x, w: x @ w.T, [X, W], None),  # nothing after the product to hand over
         (lambda x, w: pf.gelu(x @ w.T).float(), [X, W], None),  # an f32 output
         (_two_outputs, [X, W], None),
-        (_upcast_twice, [X, W], "bfloat16"),
+        (_upcast_twice, [X, W], ["bfloat16"]),
     ],
 )
-def test_the_handoff_is_the_first_16_bit_tensor_the_rest_reads_alone(fn, specs, found) -> None:  # type: ignore[no-untyped-def]
-    assert _handoff_name(fn, specs) == found
+def test_the_handoffs_are_the_first_16_bit_tensors_the_rest_reads_alone(fn, specs, found) -> None:  # type: ignore[no-untyped-def]
+    assert _handoff_names(fn, specs) == found
 
 
 def test_the_consumers_stage_the_linear_and_the_epilogue_warps_the_gelu() -> None:
     stage, loop = matmul_kernel(_linear_gelu, [X, W, B], EPILOGUE_WARPS)
     handoff = loop.handoff
-    assert handoff is not None and loop.handoff_value is not None
+    assert handoff is not None and len(loop.handoff_values) == 1
     assert stage.plan.params["epilogue_warps"] is True
     assert stage.kernel_ir.block == (128, loop.consumer_warpgroups + 1, 1)  # no fourth one
     # The output is staged over the handoff tile, box for box, instead of its own buffers.
@@ -111,12 +113,6 @@ def test_the_heuristic_leaves_the_handoff_tile_and_three_stages_at_128x256() -> 
     [
         (lambda x, w: x @ w.T, [X, W], EPILOGUE_WARPS, "no 16-bit tensor"),
         (_linear_gelu, [X, W, B], pf.MatmulParams(epilogue_warps=True, pingpong=True), "ping"),
-        (
-            lambda x, w1, w3: pf.silu(x @ w1.T) * (x @ w3.T),
-            [X, W, W],
-            EPILOGUE_WARPS,
-            "2 MMAs",
-        ),
         # a 40-column tile has no TMA-store chunk: it keeps its tensor-core kernel
         (
             _linear_gelu,
@@ -159,3 +155,23 @@ def test_the_ptx_assembles_without_spills_and_with_its_register_split() -> None:
     resources = result.kernels[stage.kernel_ir.name]
     assert resources.spill_store_bytes == 0 and resources.local_bytes == 0
     assert not result.problems(), result.problems()
+
+
+def test_a_gate_up_pair_hands_over_both_products_and_stores_over_the_first() -> None:
+    stage, loop = matmul_kernel(
+        lambda x, w1, w3: pf.silu(x @ w1.T) * (x @ w3.T),
+        [S((4096, 4096), bf16), S((14336, 4096), bf16), S((14336, 4096), bf16)],
+        EPILOGUE_WARPS,
+    )
+    handoff = loop.handoff
+    assert handoff is not None and handoff.tensors == 2 and len(loop.handoff_values) == 2
+    assert (loop.tile_m, loop.tile_n, loop.stages) == (128, 128, 3)
+    assert handoff.nbytes == 2 * loop.tile_m * loop.tile_n * 2
+    assert stage.kernel_ir.smem_bytes <= HOPPER.max_smem_per_block
+    staged = sorted(s.store for s in k.walk(loop.epilogue) if isinstance(s, k.StageStore))
+    assert staged == [0, 1]  # each product into its own tile
+    assert [s.store for s in k.walk(loop.late_epilogue) if isinstance(s, k.StageStore)] == [0]
+    require_ptxas()
+    result = assemble(emit_ptx(stage.kernel_ir, HOPPER))
+    resources = result.kernels[stage.kernel_ir.name]
+    assert resources.spill_store_bytes == 0 and resources.local_bytes == 0

@@ -82,6 +82,11 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec], pf.MatmulParams | N
         [S((64, 64), bf16), S((136, 64), bf16)],
         P(epilogue_warps=True, cluster_n=2, tile_n=64),
     ),
+    "epilogue_warps_gate_up": (
+        lambda x, w1, w3: pf.silu(x @ w1.T) * (x @ w3.T),
+        [S((200, 64), bf16), S((136, 64), bf16), S((136, 64), bf16)],
+        P(epilogue_warps=True, persistent=True, tile_m=128, tile_n=64),
+    ),
     "register_stores_f32_bias_in_a_cluster": (
         lambda a, b, bias: (a @ b.T + bias).bfloat16(),
         [S((256, 64), bf16), S((136, 64), bf16), S((136,), pf.float32)],
