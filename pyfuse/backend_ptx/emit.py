@@ -127,6 +127,11 @@ class _KernelEmitter:
         self.memo: dict[kir.KExpr, Value] = {}
         # In a staged matmul epilogue: each TMA-stored output's address for this element.
         self.staging: Mapping[int, Address] = {}
+        # In an unguarded matmul epilogue, values read from the tile's epilogue vectors,
+        # kept across its elements (rows 8 apart read the same column's bias): by expression
+        # and the registers its variables are bound to. None elsewhere.
+        self.tile_memo: dict[tuple[kir.KExpr, tuple[Value, ...]], Value] | None = None
+        self.vector_offsets: frozenset[int] = frozenset()
 
     def fail(self, message: str) -> ScheduleError:
         return ScheduleError(f"kernel {self.kernel.name}: {message}")
@@ -199,12 +204,21 @@ class _KernelEmitter:
         for buffer, registers in accumulators.items():
             self.arrays[id(buffer)] = registers
 
+        # The vectors stay put while a tile's epilogue runs: an unguarded epilogue (straight
+        # code, no branch around an element) reads each value once.
+        reuse = bool(stmt.vectors) and not any(
+            isinstance(s, kir.If) for s in kir.walk(stmt.epilogue)
+        )
+        self.vector_offsets = frozenset(vector.smem_offset for vector in stmt.vectors)
+
         def epilogue(
             bindings: dict[kir.Var, Reg],
             element: int,
             staging: Mapping[int, Address],
             statements: list[kir.Stmt] = stmt.epilogue,
         ) -> None:
+            if element == 0 or statements is not stmt.epilogue:
+                self.tile_memo = {} if reuse and statements is stmt.epilogue else None
             for var, register in bindings.items():
                 self.env[var.name] = register
             self.env[stmt.element.name] = element
@@ -666,9 +680,29 @@ class _KernelEmitter:
         """``expr`` in the storage form of its dtype: a register or a folded immediate."""
         value = self.memo.get(expr)  # never None: every expression has a value
         if value is None:
-            value = self.compute(expr)
+            key = self.tile_key(expr)
+            if key is not None:
+                value = self.tile_memo.get(key) if self.tile_memo is not None else None
+            if value is None:
+                value = self.compute(expr)
+                if key is not None and self.tile_memo is not None:
+                    self.tile_memo[key] = value
             self.memo[expr] = value
         return value
+
+    def tile_key(self, expr: kir.KExpr) -> tuple[kir.KExpr, tuple[Value, ...]] | None:
+        """Where a matmul epilogue keeps values across its elements: an expression that
+        reads only the tile's epilogue vectors (at least once), keyed with its variables'
+        registers; else None."""
+        if self.tile_memo is None:
+            return None
+        loads, names = _reads(expr)
+        if not loads or any(
+            buffer.memory != MemoryType.SHARED or buffer.smem_offset not in self.vector_offsets
+            for buffer in loads
+        ):
+            return None
+        return expr, tuple(self.env[name] for name in sorted(names))
 
     def compare_dtype(self, lhs: kir.KExpr, rhs: kir.KExpr) -> DType:
         """The type two sides compare in: an integer constant that fits the other side's
@@ -738,3 +772,18 @@ class _KernelEmitter:
         if buffer.memory == MemoryType.LOCAL:
             return self.element(buffer, expr.index)
         return self.load_memory(self.address(buffer, expr.index), buffer.dtype)
+
+
+def _reads(expr: kir.KExpr) -> tuple[list[kir.Buffer], set[str]]:
+    """The buffers ``expr`` loads from and the names of the variables it reads."""
+    loads: list[kir.Buffer] = []
+    names: set[str] = set()
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, kir.Load):
+            loads.append(node.buffer)
+        elif isinstance(node, kir.Var):
+            names.add(node.name)
+        stack.extend(child for child in vars(node).values() if isinstance(child, kir.KExpr))
+    return loads, names

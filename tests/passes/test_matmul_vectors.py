@@ -70,6 +70,8 @@ def test_a_bias_is_loaded_once_per_tile_and_read_from_shared_memory() -> None:
     ptx = emit_ptx(kernel, HOPPER)
     assert len(re.findall(r"cp\.async\.bulk\.tensor\.1d\.", ptx)) == 1
     assert "ld.global" not in ptx.split("$L__consumer")[1]  # no global read left in consumers
+    # One read per column a thread holds (two of each 8-column block), shared by its two rows.
+    assert ptx.count("ld.shared.b16") == loop.tile_n // 4
     require_ptxas()
     resources = assemble(ptx).kernels[kernel.name]
     assert resources.spill_store_bytes == 0 and resources.local_bytes == 0
