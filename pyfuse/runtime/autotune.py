@@ -15,8 +15,9 @@ accumulation order (a sample of the first output, compared on the host) is disca
 warning: tuning never changes results.
 
 The candidates (:func:`candidates`) vary only the fields the user left ``None``: tile shapes
-(128x256, 128x128, 256x128, 128x192, 64x256, 64x128, within what the output needs), the
-grid swizzle, the cluster, and split-K for grids that leave most SMs idle.
+(128x256, 128x128, 256x128, 128x192, 64x256, 64x128, within what the output needs, and the
+widths that fill the waves best, :func:`filling_widths`), ping-pong, the epilogue warps,
+the grid swizzle, the cluster, and split-K for grids that leave most SMs idle.
 
 The record is ``<cache dir>/autotune/<key>.json``: the winner's fields, its time and the
 default's, every trial. The key digests the device's name, the target facts, the traced
@@ -138,11 +139,17 @@ def matmul_params_of(compiled: Any) -> dict[str, Any] | None:
 
 
 def candidates(
-    default: dict[str, Any], user: MatmulParams | None, sm_count: int, grid_ctas: int
+    default: dict[str, Any],
+    user: MatmulParams | None,
+    sm_count: int,
+    grid_ctas: int,
+    problem: tuple[int, int, int] | None = None,
 ) -> list[MatmulParams]:
     """The configs to time, the heuristic's first (``MatmulParams()``): every one varies only
     fields the user left ``None`` and stays within what the default's tile says the output
-    needs (a 64-row default means M <= 64; a tile narrower than 128 means N is that narrow)."""
+    needs (a 64-row default means M <= 64; a tile narrower than 128 means N is that narrow).
+    Given the ``(M, N, batch)`` of the problem, also the tile widths that fill the waves best
+    (:func:`filling_widths`)."""
     given = user or MatmulParams()
     free = {name for name in MATMUL_FIELDS if getattr(given, name) is None}
     tile_m, tile_n = int(default["tile_m"] or 128), int(default["tile_n"] or 128)
@@ -161,6 +168,9 @@ def candidates(
         if tile_m <= 64 and m > 64:
             continue
         add(tile_m=m, tile_n=n)
+    if problem is not None and tile_m > 64:
+        for width in filling_widths(problem, tile_m, tile_n, sm_count):
+            add(tile_m=tile_m, tile_n=width)
     if tile_n < 128:  # a narrow output: only the row tile and the split are worth varying
         add(tile_m=64)
     if tile_m > 64:
@@ -179,6 +189,37 @@ def candidates(
         for split in SPLITS:
             add(splitk=split)
     return found[:MAX_CANDIDATES]
+
+
+# Widths tried for a wave-filling tile: whole 16-column steps (the narrowest TMA-store chunk).
+FILLING_WIDTH_STEP = 16
+FILLING_WIDTHS = 2  # the best this many
+FILLING_GAIN = 1.05  # of the default width's filling, at least
+
+
+def filling(problem: tuple[int, int, int], tile_m: int, tile_n: int, sm_count: int) -> float:
+    """The share of the SMs' time over the waves of ``tile_m x tile_n`` tiles that computes
+    output elements: ``M N batch / (waves * SMs * tile_m * tile_n)`` (a ragged last wave and
+    tiles past the edge both waste it)."""
+    m, n, batch = problem
+    tiles = -(-m // tile_m) * -(-n // tile_n) * batch
+    waves = -(-tiles // sm_count)
+    return m * n * batch / (waves * sm_count * tile_m * tile_n)
+
+
+def filling_widths(
+    problem: tuple[int, int, int], tile_m: int, tile_n: int, sm_count: int
+) -> list[int]:
+    """Tile widths (whole 16-column steps from 96 to ``tile_n``) that fill the waves at least
+    ``FILLING_GAIN`` times better than ``tile_n``, best first (a wider one on a tie):
+    3000x1600 at 128x256 takes 2 waves of 168 tiles, 56% of them computing; at 128x160 it
+    takes 2 waves of 240, 89%."""
+    base = filling(problem, tile_m, tile_n, sm_count)
+    widths = range(tile_n - FILLING_WIDTH_STEP, 96 - 1, -FILLING_WIDTH_STEP)
+    scored = [(filling(problem, tile_m, width, sm_count), width) for width in widths]
+    better = [(score, width) for score, width in scored if score >= FILLING_GAIN * base]
+    better.sort(key=lambda pair: (-pair[0], -pair[1]))
+    return [width for _, width in better[:FILLING_WIDTHS]]
 
 
 def describe(params: MatmulParams) -> str:
@@ -312,7 +353,9 @@ def tune(
         return default_compiled
     info = driver.device_info(device)
     grid = default_compiled.kernels[0].grid
-    configs = candidates(default, user, info.sm_count, grid[0] * grid[1] * grid[2])
+    configs = candidates(
+        default, user, info.sm_count, grid[0] * grid[1] * grid[2], _problem(default_compiled)
+    )
     started = time.perf_counter()
     compiled: list[tuple[MatmulParams, Any]] = [(configs[0], default_compiled)]
     seen = {_schedule_of(default_compiled)}
@@ -385,6 +428,16 @@ def tune(
         with _memo_lock:
             _memo[key] = winner
     return best
+
+
+def _problem(compiled: Any) -> tuple[int, int, int] | None:
+    """(M, N, batch) of the variant's first matmul kernel, where its kernel IR is at hand (a
+    variant just compiled; a restored one would have to be compiled again)."""
+    for kernel in compiled.kernels:
+        loop = kernel.built_ir.main_loop() if kernel.built_ir is not None else None
+        if loop is not None:
+            return loop.m, loop.n, loop.batch
+    return None
 
 
 def _schedule_of(compiled: Any) -> tuple[object, ...]:

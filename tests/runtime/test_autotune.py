@@ -92,3 +92,15 @@ def test_a_function_that_autotunes_compiles_with_the_remembered_params(tmp_path:
 def test_autotune_must_be_a_bool() -> None:
     with pytest.raises(pf.FusionError, match="autotune must be True or False"):
         pf.fuse(lambda x: x, autotune="yes")  # type: ignore[arg-type]
+
+
+def test_tiles_that_fill_the_waves_are_tried_where_the_default_leaves_them_empty() -> None:
+    # 3000x1600 at 128x256: 168 tiles, 2 waves on 132 SMs with 56% of them computing;
+    # 128x160 makes 240 tiles (89%), 128x112 420 (85%).
+    assert autotune.filling_widths((3000, 1600, 1), 128, 256, 132) == [160, 112]
+    assert autotune.filling((3000, 1600, 1), 128, 160, 132) > 0.88
+    # 8192^3 fills its 16 waves nearly whole already: nothing to add.
+    assert autotune.filling_widths((8192, 8192, 1), 128, 256, 132) == []
+    found = autotune.candidates(WIDE, None, sm_count=132, grid_ctas=132, problem=(3000, 1600, 1))
+    assert MatmulParams(tile_m=128, tile_n=160) in found
+    assert len(found) <= autotune.MAX_CANDIDATES
