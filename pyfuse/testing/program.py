@@ -250,4 +250,7 @@ def from_json(data: dict[str, Any]) -> Program:
             values.append(
                 Op(item["op"], item["template"], tuple(item["args"]), bool(item.get("flips")))
             )
-    return Program(tuple(values), tuple(data["outputs"]), data.get("schedule", ""))
+    schedule = data.get("schedule", "")
+    if schedule and schedule not in SCHEDULES:
+        raise ValueError(f"unknown matmul schedule {schedule!r}: one of {sorted(SCHEDULES)}")
+    return Program(tuple(values), tuple(data["outputs"]), schedule)
