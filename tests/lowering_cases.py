@@ -542,4 +542,14 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
         lambda x: pf.logical_or(pf.reshape(x > 0, (10,)), x <= pf.reshape(x > 0, (10,))),
         [S((2, 5, 1), f32)],
     ),
+    # a reshape that merges and splits ([6, 4] -> 24 -> [4, 6]) beside the transpose of its
+    # input: the reshape's output maps back onto its own input (22 of 24 wrong; review)
+    "reshape_beside_the_transpose_of_its_input": (
+        lambda x: (x * 2.0).reshape(4, 6) + x.T,
+        [S((6, 4), f32)],
+    ),
+    "reshape_to_4x6_beside_its_own_input": (
+        lambda x: pf.reshape(x * 2.0, (4, 6)) + x,
+        [S((2, 3, 4, 1), f32)],
+    ),
 }

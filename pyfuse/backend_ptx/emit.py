@@ -248,6 +248,7 @@ class _KernelEmitter:
             accumulators=accumulators,
             emit_late_epilogue=late_epilogue if stmt.handoff is not None else None,
         )
+        self.tile_memo = None  # its values live in the main loop's code only
 
     def loop(self, loop: kir.For) -> None:
         name = loop.var.name

@@ -66,22 +66,37 @@ def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo)
     budget = target.max_smem_per_block - BARRIER_REGION_BYTES
     warpgroups = consumer_warpgroups(tile_m, given.pingpong)
     given = _epilogue_warps(fusion, mmas, shape, given, tile_m, tile_n)
-    if given.epilogue_warps:
-        # The consumers hand each tile over whole, one tensor per MMA; the output is stored
-        # from over the first.
-        smem_epilogue = True
-        epilogue_bytes = len(mmas) * tile_m * tile_n * HANDOFF_ITEMSIZE
-    else:
-        smem_epilogue, epilogue_bytes = _smem_epilogue(
-            fusion, mmas[0], shape, warpgroups, tile_n, given
-        )
-    if smem_epilogue and given.smem_epilogue is None and budget - epilogue_bytes < 2 * stage_bytes:
-        smem_epilogue, epilogue_bytes = False, 0  # two stages beat staging the output
+
+    def epilogue_smem(given: MatmulParams) -> tuple[bool, int]:
         if given.epilogue_warps:
-            _refuse_epilogue_warps(
-                f"its {tile_m}x{tile_n} handoff tile would leave fewer than two stages"
+            # The consumers hand each tile over whole, one tensor per MMA; the output is
+            # stored from over the first.
+            return True, len(mmas) * tile_m * tile_n * HANDOFF_ITEMSIZE
+        return _smem_epilogue(fusion, mmas[0], shape, warpgroups, tile_n, given)
+
+    # Two stages at least: a consumer frees a stage only once the next K tile's MMAs are
+    # issued, so one stage deadlocks a K of two tiles or more (and with one K tile, a second
+    # stage loads the next tile's operands under this one's epilogue).
+    k_tiles = ceil_div(shape["k"], tile_k)
+    smem_epilogue, epilogue_bytes = epilogue_smem(given)
+    if given.epilogue_warps and budget - epilogue_bytes < 2 * stage_bytes:
+        _refuse_epilogue_warps(
+            f"its {tile_m}x{tile_n} handoff tiles would leave fewer than two stages"
+        )
+        given = dataclasses.replace(given, epilogue_warps=False)
+        smem_epilogue, epilogue_bytes = epilogue_smem(given)
+    if smem_epilogue and budget - epilogue_bytes < 2 * stage_bytes:
+        if given.smem_epilogue and k_tiles > 1:
+            warnings.warn(
+                "pyfuse: MatmulParams(smem_epilogue=True) not applied: staging the output "
+                f"beside {tile_m}x{tile_n}x{tile_k} stages would leave fewer than two; the "
+                "epilogue stores from registers",
+                UserWarning,
+                stacklevel=3,
             )
-            given = dataclasses.replace(given, epilogue_warps=False)
+        if given.smem_epilogue is None or k_tiles > 1:
+            smem_epilogue, epilogue_bytes = False, 0
+            given = dataclasses.replace(given, smem_epilogue=None)
     stages = max(1, min(8, (budget - epilogue_bytes) // stage_bytes))
     m_tiles = ceil_div(shape["m"], tile_m)
     tiles = m_tiles * ceil_div(shape["n"], tile_n) * shape["batch"]
@@ -100,7 +115,7 @@ def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo)
         epilogue_warps=False,
     )
     params = _fit_cluster(given.merged(defaults), given)
-    _check_params(params, tile_n_limit=SM90.wgmma_n_max)
+    _check_params(params, tile_n_limit=SM90.wgmma_n_max, k_tiles=k_tiles)
     _warn_unused(params)
     return params
 
@@ -307,8 +322,13 @@ def _grid_swizzle(m_tiles: int, tile_m: int, tile_n: int, target: TargetInfo) ->
     return swizzle
 
 
-def _check_params(params: MatmulParams, tile_n_limit: int) -> None:
+def _check_params(params: MatmulParams, tile_n_limit: int, k_tiles: int) -> None:
     assert params.tile_m and params.tile_n and params.tile_k  # filled by merged()
+    if k_tiles > 1 and (params.stages or 1) < 2:
+        raise ValueError(
+            f"a K of {k_tiles} tiles needs at least 2 stages (a stage is freed once the next "
+            f"K tile's MMAs are issued), got {params.stages}"
+        )
     if params.tile_m % SM90.wgmma_m:
         raise ValueError(f"tile_m must be a multiple of {SM90.wgmma_m}, got {params.tile_m}")
     step = SM90.wgmma_n_step

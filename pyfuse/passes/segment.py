@@ -179,7 +179,7 @@ def _reshape_tie(
     compared with ``x`` broadcast to ``[2, 5, 10]`` (CPU fuzzer, seed 605 case 5738) puts the
     output's rows in one group with the reshape's inputs and its columns with the reshape's
     output, so one loop would read ``x`` at (row, col) for both, where the reshape needs it
-    at ``col``."""
+    at ``col``. A reshape whose made axes map back onto its own inputs is one too."""
 
     def groups(axes: Sequence[IterDomain]) -> set[int]:
         return {
@@ -192,16 +192,15 @@ def _reshape_tie(
     for tv in fusion.tensors():
         if tv.root is None:
             continue
-        stack, seen = list(tv.logical), set()
-        while stack:
-            definition = stack.pop().definition
-            if definition is None or id(definition) in seen:
-                continue
-            seen.add(id(definition))
-            before, after = groups(definition.inputs), groups(definition.outputs)
-            if before and after and not before & after:
-                sides.append((before, after))
-            stack.extend(definition.inputs)
+        # Per reshape, not per split or merge: [6, 4] -> [4, 6] merges to 24 and splits it,
+        # and no tensor has the 24 (``(x * 2).reshape(4, 6) + x.T``).
+        kept = {id(axis) for axis in tv.root} & {id(axis) for axis in tv.logical}
+        before = groups([axis for axis in tv.root if id(axis) not in kept])
+        after = groups([axis for axis in tv.logical if id(axis) not in kept])
+        if before & after:
+            return tv  # what the reshape made maps back onto what it was made of
+        if before and after:
+            sides.append((before, after))
     if not sides:
         return None
     for tv in fusion.tensors() if tensors is None else tensors:
