@@ -132,6 +132,7 @@ class _KernelEmitter:
         # and the registers its variables are bound to. None elsewhere.
         self.tile_memo: dict[tuple[kir.KExpr, tuple[Value, ...]], Value] | None = None
         self.vector_offsets: frozenset[int] = frozenset()
+        self.vector_read_cache: dict[kir.KExpr, tuple[bool | None, tuple[str, ...]]] = {}
 
     def fail(self, message: str) -> ScheduleError:
         return ScheduleError(f"kernel {self.kernel.name}: {message}")
@@ -212,13 +213,18 @@ class _KernelEmitter:
         self.vector_offsets = frozenset(vector.smem_offset for vector in stmt.vectors)
 
         def epilogue(
+            bindings: dict[kir.Var, Reg], element: int, staging: Mapping[int, Address]
+        ) -> None:
+            if element == 0:  # a tile's first: the vectors now hold this tile's values
+                self.tile_memo = {} if reuse else None
+            run(bindings, element, staging, stmt.epilogue)
+
+        def run(
             bindings: dict[kir.Var, Reg],
             element: int,
             staging: Mapping[int, Address],
-            statements: list[kir.Stmt] = stmt.epilogue,
+            statements: list[kir.Stmt],
         ) -> None:
-            if element == 0 or statements is not stmt.epilogue:
-                self.tile_memo = {} if reuse and statements is stmt.epilogue else None
             for var, register in bindings.items():
                 self.env[var.name] = register
             self.env[stmt.element.name] = element
@@ -237,7 +243,8 @@ class _KernelEmitter:
                 self.allocate(handoff)
                 where = _Location("shared", address)
                 self.vector_load(where, self.array(handoff), handoff.dtype)
-            epilogue(bindings, element, {0: addresses[0]}, stmt.late_epilogue)
+            self.tile_memo = None  # the late part reads no vectors of this tile
+            run(bindings, element, {0: addresses[0]}, stmt.late_epilogue)
 
         emit_matmul_main_loop(
             self.kb,
@@ -681,29 +688,55 @@ class _KernelEmitter:
         """``expr`` in the storage form of its dtype: a register or a folded immediate."""
         value = self.memo.get(expr)  # never None: every expression has a value
         if value is None:
-            key = self.tile_key(expr)
-            if key is not None:
-                value = self.tile_memo.get(key) if self.tile_memo is not None else None
+            tile_memo = self.tile_memo
+            key = None
+            if tile_memo is not None:
+                names = self.vector_reads(expr)
+                if names is not None:
+                    key = expr, tuple(self.env[name] for name in names)
+                    value = tile_memo.get(key)
             if value is None:
                 value = self.compute(expr)
-                if key is not None and self.tile_memo is not None:
-                    self.tile_memo[key] = value
+                if key is not None and tile_memo is not None:
+                    tile_memo[key] = value
             self.memo[expr] = value
         return value
 
-    def tile_key(self, expr: kir.KExpr) -> tuple[kir.KExpr, tuple[Value, ...]] | None:
-        """Where a matmul epilogue keeps values across its elements: an expression that
-        reads only the tile's epilogue vectors (at least once), keyed with its variables'
-        registers; else None."""
-        if self.tile_memo is None:
-            return None
-        loads, names = _reads(expr)
-        if not loads or any(
-            buffer.memory != MemoryType.SHARED or buffer.smem_offset not in self.vector_offsets
-            for buffer in loads
-        ):
-            return None
-        return expr, tuple(self.env[name] for name in sorted(names))
+    def vector_reads(self, expr: kir.KExpr) -> tuple[str, ...] | None:
+        """For an expression that reads only the tile's epilogue vectors (at least once), the
+        names of its variables, whose registers key its value in ``tile_memo``; else None.
+        Worked out once per expression node."""
+        found = self.vector_read_cache.get(expr)
+        if found is None:
+            found = self._vector_read_facts(expr)
+            self.vector_read_cache[expr] = found
+        reads_vectors, names = found
+        return names if reads_vectors is True else None
+
+    def _vector_read_facts(self, expr: kir.KExpr) -> tuple[bool | None, tuple[str, ...]]:
+        """(True where ``expr`` reads a vector and nothing else from memory, False where it
+        reads no memory, None where it reads other memory; its variables' names)."""
+        if isinstance(expr, kir.Var):
+            return False, (expr.name,)
+        state: bool | None = False
+        if isinstance(expr, kir.Load):
+            buffer = expr.buffer
+            vector = (
+                buffer.memory == MemoryType.SHARED and buffer.smem_offset in self.vector_offsets
+            )
+            state = True if vector else None
+        names: set[str] = set()
+        for child in vars(expr).values():
+            if not isinstance(child, kir.KExpr):
+                continue
+            self.vector_reads(child)
+            child_state, child_names = self.vector_read_cache[child]
+            names.update(child_names)
+            if child_state is None or state is None:
+                state = None
+            elif child_state:
+                state = True
+        return state, tuple(sorted(names))
 
     def compare_dtype(self, lhs: kir.KExpr, rhs: kir.KExpr) -> DType:
         """The type two sides compare in: an integer constant that fits the other side's
@@ -773,18 +806,3 @@ class _KernelEmitter:
         if buffer.memory == MemoryType.LOCAL:
             return self.element(buffer, expr.index)
         return self.load_memory(self.address(buffer, expr.index), buffer.dtype)
-
-
-def _reads(expr: kir.KExpr) -> tuple[list[kir.Buffer], set[str]]:
-    """The buffers ``expr`` loads from and the names of the variables it reads."""
-    loads: list[kir.Buffer] = []
-    names: set[str] = set()
-    stack = [expr]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, kir.Load):
-            loads.append(node.buffer)
-        elif isinstance(node, kir.Var):
-            names.add(node.name)
-        stack.extend(child for child in vars(node).values() if isinstance(child, kir.KExpr))
-    return loads, names

@@ -36,7 +36,7 @@ from collections.abc import Callable
 
 from pyfuse.backend_ptx.emitter import KernelBuilder
 from pyfuse.backend_ptx.instructions import arith, control, logic, mbarrier, tma
-from pyfuse.backend_ptx.matmul_staging import swizzled_row
+from pyfuse.backend_ptx.matmul_staging import block_addresses, swizzled_row, wait_phase
 from pyfuse.backend_ptx.operands import Address, Reg, RegClass
 from pyfuse.ir.hopper import SM90
 from pyfuse.ir.kernel_ir import MatmulMainLoop
@@ -124,15 +124,7 @@ class HandoffTile:
             logic.and_("b32", lane_bytes, lane, 3),
             arith.mul("u32", lane_bytes, lane_bytes, 2 * size),
         )
-        self.offsets: list[Reg] = []
-        for block in range(self.blocks):
-            offset = self.u32()
-            kb.emit(
-                arith.add("u32", offset, lane_bytes, 8 * size * block),
-                logic.xor("b32", offset, offset, xor),
-                arith.add("u32", offset, offset, row_bytes),
-            )
-            self.offsets.append(offset)
+        self.offsets = block_addresses(kb, lane_bytes, xor, row_bytes, size, self.blocks)
 
     def u32(self) -> Reg:
         return self.kb.reg(RegClass.B32)
@@ -197,12 +189,7 @@ class ConsumerHandoff:
 
     def begin(self) -> None:
         """Wait until the epilogue warps are done with the last tile's handoff."""
-        kb = self.kb
-        ready = kb.reg(RegClass.PRED)
-        kb.emit(
-            mbarrier.wait_parity(ready, self.empty, self.phase, kb.new_label("handoff_empty")),
-            logic.xor("b32", self.phase, self.phase, 1),
-        )
+        wait_phase(self.kb, self.empty, self.phase, "handoff_empty")
         self.boxes = {}
 
     def addresses(self, element: int) -> dict[int, Address]:
@@ -258,14 +245,11 @@ class EpilogueWarps:
         """One tile: wait for its handoff, the late epilogue of each of this warp's virtual
         warps (a loop), then the tile's TMA stores."""
         kb = self.kb
-        ready, more = kb.reg(RegClass.PRED), kb.reg(RegClass.PRED)
+        more = kb.reg(RegClass.PRED)
         virtual, block_row, warp_in_block, first_row = (kb.reg(RegClass.B32) for _ in range(4))
+        wait_phase(kb, self.full, self.phase, "handoff_full")
         top, done = kb.new_label("virtual_warp"), kb.new_label("virtual_warps_done")
-        kb.emit(
-            mbarrier.wait_parity(ready, self.full, self.phase, kb.new_label("handoff_full")),
-            logic.xor("b32", self.phase, self.phase, 1),
-            arith.mov("u32", virtual, self.first),
-        )
+        kb.emit(arith.mov("u32", virtual, self.first))
         kb.place(top)
         kb.emit(
             arith.setp("ge", "u32", more, virtual, self.virtual_warps),

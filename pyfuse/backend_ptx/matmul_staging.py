@@ -86,6 +86,33 @@ def swizzled_row(kb: KernelBuilder, row: Reg, span: int) -> tuple[Reg, Reg]:
     return row_bytes, xor
 
 
+def block_addresses(
+    kb: KernelBuilder, lane_bytes: Reg, xor: Reg, base: Reg, itemsize: int, blocks: int
+) -> list[Reg]:
+    """Per 8-column block of a staged row: ``base`` plus the thread's pair's byte offset in
+    the block, swizzled by ``xor`` (:func:`swizzled_row`)."""
+    addresses = []
+    for block in range(blocks):
+        address = kb.reg(RegClass.B32)
+        kb.emit(
+            arith.add("u32", address, lane_bytes, 8 * itemsize * block),
+            logic.xor("b32", address, address, xor),
+            arith.add("u32", address, address, base),
+        )
+        addresses.append(address)
+    return addresses
+
+
+def wait_phase(kb: KernelBuilder, barrier: Reg, phase: Reg, label: str) -> None:
+    """Wait for the phase of ``barrier`` with parity ``phase``, then flip ``phase`` for the
+    next (a barrier that completes once per tile)."""
+    ready = kb.reg(RegClass.PRED)
+    kb.emit(
+        mbarrier.wait_parity(ready, barrier, phase, kb.new_label(label)),
+        logic.xor("b32", phase, phase, 1),
+    )
+
+
 class Staging:
     """The per-thread state of the staged stores of one consumer warpgroup's thread."""
 
@@ -129,16 +156,9 @@ class Staging:
                 arith.add("u32", thread_base, base, row_bytes),
                 arith.mul("u32", lane_bytes, pair_col, 2 * size),
             )
-            addresses = []
-            for block in range(self.blocks):
-                address = self.u32()
-                kb.emit(
-                    arith.add("u32", address, lane_bytes, 8 * size * block),
-                    logic.xor("b32", address, address, xor),
-                    arith.add("u32", address, address, thread_base),
-                )
-                addresses.append(address)
-            self.block_address.append(addresses)
+            self.block_address.append(
+                block_addresses(kb, lane_bytes, xor, thread_base, size, self.blocks)
+            )
             offset = self.u32()
             kb.emit(arith.mov("u32", offset, 0))
             self.offset.append(offset)

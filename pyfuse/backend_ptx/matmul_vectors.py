@@ -24,7 +24,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pyfuse.backend_ptx.emitter import KernelBuilder, Param
-from pyfuse.backend_ptx.instructions import arith, control, logic, mbarrier, memory, tma
+from pyfuse.backend_ptx.instructions import arith, control, mbarrier, memory, tma
+from pyfuse.backend_ptx.matmul_staging import wait_phase
 from pyfuse.backend_ptx.operands import Address, Reg, RegClass
 from pyfuse.ir.hopper import SM90
 from pyfuse.ir.kernel_ir import MatmulMainLoop
@@ -120,12 +121,7 @@ class VectorLoads:
 
     def wait(self) -> None:
         """Step 3: this tile's copies have landed; the next tile waits the other phase."""
-        kb = self.kb
-        ready = kb.reg(RegClass.PRED)
-        kb.emit(
-            mbarrier.wait_parity(ready, self.barrier, self.phase, kb.new_label("vectors_wait")),
-            logic.xor("b32", self.phase, self.phase, 1),
-        )
+        wait_phase(self.kb, self.barrier, self.phase, "vectors_wait")
 
 
 def tensor_map_addresses(kb: KernelBuilder, params: Sequence[Param]) -> list[Reg]:
