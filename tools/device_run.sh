@@ -6,7 +6,10 @@
 #   bash tools/device_run.sh fuzz SEED SECONDS [SHRINK]
 #                                                the fuzzer's GPU mode for SECONDS, then (with
 #                                                SHRINK) SHRINK seconds to shrink each failure
-#   bash tools/device_run.sh bench [CASE ...]    benchmarks/run.py (all cases by default)
+#   bash tools/device_run.sh bench [CASE ...]    benchmarks/run.py (all cases by default; a time
+#                                                limit of BENCH_LIMIT seconds, default 560)
+#   bash tools/device_run.sh shapes SECONDS [ARG ...]
+#                                                benchmarks/gemm_shapes.py ARGs for SECONDS
 #
 # Several steps in one call: bash tools/device_run.sh tests 400 && bash tools/device_run.sh ...
 set -u
@@ -39,10 +42,18 @@ case "$step" in
     tar -czf "$out/fuzz_$seed.tgz" -C "$out" "fuzz_$seed" 2>/dev/null && rm -rf "${out:?}/fuzz_$seed"
     ;;
   bench)
-    timeout 560 python3 benchmarks/run.py ${1:+--only "$@"} --json "$out/bench.json" \
+    timeout "${BENCH_LIMIT:-560}" python3 benchmarks/run.py ${1:+--only "$@"} --json "$out/bench.json" \
       >"$out/bench.log" 2>&1
     echo "benchmarks: exit $?"
     cat "$out/bench.log" | tail -60
+    ;;
+  shapes)
+    limit=${1:-300}
+    shift || true
+    timeout "$limit" python3 benchmarks/gemm_shapes.py "$@" --json "$out/gemm_shapes.json" \
+      >"$out/gemm_shapes.log" 2>&1
+    echo "gemm_shapes: exit $?"
+    grep -E "geomean|Error|error" "$out/gemm_shapes.log" | tail -30
     ;;
   *)
     echo "unknown step $step" >&2
