@@ -322,6 +322,7 @@ def _a_bt_variants(
     """``a @ b.T`` under each (label, params) against the same cuBLAS call."""
     flops = 2 * a.shape[0] * b.shape[0] * a.shape[1]
     results = []
+
     def a_bt(a: Any, b: Any) -> Any:
         return a @ b.T
 

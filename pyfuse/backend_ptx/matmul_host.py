@@ -461,7 +461,7 @@ def mapped_buffers(stmt: MatmulMainLoop) -> list[str]:
 def tensor_map_plans(kernel: Kernel) -> list[tma_host.TensorMapPlan]:
     """One tiled-map plan per TMA operand (checked against the smem layout first), then one
     per TMA-stored output (a box of 64 rows by ``chunk_cols``, swizzled by its row), then
-    one per epilogue vector (1-D, unswizzled, its elements copied as raw bits)."""
+    one per epilogue vector (one row, unswizzled, its elements copied as raw bits)."""
     stmt = find_main_loop(kernel)
     plans = []
     for operand in stmt.operands:
@@ -487,9 +487,17 @@ def tensor_map_plans(kernel: Kernel) -> list[tma_host.TensorMapPlan]:
             )
         )
     for vector in stmt.vectors:
+        # A rank-2 map of one row: the driver refuses rank-1 maps (cuTensorMapEncodeTiled
+        # gave CUDA_ERROR_INVALID_VALUE for every one on the H200, 2026-12-05), and the row's
+        # pitch, never stepped over, only has to be a legal stride.
+        pitch = -(-vector.extent * vector.dtype.itemsize // SM90.tma_alignment)
+        pitch = pitch * SM90.tma_alignment // vector.dtype.itemsize
         plans.append(
             tma_host.plan_tiled(
-                VECTOR_TYPES[vector.dtype.itemsize], (vector.extent,), (1,), (vector.span,)
+                VECTOR_TYPES[vector.dtype.itemsize],
+                (1, vector.extent),
+                (pitch, 1),
+                (1, vector.span),
             )
         )
     return plans

@@ -7,9 +7,9 @@ barriers. Per tile:
 
 1. before the main loop, ``bar.sync 1 + w`` (the warpgroup's named barrier; every thread
    has read the previous tile's copy), then the warpgroup's leader (``tid.x == 0``)
-   expects every vector's box bytes on ``full[w]`` and issues one 1-D TMA load per vector:
-   the tile's columns from ``n0`` for a bias along N, the warpgroup's rows from its first
-   for a vector along M; TMA zero-fills what lies past the input;
+   expects every vector's box bytes on ``full[w]`` and issues one TMA load per vector (a
+   box of one row): the tile's columns from ``n0`` for a bias along N, the warpgroup's
+   rows from its first for a vector along M; TMA zero-fills what lies past the input;
 2. the main loop runs while the copies land;
 3. before the epilogue every thread waits ``full[w]``'s phase, which flips per tile; the
    epilogue then reads the buffer (``ld.shared``) instead of global memory.
@@ -117,7 +117,9 @@ class VectorLoads:
             self.stmt.vectors, self.buffers, self.maps, strict=True
         ):
             start = n0 if vector.role == "n" else first_row
-            kb.emit(tma.load_tile(buffer, tensor_map, [start], self.barrier).guarded(self.leader))
+            kb.emit(
+                tma.load_tile(buffer, tensor_map, [start, 0], self.barrier).guarded(self.leader)
+            )
 
     def wait(self) -> None:
         """Step 3: this tile's copies have landed; the next tile waits the other phase."""

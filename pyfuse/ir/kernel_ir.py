@@ -649,7 +649,7 @@ class TmaStore:
 class TmaVector:
     """An epilogue input read along one tile axis only: a bias along N (``role`` "n"), a
     per-row scale along M ("m"). Per tile, each consumer warpgroup's leader loads the
-    ``span`` elements its rows or the tile's columns take (one 1-D TMA box, zero past
+    ``span`` elements its rows or the tile's columns take (one TMA box of one row, zero past
     ``extent``) into the warpgroup's own buffer, warpgroup ``w``'s at ``smem_offset + w *
     buffer_bytes``; the epilogue reads it there (``MatmulMainLoop.vector_index``), not from
     global memory once per element."""

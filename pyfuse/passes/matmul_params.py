@@ -1,8 +1,8 @@
 """The matmul heuristic's parameters: :func:`choose_params` fills every field of
 :class:`~pyfuse.ir.params.MatmulParams` the user left ``None`` from the problem's shape and
 the device (tiles by :mod:`matmul_tiles`, stages from shared memory, the grid swizzle, the
-cluster, the TMA-store epilogue, ping-pong's tiles), keeps the user's fields, and warns where
-a requested setting cannot be carried out.
+cluster, the TMA-store epilogue, the epilogue warps for a costly epilogue, ping-pong's
+tiles), keeps the user's fields, and warns where a requested setting cannot be carried out.
 
 Expects a kernel fusion the matmul scheduler accepts (:func:`schedule_matmul.decline_reason`
 is None). Guarantees parameters the kernel takes (checked by ``_check_params``).
@@ -14,19 +14,22 @@ import dataclasses
 import math
 import warnings
 
-from pyfuse.ir.exprs import MmaOp
+from pyfuse.ir.exprs import MmaOp, UnaryOp, UnaryOpType
 from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.hopper import SM90
 from pyfuse.ir.iterdomain import (
     ceil_div,
 )
+from pyfuse.ir.ops import FLOAT_ONLY_UNARY
 from pyfuse.ir.params import MatmulParams
 from pyfuse.ir.target import TargetInfo
 from pyfuse.passes.matmul_epilogue import chunk_cols, staged_outputs, staging_bytes
 from pyfuse.passes.matmul_handoff import (
     HANDOFF_ITEMSIZE,
     MAX_HANDOFF_WARPGROUPS,
+    epilogue_exprs,
     handoff_tensors,
+    split_epilogue,
 )
 from pyfuse.passes.matmul_operands import (
     BARRIER_REGION_BYTES,
@@ -65,6 +68,10 @@ def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo)
     stage_bytes = (tile_m * a_count + tile_n * b_count) * tile_k * itemsize
     budget = target.max_smem_per_block - BARRIER_REGION_BYTES
     warpgroups = consumer_warpgroups(tile_m, given.pingpong)
+    if given.epilogue_warps is None and _epilogue_warps_pay(
+        fusion, mmas, shape, given, tile_m, tile_n, budget, stage_bytes, target.sm_count
+    ):
+        given = dataclasses.replace(given, epilogue_warps=True)
     given = _epilogue_warps(fusion, mmas, shape, given, tile_m, tile_n)
 
     def epilogue_smem(given: MatmulParams) -> tuple[bool, int]:
@@ -178,6 +185,57 @@ def _epilogue_warps(
         return given
     _refuse_epilogue_warps(reason)
     return dataclasses.replace(given, epilogue_warps=False)
+
+
+# Epilogue ops that cost the consumers many instructions per element (MUFU and the polynomial
+# around it): where the late epilogue has one, handing it to the epilogue warps pays.
+_COSTLY_UNARY = FLOAT_ONLY_UNARY - {UnaryOpType.SQRT, UnaryOpType.RSQRT, UnaryOpType.RECIPROCAL}
+
+# The shortest K the epilogue warps are chosen for by default: the three warps run a tile's
+# late epilogue slower than the consumers' eight would, so it hides only under a main loop
+# at least as long. Measured on the H200 at K = 4096 and 8192 (docs/performance.md).
+EPILOGUE_WARPS_MIN_K = 2048
+
+
+def _epilogue_warps_pay(
+    fusion: Fusion,
+    mmas: list[MmaOp],
+    shape: dict[str, int],
+    given: MatmulParams,
+    tile_m: int,
+    tile_n: int,
+    budget: int,
+    stage_bytes: int,
+    sm_count: int,
+) -> bool:
+    """Whether the heuristic turns the epilogue warps on: the epilogue after the handoffs
+    has a costly op (linear+bias+gelu: 0.89x -> 0.99x eager at 4096x14336x4096; gate/up
+    1.00x -> 1.04x; a plain GEMM lost 1-2%), the main loop is long, a CTA takes more than
+    one tile (the late epilogue hides under the next tile's main loop, or nowhere), the
+    kernel can hand over (no warning: the checks of :func:`_epilogue_warps`), and three
+    stages stay."""
+    tile_m, tile_n = given.tile_m or tile_m, given.tile_n or tile_n
+    tiles = ceil_div(shape["m"], tile_m) * ceil_div(shape["n"], tile_n) * shape["batch"]
+    if (
+        tiles <= sm_count
+        or given.pingpong
+        or given.smem_epilogue is False
+        or shape["k"] < EPILOGUE_WARPS_MIN_K
+        or consumer_warpgroups(tile_m, False) > MAX_HANDOFF_WARPGROUPS
+        or chunk_cols([HANDOFF_ITEMSIZE], tile_n) is None
+        or budget - len(mmas) * tile_m * tile_n * HANDOFF_ITEMSIZE < 3 * stage_bytes
+    ):
+        return False
+    handoffs = handoff_tensors(fusion, mmas, shape["batch"])
+    if handoffs is None:
+        return False
+    exprs = epilogue_exprs(fusion, mmas)
+    early = split_epilogue(exprs, mmas, handoffs)
+    return any(
+        isinstance(expr, UnaryOp) and expr.op in _COSTLY_UNARY
+        for expr in exprs
+        if id(expr.output) not in early
+    )
 
 
 def _refuse_epilogue_warps(reason: str) -> None:

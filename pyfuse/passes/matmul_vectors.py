@@ -7,7 +7,7 @@ clamped to ``N - 1`` in an unguarded epilogue) or the output row alone, every el
 tile row (or column) reads the same few values, once per element: 64 global loads per
 thread and tile for a bias at 128x256. :class:`EpilogueVectors` replaces such a read by a
 read of a shared-memory copy of the tile's span, which the template loads once per tile and
-consumer warpgroup with one 1-D TMA copy (``MatmulMainLoop.vectors``,
+consumer warpgroup with one TMA copy of a one-row box (``MatmulMainLoop.vectors``,
 ``backend_ptx/matmul_vectors.py``).
 
 Expects the epilogue's index variables (``row``, ``col``, the pair's ``col_b``) as the

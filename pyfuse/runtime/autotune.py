@@ -178,8 +178,9 @@ def candidates(
         # (256x18944x3584: 0.71x cuBLAS against the heuristic's 0.60x), slower on most.
         add(pingpong=True)
         # The epilogue in the producer warpgroup's idle warps, under the next tile's main
-        # loop: only where the epilogue can be handed over (else a warning drops it).
-        add(epilogue_warps=True)
+        # loop (or, where the heuristic chose them, the consumers'): only where the epilogue
+        # can be handed over (else a warning drops it).
+        add(epilogue_warps=not default.get("epilogue_warps"))
     for swizzle in SWIZZLES:
         if swizzle != default["grid_swizzle"]:
             add(grid_swizzle=swizzle)

@@ -144,16 +144,17 @@ def test_the_cases_cover_what_the_launch_data_distinguishes(
     # Operands and stores by their types; the bias vector as raw 16-bit words.
     codes = {TMA_DTYPES[name].code for name in ("bf16", "f16", "u16")}
     assert {m.dtype_code for m in maps} == codes
-    assert {len(m.global_dims) for m in maps} >= {1, 2, 3}  # the bias; batch and split-K dims
+    assert {len(m.global_dims) for m in maps} >= {2, 3}  # rows (the bias: one); batch, split-K
     assert len(_matmul_kernels(compiled["split_k"])) < len(compiled["split_k"].kernels)
     cluster = launches["persistent_cluster"]
     assert cluster.persistent and cluster.cluster_ctas == 2
-    # Maps for the operands, the TMA-stored output, then the bias loaded per tile (1-D, its
-    # box the tile's 128 columns).
+    # Maps for the operands, the TMA-stored output, then the bias loaded per tile (one row of
+    # a 16-byte pitch, its box the tile's 128 columns).
     gelu = launches["linear_bias_gelu"]
     assert gelu.pointer_arguments == (0, 1, 3, 2)
     assert len(gelu.maps) == 4
-    assert (gelu.maps[3].global_dims, gelu.maps[3].box_dims) == ((1024,), (128,))
+    assert (gelu.maps[3].global_dims, gelu.maps[3].box_dims) == ((1024, 1), (128, 1))
+    assert gelu.maps[3].global_strides == (2048,)
     assert len(compiled["linear_bias_gelu"].kernels[0].arguments) == 4
 
 

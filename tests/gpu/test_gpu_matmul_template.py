@@ -244,3 +244,26 @@ def _big_inputs(gemm: Gemm) -> tuple[Any, list[Any]]:
 
 if __name__ == "__main__":
     main()
+
+
+@pytest.mark.parametrize("rank", [1, 2])
+def test_a_vector_map_encodes(rank: int) -> None:
+    """An epilogue vector's map (one row of rank 2), and a rank-1 map, which the driver
+    refused while cuda.bindings passed its empty stride list as NULL."""
+    from pyfuse.backend_ptx.driver.modules import encode_tensor_map_tiled
+
+    bias = torch.randn(1000, device="cuda", dtype=torch.bfloat16)
+    dims, strides, box = ((1000,), (), (256,)) if rank == 1 else ((1000, 1), (2000,), (256, 1))
+    encoded = encode_tensor_map_tiled(
+        dtype_code=1,  # 16-bit words
+        global_address=bias.data_ptr(),
+        global_dims=dims,
+        global_strides=strides,
+        box_dims=box,
+        element_strides=(1,) * rank,
+        interleave=0,
+        swizzle=0,
+        l2_promotion=2,
+        oob_fill=0,
+    )
+    assert encoded is not None

@@ -195,3 +195,46 @@ def test_no_kernel_is_left_with_one_stage_for_a_k_of_several_tiles() -> None:
     with pytest.warns(UserWarning, match="at least 2 stages"):
         result = pipeline.run(fusion, HOPPER, pf.MatmulParams(stages=1))
     assert result.kernels[0].plan.params["fallback"] == "multiply+sum"
+
+
+def _gate_up(x: Any, w1: Any, w3: Any) -> Any:
+    return pf.silu(x @ w1.T) * (x @ w3.T)
+
+
+@pytest.mark.parametrize(
+    "fn, specs, chosen",
+    [
+        # a costly epilogue over many tiles a CTA and a long K: handed over
+        (_linear_gelu, [S((4096, 4096), bf16), S((14336, 4096), bf16), S((14336,), bf16)], True),
+        (_gate_up, [S((4096, 4096), bf16), S((14336, 4096), bf16), S((14336, 4096), bf16)], True),
+        # a plain GEMM and a bias alone: nothing costly to hand over (a GEMM lost 1-2%)
+        (lambda x, w: x @ w.T, [S((8192, 8192), bf16), S((8192, 8192), bf16)], False),
+        (
+            lambda x, w, b: pf.linear(x, w, b),
+            [S((4096, 4096), bf16), S((14336, 4096), bf16), S((14336,), bf16)],
+            False,
+        ),
+        # a short main loop would not hide the three warps' epilogue
+        (_linear_gelu, [S((4096, 512), bf16), S((14336, 512), bf16), S((14336,), bf16)], False),
+        # one tile a CTA: no next main loop to hide under
+        (_linear_gelu, [S((128, 4096), bf16), S((14336, 4096), bf16), S((14336,), bf16)], False),
+    ],
+)
+def test_the_heuristic_chooses_epilogue_warps_for_a_costly_epilogue_over_long_loops(
+    fn, specs, chosen
+) -> None:  # type: ignore[no-untyped-def]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the default is chosen quietly
+        stage, loop = matmul_kernel(fn, specs, None)
+    assert stage.plan.params["epilogue_warps"] is chosen
+    assert (loop.handoff is not None) is chosen
+
+
+def test_a_user_can_turn_the_default_epilogue_warps_off() -> None:
+    stage, loop = matmul_kernel(
+        _linear_gelu,
+        [S((4096, 4096), bf16), S((14336, 4096), bf16), S((14336,), bf16)],
+        pf.MatmulParams(epilogue_warps=False),
+    )
+    assert loop.handoff is None and stage.plan.params["epilogue_warps"] is False
+    assert loop.stages == 4

@@ -63,12 +63,15 @@ def test_a_bias_is_loaded_once_per_tile_and_read_from_shared_memory() -> None:
     assert _global_reads(loop) == set()
     shared = [load for load in _epilogue_loads(loop) if load.buffer.memory == MemoryType.SHARED]
     assert shared and all(load.buffer.smem_offset == bias.smem_offset for load in shared)
-    # Its tensor map is the last parameter: 1-D, the tile's columns, raw 16-bit words.
+    # Its tensor map is the last parameter: one row (the driver refuses rank-1 maps) of a
+    # legal pitch, the tile's columns, raw 16-bit words.
     assert mapped_buffers(loop)[-1] == bias.buffer_name
     launch = matmul_launch(kernel)
-    assert (launch.maps[-1].global_dims, launch.maps[-1].box_dims) == ((1024,), (loop.tile_n,))
+    vector_map = launch.maps[-1]
+    assert (vector_map.global_dims, vector_map.box_dims) == ((1024, 1), (loop.tile_n, 1))
+    assert vector_map.global_strides == (2048,)
     ptx = emit_ptx(kernel, HOPPER)
-    assert len(re.findall(r"cp\.async\.bulk\.tensor\.1d\.", ptx)) == 1
+    assert len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.[^;]*\[%\w+, \{%r\d+, 0\}\]", ptx)) == 1
     assert "ld.global" not in ptx.split("$L__consumer")[1]  # no global read left in consumers
     # One read per column a thread holds (two of each 8-column block), shared by its two rows.
     assert ptx.count("ld.shared.b16") == loop.tile_n // 4

@@ -435,6 +435,22 @@ def test_an_argmax_over_near_ties_of_computed_values_is_undetermined() -> None:
     assert all(_noisy(exact, [x], j)[0][0] == 1 for j in (1.0, -1.0))
 
 
+def test_an_argmin_over_subnormals_is_undetermined() -> None:
+    """GPU fuzzer, seed 701: a softmax column's smallest values were float32 subnormals, of
+    which a kernel's flush-to-zero math made two 0 and the argmin the first of those; any
+    subnormal may be a row's extremum, so the runs must disagree there, and agree where the
+    minimum stands clear of the subnormals."""
+    fusion = pf.fuse(lambda x: pf.argmin(x * 0.5, 0)).trace(pf.spec((3, 2), pf.float32))
+    x = np.array([[4e-39, 1.0], [2e-40, 3.0], [1.0, 2.0]], np.float32)
+    (want,) = evaluate(fusion, [x])
+    assert list(want) == [1, 0]
+    runs = [_noisy(fusion, [x], jitter)[0] for jitter in (1.0, -1.0, np.random.default_rng(0))]
+    # The runs without a flush of their own (+-1) disagree too, so that an op after the
+    # index (a remainder by a small divisor) cannot map all three onto one value by chance.
+    assert runs[0][0] != runs[1][0] and runs[0][0] != want[0]
+    assert all(run[1] == 0 for run in runs)
+
+
 def test_a_cast_to_bool_of_a_value_within_its_noise_of_zero_is_undetermined() -> None:
     """GPU fuzzer, seed 471: a layer_norm of equal values is exactly 0 on the GPU and a few
     ulps off it in the reference; noise moves a value across 0 but never onto it, so the runs

@@ -250,12 +250,16 @@ def encode_tensor_map_tiled(
     """``cuTensorMapEncodeTiled``; every list element is wrapped as cuda-bindings requires."""
     cu = driver_module()
     u32, u64 = cu.cuuint32_t, cu.cuuint64_t
+    # A rank-1 map has no strides, but cuda.bindings passes an empty list as NULL, which the
+    # driver refuses (CUDA_ERROR_INVALID_VALUE on the H200, driver 580, 2026-12-05); with one
+    # entry, which it does not read, the same map encodes. The entry is a legal row pitch.
+    strides = list(global_strides) or [16 * global_dims[0]]
     result = cu.cuTensorMapEncodeTiled(
         cu.CUtensorMapDataType(dtype_code),
         u32(len(global_dims)),
         global_address,
         [u64(x) for x in global_dims],
-        [u64(x) for x in global_strides],
+        [u64(x) for x in strides],
         [u32(x) for x in box_dims],
         [u32(x) for x in element_strides],
         cu.CUtensorMapInterleave(interleave),
