@@ -6,10 +6,13 @@ reference interpreter computes (``ir/reference_math.py``; NumPy's but for the si
 remainder):
 
 - floats: ``fmod(x, y) = x - trunc(x / y) y`` with the sign of ``x``, exactly: ``|x|`` is
-  reduced in f64 by multiples ``|y| 2**k`` that leave quotients below 2**52, where the
-  truncated quotient and the fma's remainder are exact (``FMOD_STEPS`` steps cover every
-  f32 pair; f64 operands whose quotient passes 2**306 get an approximation); ``k`` comes
-  from the operands' exponent bits for f32 operands, from a division for f64 ones
+  reduced in f64 by multiples ``|y| 2**k`` that leave quotients below ``2**QUOTIENT_BITS``,
+  where the truncated quotient, corrected by one either way, and the fma's remainder are
+  exact (``FMOD_STEPS`` steps cover every f32 pair; f64 operands whose quotient passes
+  2**306 get an approximation). For f32 operands ``k`` comes from the exponent bits and the
+  quotient from a reciprocal of ``|y|`` refined by Newton steps: no division, whose IEEE
+  slow path ptxas calls as a subroutine (768 of them in one persistent matmul epilogue took
+  ptxas 115 s). f64 operands keep ``div.rn`` and a quotient-derived ``k``
   (denormal divisors). A zero remainder keeps the dividend's sign (torch's rule). ``fmod(x, 0)``,
   ``fmod(inf, y)`` and NaNs give NaN, ``fmod(x, inf) = x``. ``remainder`` moves a nonzero
   ``fmod`` of the other sign than ``y`` by ``y``; ``floor_divide`` is ``(x - fmod(x, y)) / y`` made
@@ -70,9 +73,15 @@ def divide(math: ScalarMath, op: str, x: Value, y: Value, ctype: str) -> Reg:
     return _IntDivision(math, x, y, ctype).result(op)
 
 
-# Steps of the exact f64 reduction: each divides the quotient by at least 2**51, and an f32
-# quotient is below 2**277 (f64's, approximated past 2**306, rarely).
-FMOD_STEPS = 6
+# The exact f64 reduction: each step leaves a quotient below 2**QUOTIENT_BITS (f32 operands:
+# one whose approximation from the reciprocal is off by less than one, see reduce_f32) and
+# divides it by at least that much; an f32 quotient is below 2**277 (f64's, approximated
+# past 2**306, rarely): 6 steps of 40 bits and a last one.
+QUOTIENT_BITS = {"f32": 40, "f64": 51}
+FMOD_STEPS = {"f32": 7, "f64": 6}
+# Newton steps that take rcp.approx.ftz.f64 (one SFU op, about 2**-22 relative; the steps
+# would recover even 2**-14) to about f64's own precision.
+RECIPROCAL_NEWTON_STEPS = 3
 _F64_EXPONENT = 0x7FF0000000000000
 
 
@@ -93,8 +102,9 @@ class _FloatDivision(_Emitting):
         wide = (lambda v: v) if t == "f64" else self.widen
         r = self.out(lambda d: arith.abs_("f64", d, wide(x)), "f64")
         size = self.out(lambda d: arith.abs_("f64", d, wide(y)), "f64")
-        for _ in range(FMOD_STEPS):
-            r = self.reduce(r, size)
+        inverse = self.reciprocal(size) if t == "f32" else None
+        for _ in range(FMOD_STEPS[t]):
+            r = self.reduce(r, size) if inverse is None else self.reduce_f32(r, size, inverse)
         narrow = (
             r if t == "f64" else self.out(lambda d: convert.cvt("f32", "f64", d, r, rounding="rn"))
         )
@@ -126,43 +136,84 @@ class _FloatDivision(_Emitting):
         return self.out(lambda d: convert.cvt("f64", "f32", d, value), "f64")
 
     def reduce(self, r: Reg, size: Reg) -> Reg:
-        """One exact step of ``r mod size`` in f64 (both >= 0): by the multiple
-        ``size * 2**k`` with ``r / (size * 2**k)`` below 2**52, so that the truncated quotient
-        and the fma's remainder are exact; once ``r < 2**51 size``, by ``size`` itself."""
-        power = self.scale(r, size) if self.t == "f64" else self.scale_by_exponents(r, size)
+        """One exact step of ``r mod size`` in f64 (both >= 0) for f64 operands: by the
+        multiple ``size * 2**k`` with ``r / (size * 2**k)`` below 2**52, so that the truncated
+        quotient and the fma's remainder are exact; once ``r < 2**51 size``, by ``size``."""
+        power = self.scale(r, size)
         divisor = self.out(lambda d: arith.mul("f64", d, size, power, rounding="rn"), "f64")
         quotient = self.out(lambda d: arith.div("f64", d, r, divisor, mode="rn"), "f64")
-        whole = self.out(lambda d: convert.cvt("f64", "f64", d, quotient, rounding="rzi"), "f64")
-        minus = self.out(lambda d: arith.neg("f64", d, whole), "f64")
-        rest = self.out(lambda d: arith.fma("f64", d, minus, divisor, r), "f64")
+        rest = self.rest(r, divisor, quotient)
         # The rounded quotient is the true one or one above: a negative rest takes one back.
         back = self.out(lambda d: arith.add("f64", d, rest, divisor, rounding="rn"), "f64")
         negative = self.out(lambda p: arith.setp("lt", "f64", p, rest, 0.0), "pred")
         return self.out(lambda d: arith.selp("f64", d, back, rest, negative), "f64")
 
+    def reduce_f32(self, r: Reg, size: Reg, inverse: Reg) -> Reg:
+        """One exact step of ``r mod size`` for widened f32 operands (f64-normal or zero),
+        by ``size * 2**k`` with ``k`` from the exponents, leaving a quotient below 2**41.
+        The quotient ``r * inverse * 2**-k`` is within a few f64 ulps, so less than one
+        from the true one: its truncation is the true one or one off either way, and the
+        remainder, then moved by one divisor where it left ``[0, divisor)``, is exact (a
+        multiple of the divisor's last bit below twice the divisor)."""
+        k = self.biased_power(r, size)
+        power = self.out(lambda d: logic.shl("b64", d, k, 52), "b64")
+        power = self.out(lambda d: arith.mov("b64", d, power), "f64")
+        # 2**-k: biased exponent 2046 - k, at least 787 for f32 operands (k <= 2**236).
+        inverse_k = self.out(lambda d: arith.sub("s64", d, 2046, k), "b64")
+        inverse_k = self.out(lambda d: logic.shl("b64", d, inverse_k, 52), "b64")
+        inverse_power = self.out(lambda d: arith.mov("b64", d, inverse_k), "f64")
+        divisor = self.out(lambda d: arith.mul("f64", d, size, power, rounding="rn"), "f64")
+        ratio = self.out(lambda d: arith.mul("f64", d, r, inverse, rounding="rn"), "f64")
+        quotient = self.out(
+            lambda d: arith.mul("f64", d, ratio, inverse_power, rounding="rn"), "f64"
+        )
+        rest = self.rest(r, divisor, quotient)
+        back = self.out(lambda d: arith.add("f64", d, rest, divisor, rounding="rn"), "f64")
+        negative = self.out(lambda p: arith.setp("lt", "f64", p, rest, 0.0), "pred")
+        rest = self.out(lambda d: arith.selp("f64", d, back, rest, negative), "f64")
+        over = self.out(lambda d: arith.sub("f64", d, rest, divisor, rounding="rn"), "f64")
+        past = self.out(lambda p: arith.setp("ge", "f64", p, rest, divisor), "pred")
+        return self.out(lambda d: arith.selp("f64", d, over, rest, past), "f64")
+
+    def rest(self, r: Reg, divisor: Reg, quotient: Reg) -> Reg:
+        """``r - trunc(quotient) divisor``, rounded once (exact where it is representable)."""
+        whole = self.out(lambda d: convert.cvt("f64", "f64", d, quotient, rounding="rzi"), "f64")
+        minus = self.out(lambda d: arith.neg("f64", d, whole), "f64")
+        return self.out(lambda d: arith.fma("f64", d, minus, divisor, r), "f64")
+
+    def reciprocal(self, value: Reg) -> Reg:
+        """``1 / value`` in f64 to about an ulp: the SFU's approximation and Newton steps
+        ``x += x (1 - value x)``. A zero gives infinity and NaNs after (such results are
+        replaced: the divisor is zero)."""
+        x = self.out(lambda d: arith.rcp("f64", d, value, mode="approx", ftz=True), "f64")
+        negated = self.out(lambda d: arith.neg("f64", d, value), "f64")
+        for _ in range(RECIPROCAL_NEWTON_STEPS):
+            error = self.out(lambda d, x=x: arith.fma("f64", d, negated, x, 1.0), "f64")
+            x = self.out(lambda d, x=x, error=error: arith.fma("f64", d, x, error, x), "f64")
+        return x
+
     def scale(self, r: Reg, size: Reg) -> Reg:
         """``2**k``, the power of two at most ``r / size / 2**51`` (at least 1), from the
         quotient itself: right for f64 operands, denormal ones included."""
         ratio = self.out(lambda d: arith.div("f64", d, r, size, mode="rn"), "f64")
-        scaled = self.out(lambda d: arith.mul("f64", d, ratio, 2.0**-51, rounding="rn"), "f64")
+        scaled = self.out(
+            lambda d: arith.mul("f64", d, ratio, 2.0 ** -QUOTIENT_BITS["f64"], rounding="rn"), "f64"
+        )
         bits = self.out(lambda d: arith.mov("b64", d, scaled), "b64")
         exponent = self.out(lambda d: logic.and_("b64", d, bits, _F64_EXPONENT), "b64")
         power = self.out(lambda d: arith.mov("b64", d, exponent), "f64")
         return self.out(lambda d: arith.max_("f64", d, power, 1.0), "f64")
 
-    def scale_by_exponents(self, r: Reg, size: Reg) -> Reg:
-        """``2**k`` with ``k = max(exponent(r) - exponent(size) - 51, 0)`` from the f64 bits,
-        which leaves ``r / (size 2**k)`` below 2**52. It saves a division per step (f64
-        division calls a subroutine, around which ptxas spills a busy kernel's registers),
-        and holds for widened f32 operands: they and every rest are f64-normal or zero. A
-        zero divisor or an infinite ``r`` clamp the power at 2**1023; their results are NaN."""
+    def biased_power(self, r: Reg, size: Reg) -> Reg:
+        """The biased f64 exponent (as b64) of ``2**k``, ``k = max(exponent(r) -
+        exponent(size) - 40, 0)``, from the f64 bits: ``r / (size 2**k)`` is below 2**41. It
+        holds for widened f32 operands: they and every rest are f64-normal or zero. A zero
+        divisor or an infinite ``r`` clamp the power at 2**1023; their results are NaN."""
         r_exponent, size_exponent = self.biased_exponent(r), self.biased_exponent(size)
         k = self.out(lambda d: arith.sub("s64", d, r_exponent, size_exponent), "b64")
-        k = self.out(lambda d: arith.add("s64", d, k, 1023 - 51), "b64")  # biased, as bits
+        k = self.out(lambda d: arith.add("s64", d, k, 1023 - QUOTIENT_BITS["f32"]), "b64")
         k = self.out(lambda d: arith.max_("s64", d, k, 1023), "b64")
-        k = self.out(lambda d: arith.min_("s64", d, k, 2046), "b64")
-        bits = self.out(lambda d: logic.shl("b64", d, k, 52), "b64")
-        return self.out(lambda d: arith.mov("b64", d, bits), "f64")
+        return self.out(lambda d: arith.min_("s64", d, k, 2046), "b64")
 
     def biased_exponent(self, value: Reg) -> Reg:
         """The exponent field of a non-negative f64."""

@@ -11,7 +11,10 @@ of :data:`ATTEMPTS` that apply to the kernel, each on a fresh copy of its segmen
 3. no aliases: metadata ops after inputs are computed, not read in place (their
    allocation domains are what lowering indexes through);
 4. both;
-5. for a matmul kernel: its MMAs as multiply + sum in fp32 (the reduction path, which
+5. for a matmul kernel the user gave ``MatmulParams``: the heuristic's params instead (a
+   config the kernel cannot take, such as 128x192 tiles over an N-major B operand, then
+   still runs on the tensor cores);
+6. for a matmul kernel: its MMAs as multiply + sum in fp32 (the reduction path, which
    needs neither TMA nor wgmma), without vectors or aliases.
 
 When every plan fails, the pipeline cuts the segment into one kernel per expr
@@ -40,6 +43,7 @@ class Attempt:
     alias_inputs: bool = True
     vectorize: bool = True
     tensor_cores: bool = True
+    user_params: bool = True  # the user's MatmulParams (else the heuristic's)
 
 
 ATTEMPTS = (
@@ -47,17 +51,20 @@ ATTEMPTS = (
     Attempt("no vectors", vectorize=False),
     Attempt("no aliases", alias_inputs=False),
     Attempt("no aliases or vectors", alias_inputs=False, vectorize=False),
+    Attempt("heuristic matmul", user_params=False),
     Attempt("multiply+sum", alias_inputs=False, vectorize=False, tensor_cores=False),
 )
 
 
-def attempts_for(has_mma: bool) -> list[Attempt]:
-    """The plans that apply to a kernel with (or without) MMAs, first plan first."""
+def attempts_for(has_mma: bool, user_params: bool = False) -> list[Attempt]:
+    """The plans that apply to a kernel with (or without) MMAs and (with ``user_params``)
+    the user's MatmulParams, first plan first."""
     if has_mma:
-        # A matmul kernel's schedule has no vector or alias switch: its fallback is the
-        # reduction path.
-        return [ATTEMPTS[0], ATTEMPTS[-1]]
-    return [attempt for attempt in ATTEMPTS if attempt.tensor_cores]
+        # A matmul kernel's schedule has no vector or alias switch: its fallbacks are the
+        # heuristic's params (where the user gave some) and the reduction path.
+        heuristic = [ATTEMPTS[-2]] if user_params else []
+        return [ATTEMPTS[0], *heuristic, ATTEMPTS[-1]]
+    return [a for a in ATTEMPTS if a.tensor_cores and a.user_params]
 
 
 def mmas_to_multiply_sum(fusion: Fusion) -> int:

@@ -53,7 +53,8 @@ def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo)
     operands = {id(m.a) for m in mmas} | {id(m.b) for m in mmas}
     tile_m, tile_n = default_tiles(shape["m"], shape["n"], single_mma=len(mmas) == 1)
     if len(mmas) == 1:
-        tile_m, tile_n = filling_tiles(shape, tile_m, tile_n, target)
+        n_major_b = contiguous_role(fusion, mmas[0], mmas[0].b) == "n"
+        tile_m, tile_n = filling_tiles(shape, tile_m, tile_n, target, n_major_b=n_major_b)
     tile_k = WIDEST_SWIZZLE_BYTES // mmas[0].a.dtype.itemsize
     itemsize = mmas[0].a.dtype.itemsize
     given = user or MatmulParams()

@@ -26,12 +26,16 @@ def default_tiles(m: int, n: int, *, single_mma: bool) -> tuple[int, int]:
 
 
 # The tiles the heuristic weighs, with their throughput per SM relative to 128x256 (wgmma's
-# issue rate falls with the tile: fewer MMAs per operand byte loaded).
-FILL_TILES = ((128, 256, 1.0), (128, 128, 0.9), (64, 256, 0.8), (64, 128, 0.7))
+# issue rate falls with the tile: fewer MMAs per operand byte loaded). 128x192 fills a wave
+# that 128x256 leaves a third or more empty: the autotuner picked it on the H100 at 256x9216,
+# 256x10240 and 512x4416 (0.82 -> 0.87x, 0.86 -> 0.95x, 0.70 -> 0.87x cuBLAS).
+FILL_TILES = (
+    (128, 256, 1.0), (128, 192, 0.95), (128, 128, 0.9), (64, 256, 0.8), (64, 128, 0.7),
+)  # fmt: skip
 
 
 def filling_tiles(
-    shape: dict[str, int], tile_m: int, tile_n: int, target: TargetInfo
+    shape: dict[str, int], tile_m: int, tile_n: int, target: TargetInfo, *, n_major_b: bool = False
 ) -> tuple[int, int]:
     """The tile of least estimated time, ``waves * area / throughput``, among the default
     and the smaller :data:`FILL_TILES` (none wider or taller than the default, which already
@@ -43,7 +47,11 @@ def filling_tiles(
     - just past a whole wave: 256x18944's 148 tiles of 128x256 take two waves on 132 SMs, the
       second nearly empty; 296 tiles of 128x128 take three waves of half the work each.
       Every shape of the public set the default put there ran under 0.9x cuBLAS
-      (docs/performance.md, "Tiles by waves")."""
+      (docs/performance.md, "Tiles by waves").
+
+    With ``n_major_b`` (a B operand stored N-major: its tile rows run along N) only tiles
+    of a power-of-two width, which the operand's XOR swizzle needs (a 128x192 plan failed
+    there, and the kernel fell back to multiply+sum)."""
 
     def count(m: int, n: int) -> int:
         return ceil_div(shape["m"], m) * ceil_div(shape["n"], n) * shape["batch"]
@@ -56,6 +64,8 @@ def filling_tiles(
 
     best = (tile_m, tile_n)
     for m, n, _ in FILL_TILES:
+        if n_major_b and n & (n - 1):
+            continue
         if m <= tile_m and n <= tile_n and cost(m, n) < cost(*best):
             best = (m, n)
     past_a_wave = count(tile_m, tile_n) >= target.sm_count

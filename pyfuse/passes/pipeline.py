@@ -232,7 +232,8 @@ def schedule_kernel(
         skip_intermediates(fusion, slices_only=not attempt.alias_inputs)
         runner.verify(fusion, "skip_intermediates")
         scheduler = scheduler_named(plan.scheduler)
-        plan.reference, params = scheduler.schedule(fusion, target, matmul, attempt.vectorize)
+        given = matmul if attempt.user_params else None
+        plan.reference, params = scheduler.schedule(fusion, target, given, attempt.vectorize)
         plan.params.update(params)
         runner.verify(fusion, f"schedule_{plan.scheduler}")
         inline.inline_most(fusion)
@@ -253,7 +254,7 @@ def _build_kernel(
     that works (passes/fallback.py), or the first plan's error when none does."""
     name = kernel_name(fusion.name, index)
     failures: list[tuple[Attempt, Exception]] = []
-    for attempt in attempts_for(has_mma(segmented.kernels[index].fusion)):
+    for attempt in attempts_for(has_mma(segmented.kernels[index].fusion), matmul is not None):
         try:
             if failures:
                 rewrite = None if attempt.tensor_cores else mmas_to_multiply_sum
@@ -277,10 +278,13 @@ def _build_kernel(
                 f"{failed.name}: {failure_summary(error)}" for failed, error in failures
             )
             plan.params["fallback"] = attempt.name
-            if matmul is not None and not attempt.tensor_cores:
+            if matmul is not None and not (attempt.tensor_cores and attempt.user_params):
                 # The user asked for these params: say why they were not used.
+                how = (
+                    "as multiply+sum" if not attempt.tensor_cores else "with the heuristic's params"
+                )
                 warnings.warn(
-                    f"pyfuse: kernel {name} runs as multiply+sum: its tensor-core plan with "
+                    f"pyfuse: kernel {name} runs {how}: its tensor-core plan with "
                     f"{matmul} failed ({failure_summary(failures[0][1])})",
                     UserWarning,
                     stacklevel=2,

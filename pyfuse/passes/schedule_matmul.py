@@ -27,14 +27,17 @@ from a fusion input, and an epilogue of pointwise ops only. Guarantees, on succe
 It declines, with the reason (from the operand facts of :mod:`matmul_operands`), what a
 TMA/wgmma kernel cannot take: operand dtypes other than
 bf16/f16, an operand computed by a non-metadata op (a *prologue*: the segmenter computes it
-in its own kernel), strides TMA cannot describe, MMAs of different shapes, and reductions or
-unrelated outputs in the epilogue.
+in its own kernel), strides TMA cannot describe, MMAs of different shapes, reductions or
+unrelated outputs in the epilogue, and float64 ``fmod``/``remainder``/``floor_divide`` in it
+(their exact reduction divides with ``div.rn.f64``, whose slow-path calls inside a persistent
+tile loop took ptxas a minute; the segmenter moves them to a pointwise kernel).
 """
 
 from __future__ import annotations
 
+from pyfuse.ir import dtypes
 from pyfuse.ir.caching import cache_after, cache_before
-from pyfuse.ir.exprs import LoadStoreKind, MmaOp, ReductionOp
+from pyfuse.ir.exprs import BinaryOp, BinaryOpType, LoadStoreKind, MmaOp, ReductionOp
 from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.hopper import SM90
 from pyfuse.ir.id_model import IdModel
@@ -72,6 +75,12 @@ from pyfuse.passes.transform_replay import replay_like
 
 NAME = MATMUL_SCHEDULER
 
+# float64 division-like ops: each element's exact reduction makes a dozen div.rn.f64 calls;
+# one per accumulator element in a persistent matmul epilogue took ptxas 62 s to assemble.
+_SLOW_F64_DIVISIONS = frozenset(
+    {BinaryOpType.FMOD, BinaryOpType.REMAINDER, BinaryOpType.FLOOR_DIVIDE}
+)
+
 
 def decline_reason(fusion: Fusion, target: TargetInfo) -> str | None:
     mmas = mma_ops(fusion)
@@ -101,6 +110,15 @@ def decline_reason(fusion: Fusion, target: TargetInfo) -> str | None:
     for expr in epilogue:
         if isinstance(expr, ReductionOp | MmaOp):
             return f"the epilogue has a {expr.op_name} (T{expr.output.name}); it must be pointwise"
+        if (
+            isinstance(expr, BinaryOp)
+            and expr.op in _SLOW_F64_DIVISIONS
+            and expr.output.dtype == dtypes.float64
+        ):
+            return (
+                f"the epilogue's float64 {expr.op_name} (T{expr.output.name}) compiles slowly "
+                "in a matmul kernel; it runs in a kernel of its own"
+            )
     results = {id(e.output) for e in epilogue} | {id(m.output) for m in mmas}
     for out in fusion.outputs:
         if id(out) not in results:

@@ -237,13 +237,17 @@ def _near_zero(expr: Expr, env: Env, exact: Env) -> Array | None:
     ``x`` (of ``x - y``), as far as this run moved it and at least JITTER of the operands,
     reaches 0. The noise moves a value across 0 but never onto it, where a kernel may land
     exactly (GPU fuzzer, seed 471: a layer_norm of equal values is exactly 0 on the GPU and
-    a few ulps off in the reference, so its cast to bool was True there and False here)."""
+    a few ulps off in the reference, so its cast to bool was True there and False here).
+    Below float64, an exact value a float32 subnormal away from 0 reaches it too: the GPU's
+    ``.ftz`` math flushes it (CPU fuzzer, seed 801: a softmax's subnormals, 0 from
+    ``ex2.approx.ftz``, made ``x != 0`` False where the reference had True)."""
     if isinstance(expr, CastOp):
         (inp,) = expr.tensor_inputs
         if not inp.dtype.is_floating:
             return None
         noisy, true = env.tensor(inp), exact.tensor(inp)
         scale = np.abs(true)
+        flushes = inp.dtype != dtypes.float64
     elif isinstance(expr, BinaryOp) and expr.op in (BinaryOpType.EQ, BinaryOpType.NE):
         common = common_dtype(expr.inputs)
         if not common.is_floating:
@@ -251,6 +255,7 @@ def _near_zero(expr: Expr, env: Env, exact: Env) -> Array | None:
         x, y = (env.operand(val, common) for val in expr.inputs)
         x0, y0 = (exact.operand(val, common) for val in expr.inputs)
         noisy, true, scale = x - y, x0 - y0, np.abs(x0) + np.abs(y0)
+        flushes = common != dtypes.float64
     else:
         return None
     moved = np.abs(noisy - true)
@@ -259,6 +264,9 @@ def _near_zero(expr: Expr, env: Env, exact: Env) -> Array | None:
     high = np.maximum(noisy, true) + distance
     # A value no run moved (a relu's 0, an input's) is exact in a kernel too.
     reaches = np.isfinite(low) & np.isfinite(high) & (low <= 0) & (high >= 0) & (moved > 0)
+    if flushes:
+        true64 = np.asarray(true, dtype=np.float64)
+        reaches |= (true64 != 0) & (np.abs(true64) < _SMALLEST_NORMAL_F32)
     return np.broadcast_to(reaches, expr.output.shape)
 
 

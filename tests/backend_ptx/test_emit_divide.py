@@ -95,3 +95,37 @@ def test_a_quotient_by_a_zero_remainder_has_the_reference_sign() -> None:
     want = reference_math.remainder(x, y)
     assert np.all(got == 0) and np.array_equal(np.signbit(got), np.signbit(want))
     assert np.array_equal(np.signbit(got), np.signbit(x))
+
+
+@pytest.mark.parametrize("error", [2.0**-14, -(2.0**-14)])
+def test_float32_fmod_is_exact_with_a_crude_reciprocal(
+    monkeypatch: pytest.MonkeyPatch, error: float
+) -> None:
+    """f32 operands take their quotients from ``rcp.approx.ftz.f64`` and Newton steps, not
+    a division (whose IEEE slow path ptxas compiles as a subroutine call: 768 of them in a
+    persistent matmul epilogue took ptxas 115 s). The SFU's precision is not specified:
+    with every approximate reciprocal off by 2**-14 either way, the results stay exact."""
+    from pyfuse.testing.ptx_sim import alu
+
+    exact = alu._SPECIAL["rcp"]
+    monkeypatch.setitem(alu._SPECIAL, "rcp", lambda v: exact(v) * (1.0 + error))
+    x, y = _hard_f32_pairs(512, seed=3)
+    got = _run("fmod", x, y, pf.float32)
+    with np.errstate(all="ignore"):
+        want = np.fmod(x, y)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_a_float32_fmod_divides_nothing_in_ieee_mode() -> None:
+    """No ``div.rn.f64`` in an f32 fmod: its slow path is a call ptxas compiles slowly
+    inside a persistent loop (the GPU fuzzer's seed 701 case 216 took 115 s to assemble)."""
+    fusion = pf.fuse(lambda a, b: pf.fmod(a, b)).trace(
+        pf.spec((64,), pf.float32), pf.spec((64,), pf.float32)
+    )
+    result = pipeline.run(
+        fusion, HOPPER, None, emit=lambda st: pipeline.Emitted(emit_ptx(st.kernel_ir, HOPPER))
+    )
+    (stages,) = result.kernels
+    assert stages.emitted is not None
+    assert "div.rn.f64" not in stages.emitted.ptx
+    assert "rcp.approx.ftz.f64" in stages.emitted.ptx

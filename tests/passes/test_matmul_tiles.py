@@ -44,3 +44,37 @@ def test_the_default_tile_and_smaller_ones_that_fill_the_last_wave() -> None:
     # 8192 x 8192 fills 15.5 waves either way: the default stays.
     shape = {"m": 8192, "n": 8192, "k": 8192, "batch": 1}
     assert filling_tiles(shape, 128, 256, HOPPER) == (128, 256)
+
+
+def test_a_wave_left_a_third_empty_takes_128x192_tiles() -> None:
+    """256 x 10240: 80 tiles of 128x256 leave 52 SMs idle; 108 of 128x192 fill more of the
+    one wave (the autotuner's pick on the H100: 0.86x -> 0.95x cuBLAS)."""
+    shape = {"m": 256, "n": 10240, "k": 8192, "batch": 1}
+    assert filling_tiles(shape, 128, 256, HOPPER) == (128, 192)
+    # An N-major B operand's XOR swizzle needs a power-of-two tile width.
+    assert filling_tiles(shape, 128, 256, HOPPER, n_major_b=True) == (128, 256)
+
+
+def test_an_n_major_b_operand_keeps_a_tensor_core_plan() -> None:
+    """3888x3224x2768 with B stored (K, N): 128x192 would fit the waves, but its swizzle
+    cannot split 192 columns, and the failed plan ran as multiply+sum."""
+    import pyfuse as pf
+    from pyfuse.passes import pipeline
+
+    specs = (pf.spec((3888, 2768), pf.bfloat16), pf.spec((2768, 3224), pf.bfloat16))
+    result = pipeline.run(pf.fuse(lambda a, b: a @ b).trace(*specs), HOPPER)
+    ((stages),) = result.kernels
+    assert stages.plan.scheduler == "matmul" and "fallback" not in stages.plan.params
+
+
+def test_a_matmul_config_the_kernel_cannot_take_falls_back_to_the_heuristic() -> None:
+    import pyfuse as pf
+    from pyfuse.passes import pipeline
+
+    specs = (pf.spec((512, 256), pf.bfloat16), pf.spec((256, 768), pf.bfloat16))
+    fusion = pf.fuse(lambda a, b: a @ b).trace(*specs)
+    with pytest.warns(UserWarning, match="runs with the heuristic's params"):
+        result = pipeline.run(fusion, HOPPER, pf.MatmulParams(tile_m=128, tile_n=192))
+    ((stages),) = result.kernels
+    assert stages.plan.scheduler == "matmul"
+    assert stages.plan.params["fallback"] == "heuristic matmul"

@@ -472,6 +472,17 @@ def test_a_cast_to_bool_of_a_value_within_its_noise_of_zero_is_undetermined() ->
     assert _noisy(equal, [y], 1.0)[0].tolist() != _noisy(equal, [y], -1.0)[0].tolist()
 
 
+def test_a_subnormal_compared_with_zero_is_undetermined() -> None:
+    """CPU fuzzer, seed 801: ``max(int, softmax) != 0`` where the softmax's values were
+    float32 subnormals, which ``ex2.approx.ftz`` makes 0: the runs must disagree there (in
+    the +-1 runs too), and agree on a normal value."""
+    fusion = pf.fuse(lambda x: (x * 0.5) != 0.0).trace(pf.spec((2,), pf.float32))
+    x = np.array([4e-39, 1e-30], np.float32)
+    runs = [_noisy(fusion, [x], j)[0] for j in (1.0, -1.0)]
+    assert runs[0][0] != runs[1][0]
+    assert runs[0][1] and runs[1][1]
+
+
 def test_a_cosine_of_a_huge_noisy_value_is_undetermined() -> None:
     """GPU fuzzer, seed 471: relu(cos(exp(x))) with x up to 50, where one ulp of exp(50) is
     2**49 radians; the relu cut off every run's move where the cosine was negative, so the
