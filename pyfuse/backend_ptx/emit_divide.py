@@ -188,9 +188,13 @@ class _FloatDivision(_Emitting):
         x = self.out(lambda d: arith.rcp("f64", d, value, mode="approx", ftz=True), "f64")
         negated = self.out(lambda d: arith.neg("f64", d, value), "f64")
         for _ in range(RECIPROCAL_NEWTON_STEPS):
-            error = self.out(lambda d, x=x: arith.fma("f64", d, negated, x, 1.0), "f64")
-            x = self.out(lambda d, x=x, error=error: arith.fma("f64", d, x, error, x), "f64")
+            x = self.newton_step(negated, x)
         return x
+
+    def newton_step(self, negated: Reg, x: Reg) -> Reg:
+        """``x + x (1 + negated x)``: one Newton step toward ``1 / -negated``."""
+        error = self.out(lambda d: arith.fma("f64", d, negated, x, 1.0), "f64")
+        return self.out(lambda d: arith.fma("f64", d, x, error, x), "f64")
 
     def scale(self, r: Reg, size: Reg) -> Reg:
         """``2**k``, the power of two at most ``r / size / 2**51`` (at least 1), from the
