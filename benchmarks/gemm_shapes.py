@@ -115,7 +115,7 @@ def dry_run(shapes: list[Shape]) -> int:
             f"{k.scheduler} grid={k.grid} "
             + ",".join(
                 f"{key}={k.params[key]}"
-                for key in ("tile_m", "tile_n", "splitk")
+                for key in ("tile_m", "tile_n", "splitk", "stream_k")
                 if key in k.params
             )
             for k in compiled.kernels

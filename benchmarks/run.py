@@ -229,6 +229,9 @@ def case_cold_call() -> Result:
 
 
 _ANCHORS: dict[tuple[Any, ...], dict[str, float]] = {}
+# Set by --max-autotune: matmul cases against eager also time torch.compile(mode="max-autotune")
+# (its tuning takes a minute or more per shape).
+_MAX_AUTOTUNE = False
 
 
 def _matmul_case(
@@ -258,6 +261,10 @@ def _matmul_case(
             compiled = torch.compile(eager)
             compiled(*args)
             anchors["compile"] = _bench(lambda: compiled(*args))
+            if _MAX_AUTOTUNE:
+                tuned = torch.compile(eager, mode="max-autotune")
+                tuned(*args)
+                anchors["max-autotune"] = _bench(lambda: tuned(*args))
         _ANCHORS[key] = anchors
     return Result(name, _bench(lambda: fused(*args)), dict(anchors), flops=flops)
 
@@ -332,22 +339,19 @@ def _a_bt_variants(
     return results
 
 
-def case_linear_gelu() -> list[Result]:
-    """linear+bias+gelu(tanh) at 4096x14336x4096 (the default, without a cluster, ping-pong
-    and the epilogue warps) and at 8192^3 (the default, ping-pong and the epilogue warps)."""
+Variants = tuple[tuple[str, "pf.MatmulParams | None"], ...]
+
+
+def _linear_gelu(cases: tuple[tuple[tuple[int, int, int], Variants], ...]) -> list[Result]:
+    """linear+bias+gelu(tanh) at each (M, N, K) under each (label, params) variant, against
+    eager (cuBLAS with the bias, then a gelu kernel) and torch.compile."""
     import torch
 
     def eager(x: Any, w: Any, b: Any) -> Any:
         return torch.nn.functional.gelu(torch.nn.functional.linear(x, w, b), approximate="tanh")
 
     results = []
-    pingpong = (", ping-pong", pf.MatmulParams(pingpong=True))
-    no_cluster = (", no cluster", pf.MatmulParams(cluster_m=1))
-    epilogue_warps = (", epilogue warps", pf.MatmulParams(epilogue_warps=True))
-    for (m, n, k), variants in (
-        ((4096, 14336, 4096), (("", None), no_cluster, pingpong, epilogue_warps)),
-        ((8192, 8192, 8192), (("", None), pingpong, epilogue_warps)),
-    ):
+    for (m, n, k), variants in cases:
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / 64
         b = torch.randn(n, device="cuda", dtype=torch.bfloat16)
@@ -360,6 +364,27 @@ def case_linear_gelu() -> list[Result]:
             name = f"linear+bias+gelu {m}x{n}x{k}{label}"
             results.append(_matmul_case(name, fused, eager, (x, w, b), 2 * m * n * k))
     return results
+
+
+def case_linear_gelu() -> list[Result]:
+    """linear+bias+gelu(tanh) at 4096x14336x4096 (the default, without a cluster, ping-pong
+    and the epilogue warps) and at 8192^3 (the default, ping-pong and the epilogue warps)."""
+    pingpong = (", ping-pong", pf.MatmulParams(pingpong=True))
+    no_cluster = (", no cluster", pf.MatmulParams(cluster_m=1))
+    epilogue_warps = (", epilogue warps", pf.MatmulParams(epilogue_warps=True))
+    return _linear_gelu(
+        (
+            ((4096, 14336, 4096), (("", None), no_cluster, pingpong, epilogue_warps)),
+            ((8192, 8192, 8192), (("", None), pingpong, epilogue_warps)),
+        )
+    )
+
+
+def case_linear_gelu_decode() -> list[Result]:
+    """linear+bias+gelu(tanh) at decode sizes, 16x14336x4096 and 128x14336x4096 (the default
+    and stream-K): the weight read dominates; eager adds a separate gelu kernel."""
+    variants: Variants = (("", None), (", stream-K", pf.MatmulParams(stream_k=True)))
+    return _linear_gelu((((16, 14336, 4096), variants), ((128, 14336, 4096), variants)))
 
 
 def case_gate_up() -> list[Result]:
@@ -409,6 +434,7 @@ CASES: dict[str, Callable[[], Result | list[Result]]] = {
     "gemm_cluster": case_gemm_cluster,
     "splitk": case_splitk,
     "linear_gelu": case_linear_gelu,
+    "linear_gelu_decode": case_linear_gelu_decode,
     "gate_up": case_gate_up,
 }
 
@@ -431,7 +457,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", choices=sorted(CASES), default=None)
     parser.add_argument("--json", default=None, help="also write the results to this file")
+    parser.add_argument(
+        "--max-autotune",
+        action="store_true",
+        help='matmul cases also against torch.compile(mode="max-autotune") (minutes)',
+    )
     args = parser.parse_args()
+    global _MAX_AUTOTUNE
+    _MAX_AUTOTUNE = args.max_autotune
 
     import torch
 

@@ -254,6 +254,9 @@ class _KernelEmitter:
             epilogue,
             accumulators=accumulators,
             emit_late_epilogue=late_epilogue if stmt.handoff is not None else None,
+            stream_k_workspace=(
+                self.tensors[stmt.stream_k.buffer_name].address if stmt.stream_k else None
+            ),
         )
         self.tile_memo = None  # its values live in the main loop's code only
 

@@ -505,19 +505,24 @@ def tensor_map_plans(kernel: Kernel) -> list[tma_host.TensorMapPlan]:
 
 def matmul_launch(kernel: Kernel) -> MatmulLaunch:
     """What launching ``kernel`` needs beyond its pointers (see :mod:`tensor_maps`): its
-    operands' tensor maps, which pointer argument is each one's base, and whether the
-    launch may shrink a persistent grid of clusters. Made once, when the kernel is built."""
+    operands' tensor maps, which pointer argument is each one's base, whether the launch may
+    shrink a persistent grid of clusters, and the stream-K flags it zeroes. Made once, when
+    the kernel is built."""
     stmt = find_main_loop(kernel)
     position = {param.buffer_name: index for index, param in enumerate(kernel.params)}
     buffers = mapped_buffers(stmt)
     missing = [name for name in buffers if name not in position]
     if missing:
         raise ValueError(f"kernel {kernel.name}: no device pointer for operands {missing}")
+    zeroed = None
+    if stmt.stream_k is not None:
+        zeroed = (position[stmt.stream_k.buffer_name], stmt.stream_k.flag_bytes)
     return MatmulLaunch(
         maps=tuple(plan.tiled_map() for plan in tensor_map_plans(kernel)),
         pointer_arguments=tuple(position[name] for name in buffers),
         persistent=stmt.persistent,
         cluster_ctas=kernel.cluster[0],
+        zeroed=zeroed,
     )
 
 

@@ -24,6 +24,7 @@ from pyfuse.backend_ptx.instructions import (
     tma,
 )
 from pyfuse.backend_ptx.matmul_host import OperandLayout
+from pyfuse.backend_ptx.matmul_stream_k import Piece, WorkBody
 from pyfuse.backend_ptx.operands import Address, Label, Reg, RegClass
 from pyfuse.ir.kernel_ir import MatmulMainLoop
 
@@ -77,8 +78,8 @@ class MainLoopView(Protocol):
     def pred(self) -> Reg: ...
     def full_barrier(self, stage: Reg) -> Reg: ...
     def empty_barrier(self, stage: Reg) -> Address: ...
-    def tile_loop(self, body: Callable[[Reg, Reg, Reg], None]) -> None: ...
-    def k_loop(self, body: Callable[[Reg], None]) -> None: ...
+    def work_loop(self, body: WorkBody) -> None: ...
+    def k_loop(self, body: Callable[[Reg], None], piece: Piece | None = None) -> None: ...
 
 
 class Producer:
@@ -102,7 +103,7 @@ class Producer:
             self.map_addresses.append(address)
         self.slices = [self.slice_of(layout) for layout in self.loop.layouts]
         self.ring = Ring(kb, self.loop.stmt.stages)
-        self.loop.tile_loop(self.produce_tile)
+        self.loop.work_loop(self.produce_tile)
 
     def slice_of(self, layout: OperandLayout) -> tuple[Reg, Reg, Reg] | None:
         """For a multicast operand: (byte offset, coordinate offset along the slice dim,
@@ -137,7 +138,7 @@ class Producer:
         )
         return offset, coord, mask
 
-    def produce_tile(self, batch: Reg, m0: Reg, n0: Reg) -> None:
+    def produce_tile(self, batch: Reg, m0: Reg, n0: Reg, piece: Piece | None) -> None:
         def produce(kt: Reg) -> None:
             kb, ring, stmt = self.loop.kb, self.ring, self.loop.stmt
             k0, parity, stage_smem = self.loop.u32(), self.loop.u32(), self.loop.u32()
@@ -163,7 +164,7 @@ class Producer:
                 self.load_operand(layout, tensor_map, starts, batch, stage_smem, full, slice_)
             ring.advance()
 
-        self.loop.k_loop(produce)
+        self.loop.k_loop(produce, piece)
 
     def batch_coordinates(self, layout: OperandLayout, batch: Reg) -> dict[int, Reg | int]:
         operand = layout.operand

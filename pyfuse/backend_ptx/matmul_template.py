@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from pyfuse.backend_ptx import matmul_handoff, matmul_vectors, smem_desc
+from pyfuse.backend_ptx import matmul_handoff, matmul_stream_k, matmul_vectors, smem_desc
 from pyfuse.backend_ptx.abi import ParamKind
 from pyfuse.backend_ptx.emitter import Directives, KernelBuilder, Param
 from pyfuse.backend_ptx.instructions import (
@@ -71,6 +71,7 @@ from pyfuse.backend_ptx.matmul_host import (
 )
 from pyfuse.backend_ptx.matmul_producer import Producer, Ring
 from pyfuse.backend_ptx.matmul_staging import Staging
+from pyfuse.backend_ptx.matmul_stream_k import Fixup, Piece, WorkBody
 from pyfuse.backend_ptx.matmul_vectors import VectorLoads
 from pyfuse.backend_ptx.operands import Address, Reg, RegClass
 from pyfuse.ir.hopper import SM90
@@ -120,6 +121,7 @@ def emit_matmul_main_loop(
     *,
     accumulators: Mapping[Buffer, Sequence[Reg]] | None = None,
     emit_late_epilogue: EmitLateEpilogue | None = None,
+    stream_k_workspace: Reg | None = None,
 ) -> None:
     """Emit the whole warp-specialized main loop into ``kb`` (see the module docstring).
 
@@ -127,13 +129,17 @@ def emit_matmul_main_loop(
     ``element`` with ``stmt.row``/``stmt.col``/``stmt.batch_index`` bound to registers;
     it reads the accumulators from ``accumulators`` (from :func:`allocate_accumulators`,
     allocated here when not given). With epilogue warps, ``emit_late_epilogue`` emits
-    the late epilogue of a pair, its value read from the handoff address given. Every thread
-    leaves through the end of the emitted code.
+    the late epilogue of a pair, its value read from the handoff address given. With stream-K,
+    ``stream_k_workspace`` holds the global address of its workspace. Every thread leaves
+    through the end of the emitted code.
     """
     if stmt.handoff is not None and emit_late_epilogue is None:
         raise ValueError("a main loop with epilogue warps needs emit_late_epilogue")
+    if (stmt.stream_k is None) != (stream_k_workspace is None):
+        raise ValueError("a stream-K main loop needs its workspace's address, and only it")
     loop = _MainLoop(kb, stmt, kernel, tensor_map_params, emit_epilogue, accumulators)
     loop.emit_late = emit_late_epilogue
+    loop.workspace = stream_k_workspace
     loop.emit()
 
 
@@ -150,6 +156,7 @@ class _MainLoop:
         self.kb, self.stmt, self.kernel = kb, stmt, kernel
         self.emit_epilogue = emit_epilogue
         self.emit_late: EmitLateEpilogue | None = None
+        self.workspace: Reg | None = None
         self.layouts = [operand_layout(stmt, operand) for operand in stmt.operands]
         self.ab_type = WGMMA_TYPES[stmt.operands[0].dtype]  # operand_layout checked the types
         self.wgmma_k = wgmma.WGMMA_K[self.ab_type]
@@ -371,12 +378,24 @@ class _MainLoop:
             return
         self.tile_ids(lambda t, stride: body(*self.decode_linear(t)))
 
+    def work_loop(self, body: WorkBody) -> None:
+        """Run ``body(batch, m0, n0, piece)`` for each of this CTA's tiles (``piece`` None:
+        all of K) and, with stream-K, its pieces of split tiles (:mod:`.matmul_stream_k`)."""
+        if self.stmt.stream_k is None:
+            self.tile_loop(lambda batch, m0, n0: body(batch, m0, n0, None))
+        else:
+            matmul_stream_k.walk(self, body)
+
     def tile_ids(
-        self, body: Callable[[Reg, Reg], None], first: Reg | None = None, every: int = 1
+        self,
+        body: Callable[[Reg, Reg], None],
+        first: Reg | None = None,
+        every: int = 1,
+        limit: Reg | None = None,
     ) -> None:
         """Run ``body(t, stride)`` for the persistent tile ids ``t = blockIdx.x + (first + j
-        every) gridDim.x`` below the tile count (clusters walk cluster tiles, every CTA of
-        one the same: it multicasts to its peers)."""
+        every) gridDim.x`` below the tile count, or ``limit`` (clusters walk cluster tiles,
+        every CTA of one the same: it multicasts to its peers)."""
         kb, order = self.kb, self.order
         clustered = self.stmt.cluster_size > 1
         t = self.sreg("clusterid.x" if clustered else "ctaid.x")
@@ -391,24 +410,25 @@ class _MainLoop:
         finished = self.pred()
         kb.place(top)
         kb.emit(
-            arith.setp("ge", "u32", finished, t, order.tiles),
+            arith.setp("ge", "u32", finished, t, order.tiles if limit is None else limit),
             control.bra(done, uni=True).guarded(finished),
         )
         body(t, stride)
         kb.emit(arith.add("u32", t, t, step), control.bra(top, uni=True))
         kb.place(done)
 
-    def k_loop(self, body: Callable[[Reg], None]) -> None:
-        """``body(kt)`` for kt in range(k_tiles), as a loop (k_tiles >= 1)."""
+    def k_loop(self, body: Callable[[Reg], None], piece: Piece | None = None) -> None:
+        """``body(kt)`` for kt in range(k_tiles), or the piece's K tiles, as a loop (at least
+        one K tile)."""
         kb = self.kb
         kt = self.u32()
         top, more = kb.new_label("k_tile"), self.pred()
-        kb.emit(arith.mov("u32", kt, 0))
+        kb.emit(arith.mov("u32", kt, 0 if piece is None else piece.begin))
         kb.place(top)
         body(kt)
         kb.emit(
             arith.add("u32", kt, kt, 1),
-            arith.setp("lt", "u32", more, kt, self.k_tiles),
+            arith.setp("lt", "u32", more, kt, self.k_tiles if piece is None else piece.end),
             control.bra(top, uni=True).guarded(more),
         )
 
@@ -475,7 +495,10 @@ class _MainLoop:
         if stmt.pingpong:
             self.pingpong_tile_loop()
         else:
-            self.tile_loop(self.consume_tile)
+            self.fixup: Fixup | None = None
+            if self.workspace is not None:
+                self.fixup = Fixup(kb, stmt, self.workspace, self.tid, self.consumer_index)
+            self.work_loop(self.consume_tile)
         if self.staging is not None:
             self.staging.drain()
 
@@ -523,9 +546,15 @@ class _MainLoop:
         self.tile_ids(tile, first=self.consumer_index, every=2)
 
     def consume_tile(
-        self, batch: Reg, m0: Reg, n0: Reg, after_main_loop: Callable[[], None] | None = None
+        self,
+        batch: Reg,
+        m0: Reg,
+        n0: Reg,
+        piece: Piece | None = None,
+        after_main_loop: Callable[[], None] | None = None,
     ) -> None:
         kb, ring, stmt = self.kb, self.ring, self.stmt
+        first_k = 0 if piece is None else piece.begin
 
         def consume(kt: Reg) -> None:
             ready, accumulate, release = self.pred(), self.pred(), self.pred()
@@ -539,7 +568,7 @@ class _MainLoop:
                 arith.mul(
                     "u32", stage_offset, ring.stage, stmt.operands[0].stage_bytes >> 4, mode="wide"
                 ),
-                arith.setp("ne", "u32", accumulate, kt, 0),
+                arith.setp("ne", "u32", accumulate, kt, first_k),
             )
             descriptors = []
             for bases in self.base_descriptors:
@@ -553,7 +582,7 @@ class _MainLoop:
             # The previous K tile's wgmmas have retired: its stage may be refilled.
             kb.emit(
                 wgmma.wait_group(1),
-                arith.setp("ne", "u32", release, kt, 0, bool_op="and", c=self.lane0),
+                arith.setp("ne", "u32", release, kt, first_k, bool_op="and", c=self.lane0),
             )
             self.release(self.previous_stage, release)
             kb.emit(arith.mov("u32", self.previous_stage, ring.stage))
@@ -563,7 +592,7 @@ class _MainLoop:
         if self.vectors is not None:
             first_row = self.first_row(m0)
             self.vectors.issue(first_row, n0)
-        self.k_loop(consume)
+        self.k_loop(consume, piece)
         if after_main_loop is not None:
             after_main_loop()
         kb.emit(wgmma.wait_group(0))
@@ -571,10 +600,19 @@ class _MainLoop:
         if self.vectors is not None:
             self.vectors.wait()
         coordinates = (batch, first_row or self.first_row(m0), n0)
-        bindings = fragment(kb, stmt, self.lane, self.warp, coordinates, self.consumer_index)
-        consumer_epilogue(
-            kb, stmt, bindings, coordinates, self.staging or self.handoff, self.emit_epilogue
-        )
+
+        def epilogue() -> None:
+            bindings = fragment(kb, stmt, self.lane, self.warp, coordinates, self.consumer_index)
+            consumer_epilogue(
+                kb, stmt, bindings, coordinates, self.staging or self.handoff, self.emit_epilogue
+            )
+
+        if piece is None:
+            epilogue()
+            return
+        assert self.fixup is not None
+        accumulators = [self.accumulators[acc] for _, _, acc in stmt.mmas]
+        self.fixup.emit(piece, accumulators, epilogue)
 
     def issue_wgmmas(self, descriptors: list[list[Reg]], accumulate: Reg) -> None:
         """Every k-step's wgmmas of one K tile: per MMA, one per 64-row block of A."""

@@ -41,7 +41,7 @@ TENSOR_MAP_CACHE_SIZE = 256
 INTERLEAVE_32B = 2  # CU_TENSOR_MAP_INTERLEAVE_32B: the base must then be 32-byte aligned
 _TUPLE_FIELDS = ("global_dims", "global_strides", "box_dims", "element_strides")
 _INT_FIELDS = ("dtype_code", "interleave", "swizzle", "l2_promotion", "oob_fill")
-_LAUNCH_FIELDS = {"maps", "pointer_arguments", "persistent", "cluster_ctas"}
+_LAUNCH_FIELDS = {"maps", "pointer_arguments", "persistent", "cluster_ctas", "zeroed"}
 
 
 def _is_count(value: object) -> bool:
@@ -94,12 +94,14 @@ class MatmulLaunch:
     pointer argument ``pointer_arguments[i]`` (a position in ``Kernel.arguments``). A
     ``persistent`` kernel whose clusters have ``cluster_ctas > 1`` CTAs may launch fewer
     clusters than its grid has, as many as the device holds at once (its tile loop strides by
-    the launched count)."""
+    the launched count). ``zeroed`` is ``(argument position, bytes)`` of a workspace whose
+    first bytes every launch zeroes first (stream-K's flags), or None."""
 
     maps: tuple[TiledMap, ...]
     pointer_arguments: tuple[int, ...]
     persistent: bool
     cluster_ctas: int
+    zeroed: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         if type(self.maps) is not tuple or not all(type(m) is TiledMap for m in self.maps):
@@ -113,6 +115,11 @@ class MatmulLaunch:
             raise ValueError(f"persistent must be a bool: {self.persistent!r}")
         if not (_is_count(self.cluster_ctas) and self.cluster_ctas >= 1):
             raise ValueError(f"cluster CTAs must be a positive int: {self.cluster_ctas!r}")
+        zeroed = self.zeroed
+        if zeroed is not None and (
+            type(zeroed) is not tuple or len(zeroed) != 2 or not all(map(_is_count, zeroed))
+        ):
+            raise ValueError(f"zeroed must be (argument position, bytes): {zeroed!r}")
 
 
 def to_json(launch: MatmulLaunch) -> dict[str, Any]:
@@ -128,6 +135,7 @@ def to_json(launch: MatmulLaunch) -> dict[str, Any]:
         "pointer_arguments": list(launch.pointer_arguments),
         "persistent": launch.persistent,
         "cluster_ctas": launch.cluster_ctas,
+        "zeroed": None if launch.zeroed is None else list(launch.zeroed),
     }
 
 
@@ -147,6 +155,7 @@ def from_json(value: Any) -> MatmulLaunch:
         pointer_arguments=tuple(_list(value["pointer_arguments"])),
         persistent=value["persistent"],
         cluster_ctas=value["cluster_ctas"],
+        zeroed=None if value["zeroed"] is None else tuple(_list(value["zeroed"])),
     )
 
 

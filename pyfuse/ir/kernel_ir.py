@@ -697,6 +697,29 @@ class EpilogueHandoff:
         return self.tensors * self.tile_bytes
 
 
+@record(frozen=True)
+class StreamK:
+    """Stream-K for a persistent main loop: the tiles past the workers' last whole wave but
+    one (all tiles when there are fewer than two waves) are split along K over every worker
+    (a CTA, or a cluster), each taking an equal run of K tiles through them; a worker that
+    computes part of a tile without its first K tile stores its fp32 partial sums in
+    ``buffer_name`` and raises its flag, and the one with the first K tile adds them before
+    the epilogue. The buffer (a workspace parameter) holds ``slots * consumer warpgroups``
+    u32 flags, which the launch zeroes (``flag_bytes``), then one partial tile per slot (a
+    CTA of the launched grid) and warpgroup: ``accumulator registers x 128 threads`` fp32
+    values per MMA, four registers of a thread side by side."""
+
+    buffer_name: str
+    slots: int  # CTAs of the launched grid
+    warpgroups: int  # consumer warpgroups per CTA
+    flag_bytes: int  # the zeroed flags, padded to keep the partial sums 16-byte aligned
+    partial_bytes: int  # one warpgroup's partial sums of every MMA
+
+    @property
+    def nbytes(self) -> int:
+        return self.flag_bytes + self.partial_bytes * self.slots * self.warpgroups
+
+
 @record(eq=False)
 class MatmulMainLoop(Stmt):
     """A warp-specialized Hopper matmul over output tiles: a producer warpgroup loads operand
@@ -756,6 +779,8 @@ class MatmulMainLoop(Stmt):
     handoff: EpilogueHandoff | None = None
     late_epilogue: list[Stmt] = field(default_factory=list)
     handoff_values: list[Buffer] = field(default_factory=list)
+    # Stream-K (persistent, cooperative, no epilogue warps): see StreamK.
+    stream_k: StreamK | None = None
 
     def children(self) -> Iterator[list[Stmt]]:
         yield self.epilogue

@@ -21,7 +21,9 @@ class MatmulParams:
     persistent, at most 128x128 accumulator elements per warpgroup); ``epilogue_warps``
     hands the epilogue after its first 16-bit tensor to the producer warpgroup's idle warps,
     which run it while the consumers start their next tile (one MMA, one TMA-stored 16-bit
-    output)."""
+    output); ``stream_k`` splits the tiles of a persistent kernel's last, partly filled
+    waves along K over all its CTAs (partial sums through a workspace; cooperative kernels
+    without epilogue warps)."""
 
     tile_m: int | None = None
     tile_n: int | None = None
@@ -35,6 +37,7 @@ class MatmulParams:
     smem_epilogue: bool | None = None
     pingpong: bool | None = None
     epilogue_warps: bool | None = None
+    stream_k: bool | None = None
 
     def __post_init__(self) -> None:
         for field in fields(self):

@@ -59,6 +59,12 @@ from pyfuse.passes.plan import KernelPlan
 SMEM_ALIGN = SM90.max_swizzle_pattern_bytes
 
 
+# The fewest K tiles a stream-K worker takes (fewer workers are launched for a small problem).
+STREAM_K_MIN_RUN = 2
+# The partial sums start past the flags on this boundary (16-byte vector stores, L2 sectors).
+STREAM_K_ALIGN = 256
+
+
 def _align(value: int, alignment: int) -> int:
     return -(-value // alignment) * alignment
 
@@ -237,7 +243,10 @@ class _MatmulLowering(MatmulEpilogueLowering):
         m_tiles = -(-sizes["m"] // params.tile_m)
         n_tiles = -(-sizes["n"] // params.tile_n)
         cluster = loop.cluster_size
-        if params.persistent:
+        if params.stream_k:
+            ctas = self._stream_k(loop, m_tiles, n_tiles)
+            grid = (ctas, 1, 1)
+        elif params.persistent:
             # As many CTAs as take every tile in the fewest waves (1-D clusters of CTAs).
             ctas = persistent_ctas(
                 m_tiles,
@@ -258,6 +267,16 @@ class _MatmulLowering(MatmulEpilogueLowering):
             swizzle = params.grid_swizzle or 1
             grid = (n_tiles * swizzle, -(-m_tiles // swizzle), sizes["batch"])
         params_sorted = sorted(self.params, key=lambda p: (p.role != k.ParamRole.INPUT, p.index))
+        if loop.stream_k is not None:
+            params_sorted.append(
+                k.TensorParam(
+                    buffer_name=loop.stream_k.buffer_name,
+                    dtype=dtypes.int32,
+                    role=k.ParamRole.INTERMEDIATE,
+                    index=0,
+                    shape=(loop.stream_k.nbytes // 4,),
+                )
+            )
         return k.Kernel(
             name=self.name,
             params=params_sorted,
@@ -269,6 +288,32 @@ class _MatmulLowering(MatmulEpilogueLowering):
             index_dtype=self.index_dtype,
             cluster=(cluster, 1, 1),
         )
+
+    def _stream_k(self, loop: k.MatmulMainLoop, m_tiles: int, n_tiles: int) -> int:
+        """Set ``loop.stream_k`` and return the CTAs to launch: a worker (CTA or cluster) per
+        SM's worth of CTAs, no more than give each at least ``STREAM_K_MIN_RUN`` K tiles."""
+        params = self.matmul
+        if not params.persistent or params.pingpong or loop.handoff is not None:
+            # The heuristic refuses stream-K wherever this could happen.
+            raise ScheduleError(
+                f"kernel {self.name}: stream-K needs a persistent cooperative kernel without "
+                "epilogue warps"
+            )
+        cluster = loop.cluster_size
+        work = -(-m_tiles // loop.cluster_m) * -(-n_tiles // loop.cluster_n) * loop.batch
+        k_tiles = -(-loop.k // loop.tile_k)
+        workers = max(1, min(self.target.sm_count // cluster, work * k_tiles // STREAM_K_MIN_RUN))
+        ctas = workers * cluster
+        registers = loop.accumulator_registers * len(loop.mmas)
+        flags = ctas * loop.consumer_warpgroups
+        loop.stream_k = k.StreamK(
+            buffer_name=f"{self.name}_stream_k",
+            slots=ctas,
+            warpgroups=loop.consumer_warpgroups,
+            flag_bytes=_align(flags * 4, STREAM_K_ALIGN),
+            partial_bytes=registers * SM90.warpgroup_threads * 4,
+        )
+        return ctas
 
     def _handoff(
         self, stores: list[k.TmaStore]

@@ -69,8 +69,12 @@ def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo)
     stage_bytes = (tile_m * a_count + tile_n * b_count) * tile_k * itemsize
     budget = target.max_smem_per_block - BARRIER_REGION_BYTES
     warpgroups = consumer_warpgroups(tile_m, given.pingpong)
-    if given.epilogue_warps is None and _epilogue_warps_pay(
-        fusion, mmas, shape, given, tile_m, tile_n, budget, stage_bytes, target.sm_count
+    if (
+        given.epilogue_warps is None
+        and not given.stream_k
+        and _epilogue_warps_pay(
+            fusion, mmas, shape, given, tile_m, tile_n, budget, stage_bytes, target.sm_count
+        )
     ):
         given = dataclasses.replace(given, epilogue_warps=True)
     given = _epilogue_warps(fusion, mmas, shape, given, tile_m, tile_n)
@@ -121,11 +125,32 @@ def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo)
         smem_epilogue=smem_epilogue,
         pingpong=False,
         epilogue_warps=False,
+        stream_k=False,
     )
     params = _fit_cluster(given.merged(defaults), given)
+    params = _stream_k(params, given)
     _check_params(params, tile_n_limit=SM90.wgmma_n_max, k_tiles=k_tiles)
     _warn_unused(params)
     return params
+
+
+def _stream_k(params: MatmulParams, given: MatmulParams) -> MatmulParams:
+    """``params`` with stream-K where the user (or the autotuner) asked for it: a persistent
+    kernel then; refused with a warning for ping-pong, the epilogue warps or a kernel the
+    user made non-persistent. The heuristic does not choose it: on the H100 it ran slower
+    than the plain persistent kernel on the ragged last waves it was built for
+    (docs/performance.md, "Stream-K")."""
+    if not given.stream_k:
+        return params
+    if not params.pingpong and not params.epilogue_warps and given.persistent is not False:
+        return dataclasses.replace(params, persistent=True)
+    warnings.warn(
+        "pyfuse: MatmulParams(stream_k=True) not applied: stream-K runs in a persistent "
+        "cooperative kernel without epilogue warps",
+        UserWarning,
+        stacklevel=3,
+    )
+    return dataclasses.replace(params, stream_k=False)
 
 
 def _smem_epilogue(

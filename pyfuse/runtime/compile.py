@@ -13,6 +13,7 @@ the runtime can start the driver's JIT beside the rest of the compile.
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
@@ -46,6 +47,8 @@ def _arguments(
     for param in kernel_ir.params:
         if param.role == ParamRole.INPUT:
             result.append(sources[param.index])
+        elif param.role == ParamRole.INTERMEDIATE:  # the kernel's own workspace (stream-K)
+            result.append(("intermediate", param.buffer_name))
         else:
             result.append(sinks[param.index])
     return result
@@ -167,6 +170,16 @@ def _kernel_from(
     )
 
 
+def _kernel_workspaces(record: pipeline.PipelineResult) -> dict[str, int]:
+    """Bytes of each kernel's own workspace (a stream-K matmul's), by its parameter's name."""
+    return {
+        param.buffer_name: param.dtype.itemsize * math.prod(param.shape)
+        for stages in record.kernels
+        for param in stages.kernel_ir.params
+        if param.role == ParamRole.INTERMEDIATE
+    }
+
+
 def _compiled_from(record: pipeline.PipelineResult) -> Compiled:
     """``Compiled`` and its ``Kernel`` s, made from the pipeline's record."""
     segmented = record.segmented
@@ -184,8 +197,11 @@ def _compiled_from(record: pipeline.PipelineResult) -> Compiled:
         math_ir=record.math_ir,
         fusion=record.traced,
         intermediate_bytes={
-            name: tv.numel * tv.dtype.itemsize
-            for name, tv in sorted(segmented.intermediates.items())
+            **{
+                name: tv.numel * tv.dtype.itemsize
+                for name, tv in sorted(segmented.intermediates.items())
+            },
+            **_kernel_workspaces(record),
         },
         built_segmented=segmented,
     )

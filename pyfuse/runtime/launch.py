@@ -222,12 +222,14 @@ class Loaded:
             len(launches) == 1
             and launches[0][4] == tuple(range(buffers))
             and launches[0][5] is None
+            and launches[0][6] is None
         ):
-            launcher, grid, block, smem, _, _ = launches[0]
+            launcher, grid, block, smem, _, _, _ = launches[0]
             self._direct = launcher.bound(grid, block, smem)
         from pyfuse.backend_ptx import driver
 
         self._context = driver.context
+        self._memset = driver.memset_d8_async
         # Launchers write their argument slots in place: one launch sequence at a time.
         self._lock = threading.Lock()
         compiled.timings["load"] = compiled.timings.get("load", 0.0) + time.perf_counter() - start
@@ -244,8 +246,11 @@ class Loaded:
             if self._direct is not None:
                 self._direct(buffers, stream)
             else:
-                for launcher, grid, block, smem, slots, maps in self._launches:
+                for launcher, grid, block, smem, slots, maps, zeroed in self._launches:
                     arguments: list[Any] = [buffers[slot] for slot in slots]
+                    if zeroed is not None:  # stream-K's flags, in the launch's stream order
+                        position, nbytes = zeroed
+                        self._memset(arguments[position], 0, nbytes, stream or 0)
                     if maps is not None:
                         arguments += maps(arguments)
                     launcher.launch(grid, block, smem, stream, arguments)
@@ -255,7 +260,8 @@ class Loaded:
 
 def _launch_entry(kernel: Any, slots: tuple[int, ...], module: Any) -> tuple[Any, ...]:
     """How :meth:`Loaded.launch` runs one kernel of ``module``: (launcher, grid, block, shared
-    memory bytes, buffer slots, tensor-map encoder or None)."""
+    memory bytes, buffer slots, tensor-map encoder or None, the workspace bytes zeroed before
+    it as ``(argument position, bytes)`` or None)."""
     from pyfuse.backend_ptx import driver
     from pyfuse.backend_ptx.abi import ParamKind
 
@@ -273,7 +279,8 @@ def _launch_entry(kernel: Any, slots: tuple[int, ...], module: Any) -> tuple[Any
         kinds += [ParamKind.TENSOR_MAP] * len(kernel.matmul_launch.maps)
     launcher = driver.Launcher(function, kinds)
     grid = _resident_grid(kernel, function)
-    return (launcher, grid, kernel.block, kernel.smem_bytes, slots, maps)
+    zeroed = kernel.matmul_launch.zeroed if kernel.matmul_launch is not None else None
+    return (launcher, grid, kernel.block, kernel.smem_bytes, slots, maps, zeroed)
 
 
 # ---- Compiled --------------------------------------------------------------------------------

@@ -373,6 +373,8 @@ def _launch_from(value: object, arguments: int) -> MatmulLaunch | None:
     launch = tensor_maps.from_json(value)
     if any(position >= arguments for position in launch.pointer_arguments):
         raise ValueError(f"a tensor map's base is no argument of the kernel: {value!r}")
+    if launch.zeroed is not None and launch.zeroed[0] >= arguments:
+        raise ValueError(f"a zeroed workspace is no argument of the kernel: {value!r}")
     return launch
 
 

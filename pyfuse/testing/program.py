@@ -104,6 +104,7 @@ SCHEDULES: dict[str, pf.MatmulParams] = {
     "register_stores": pf.MatmulParams(smem_epilogue=False),
     "cluster_2x1": pf.MatmulParams(cluster_m=2, persistent=True),
     "tiles_64x64": pf.MatmulParams(tile_m=64, tile_n=64, persistent=True),
+    "stream_k": pf.MatmulParams(tile_m=64, tile_n=64, stream_k=True),
 }
 
 

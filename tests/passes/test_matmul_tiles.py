@@ -78,3 +78,34 @@ def test_a_matmul_config_the_kernel_cannot_take_falls_back_to_the_heuristic() ->
     ((stages),) = result.kernels
     assert stages.plan.scheduler == "matmul"
     assert stages.plan.params["fallback"] == "heuristic matmul"
+
+
+def _params_of(params: object | None, shape: tuple[int, int, int] = (3000, 4608, 3584)) -> dict:
+    import pyfuse as pf
+    from pyfuse.passes import pipeline
+
+    m, n, k = shape
+    specs = (pf.spec((m, k), pf.bfloat16), pf.spec((n, k), pf.bfloat16))
+    fusion = pf.fuse(lambda a, b: a @ b.T).trace(*specs)
+    ((stages),) = pipeline.run(fusion, HOPPER, params).kernels  # type: ignore[arg-type]
+    assert stages.plan.scheduler == "matmul"
+    return dict(stages.plan.params) | {"grid": stages.kernel_ir.grid}
+
+
+def test_stream_k_is_asked_for_and_makes_the_kernel_persistent_on_every_sm() -> None:
+    import pyfuse as pf
+
+    assert _params_of(None)["stream_k"] is False  # the heuristic does not choose it
+    chosen = _params_of(pf.MatmulParams(stream_k=True))
+    assert chosen["stream_k"] is True and chosen["persistent"] is True
+    assert chosen["grid"] == (HOPPER.sm_count, 1, 1)  # 66 workers of 2x1 clusters
+    small = _params_of(pf.MatmulParams(stream_k=True, tile_n=64), (64, 64, 256))
+    assert small["grid"] == (2, 1, 1)  # one tile of 4 K tiles: two workers of two
+
+
+def test_stream_k_with_ping_pong_is_refused_with_a_warning() -> None:
+    import pyfuse as pf
+
+    with pytest.warns(UserWarning, match="stream_k=True"):
+        chosen = _params_of(pf.MatmulParams(stream_k=True, pingpong=True))
+    assert chosen["stream_k"] is False and chosen["pingpong"] is True

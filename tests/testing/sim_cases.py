@@ -53,6 +53,24 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec], pf.MatmulParams | N
         P(tile_m=128, tile_n=256, stages=3),
     ),
     "split_k": (lambda a, b: a @ b.T, [S((128, 512), bf16), S((64, 512), bf16)], P(splitk=2)),
+    # Stream-K: nine tiles of eight K tiles over 36 CTAs, each tile in four pieces summed
+    # through the workspace (the grid-size tests run it on other CTA counts).
+    "stream_k": (
+        lambda a, b: a @ b.T,
+        [S((300, 512), bf16), S((136, 512), bf16)],
+        P(stream_k=True, tile_m=128, tile_n=64),
+    ),
+    # In 2x1 clusters, with a bias vector, and two MMAs (the partials of both are summed).
+    "stream_k_cluster_bias": (
+        lambda x, w, b: pf.linear(x, w, b),
+        [S((256, 256), bf16), S((64, 256), bf16), S((64,), bf16)],
+        P(stream_k=True, cluster_m=2, tile_m=128, tile_n=64),
+    ),
+    "stream_k_gate_up_batched": (
+        lambda x, w1, w3: pf.silu(x @ w1) * (x @ w3),
+        [S((2, 64, 256), bf16), S((2, 256, 64), bf16), S((2, 256, 64), bf16)],
+        P(stream_k=True, tile_m=64, tile_n=64),
+    ),
     "register_stores": (
         lambda a, b: a @ b.T,
         [S((130, 64), bf16), S((72, 64), bf16)],

@@ -114,7 +114,7 @@ def test_program_round_trips_and_renders_a_runnable_repro() -> None:
 
 
 def test_half_the_matmul_programs_ask_for_another_schedule_and_keep_it_in_their_repro() -> None:
-    programs = [generate(11, i) for i in range(400)]
+    programs = [generate(11, i) for i in range(2000)]
     with_matmul = [p for p in programs if any(op.name in ("matmul", "linear") for op in p.ops())]
     assert all(p.schedule == "" for p in programs if p not in with_matmul)
     scheduled = [p for p in with_matmul if p.schedule]

@@ -118,8 +118,11 @@ def ld(
     nc: bool = False,
     cache: str | None = None,
     eviction: str | None = None,
+    sem: str | None = None,
+    scope: str | None = None,
 ) -> Instr:
-    """Load one value or a v2/v4 vector; ``nc`` uses the read-only (texture) path."""
+    """Load one value or a v2/v4 vector; ``nc`` uses the read-only (texture) path; ``sem``
+    (``relaxed`` or ``acquire``) with ``scope`` makes it a strong load."""
     check_choice(space, LD_SPACES, "ld: space")
     check_choice(dtype, _LD_ST_TYPES, "ld: dtype")
     if nc and space != "global":
@@ -130,7 +133,10 @@ def ld(
         check_reg_relaxed(reg, dtype, "ld: destination")
     address = _check_address(addr, space, "ld: address")
     cache_s, evict_s = _cache_mods("ld", cache, eviction, _LD_CACHE_OPS)
-    parts = ["ld", space, cache_s, "nc" if nc else "", evict_s, vec, dtype]
+    if (sem is None) != (scope is None) or (sem is not None and (nc or cache)):
+        raise ValueError("ld: sem and scope go together, without .nc or a cache operator")
+    ordering = _sem_scope("ld", sem, scope, ("relaxed", "acquire"))
+    parts = ["ld", *ordering, space, cache_s, "nc" if nc else "", evict_s, vec, dtype]
     text = ".".join(p for p in parts if p)
     return Instr(f"{text} {_fmt_values([str(r) for r in regs])}, {address}")
 

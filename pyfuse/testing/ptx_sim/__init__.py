@@ -47,6 +47,8 @@ def run_kernel(
         kir.ParamRole.INTERMEDIATE: dict(intermediates or {}),
     }
     memory = GlobalMemory()
+    main_loop = kernel.main_loop()
+    stream_k = main_loop.stream_k if main_loop is not None else None
     params: dict[str, int] = {}
     write_back: list[tuple[Array, Array]] = []
     for param in kernel.params:
@@ -56,6 +58,8 @@ def run_kernel(
             array = raw.view(param.dtype.numpy()).reshape(param.shape)
         flat = memory_span(array)
         writable = param.role != kir.ParamRole.INPUT
+        if stream_k is not None and param.buffer_name == stream_k.buffer_name:
+            flat.view(np.uint8)[: stream_k.flag_bytes] = 0  # the runtime zeroes the flags
         if writable and not np.shares_memory(flat, array) and array.size:
             flat = flat.copy()
             write_back.append((flat, array))

@@ -93,6 +93,7 @@ class Machine:
         self.map_slots = {name: PARAM_BASE + 128 * i for i, name in enumerate(tensor_maps)}
         self.maps_by_address = {self.map_slots[n]: m for n, m in tensor_maps.items()}
         self.steps = 0
+        self.unraised: dict[int, int] = {}
 
     # ---- running ---------------------------------------------------------------------------
 
@@ -116,6 +117,10 @@ class Machine:
                 [CTA(self.block, self.smem_bytes, [ids[first + r]], r) for r in range(size)]
                 for first in range(0, total, size)
             ]
+        if any(i.opcode == "ld" and "acquire" in i.modifiers for i in self.entry.instrs):
+            # A CTA that acquires a flag waits for CTAs of higher numbers (stream-K's fixup):
+            # those run first, as whole clusters are run one at a time.
+            clusters.reverse()
         for ctas in clusters:
             self.ctas = ctas
             self.copies: list[units.AsyncCopy] = []

@@ -200,6 +200,8 @@ class MachineView(Protocol):
     params: dict[str, int]
     smem_bytes: int
     maps_by_address: dict[int, TensorMap]
+    # Acquire loads that found a flag still 0, by address (a flag nothing will raise).
+    unraised: dict[int, int]
 
     def where(self, group: Group, instr: Instr) -> Where: ...
     def register(self, cta: CTA, name: str) -> Array: ...

@@ -120,9 +120,47 @@ def _ld_st(machine: Machine, group: Group, instr: Instr, lanes: Array, ops: Lane
             return
     else:
         raise NotModeledError(f"{where}: {space} memory is not modeled")
+    if "acquire" in instr.modifiers:
+        _check_flag(machine, addresses, raw, where)
     for i, item in enumerate(items):
         piece = np.ascontiguousarray(raw[:, i * size : (i + 1) * size]).view(NUMPY_TYPES[type_])
         ops.write(item, piece.reshape(-1), type_)
+
+
+# Acquire loads that may find a flag at 0 before one is a deadlock: the CTAs that raise
+# flags (higher-numbered, run first) have all finished when a CTA waits for one.
+UNRAISED_READS = 64
+
+
+def _check_flag(machine: Machine, addresses: Array, raw: Array, where: object) -> None:
+    for address, value in zip(addresses.tolist(), raw.tolist(), strict=True):
+        if any(value):
+            continue
+        seen = machine.unraised.get(address, 0) + 1
+        machine.unraised[address] = seen
+        if seen > UNRAISED_READS:
+            raise SimulationError(
+                f"{where}: deadlock: spins on a flag at {address:#x} that no CTA raised"
+            )
+
+
+def _red(machine: Machine, group: Group, instr: Instr, lanes: Array, ops: LaneOps) -> None:
+    """``red.global.add`` of integers (a flag raised; the simulator runs one thread at a time,
+    so every lane's addition lands)."""
+    (type_,) = types_of(instr)
+    where = machine.where(group, instr)
+    if _space(instr) != "global" or "add" not in instr.modifiers or type_ not in ("u32", "s32"):
+        raise NotModeledError(f"{where}: only red.global.add.u32/s32 is modeled")
+    addresses = ops.address(instr.operands[0])
+    values = ops.read(instr.operands[1], type_)
+    ops.require_defined("a reduction's address or value")
+    if (addresses % 4).any():
+        raise SimulationError(f"{where}: misaligned 4-byte reduction")
+    for address, value in zip(addresses, values, strict=True):
+        point = np.array([address])
+        old = machine.memory.read(point, 4, where).view(NUMPY_TYPES[type_])
+        new = (old + np.array([value]).astype(NUMPY_TYPES[type_])).astype(NUMPY_TYPES[type_])
+        machine.memory.write(point, _raw(new), where)
 
 
 def _raw(values: Array) -> Array:
@@ -552,6 +590,7 @@ _BULK_FORMS = {
 _HANDLERS = {
     "ld": _ld_st,
     "st": _ld_st,
+    "red": _red,
     "bar": named_barriers.bar,
     "barrier": _barrier,
     "mbarrier": _mbarrier,

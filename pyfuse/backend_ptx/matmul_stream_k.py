@@ -1,0 +1,292 @@
+"""Stream-K in the Hopper matmul main loop (``MatmulMainLoop.stream_k``): the walk over work
+that both roles take, and the consumers' fixup of tiles split along K.
+
+**The walk.** Workers are the launched CTAs, or clusters (the CTAs of one take the same
+work: they multicast to each other): ``W`` of them, worker ``w`` = ``ctaid.x`` (or
+``clusterid.x``), read at run time, since a cluster launch may get fewer. Of the order's
+``T`` tiles, the last ``S`` are split: none when ``W`` divides ``T``, all when ``T < 2 W``,
+else ``T mod W + W``, so that each worker takes between one and two tiles' worth of K tiles
+of them and no piece is much shorter than half a tile. The first ``T - S`` tiles go whole,
+tile ``t`` to worker ``t mod W``, as in the plain persistent kernel. Then the ``S x KT``
+K iterations of the split tiles (``KT`` K tiles each) are cut into ``W`` runs, worker ``w``'s
+from ``s_w = w q + min(w, r)`` (``q, r = divmod(S KT, W)``), the first ``r`` one longer. A
+run crosses tiles: each piece is the part of it inside one tile, K tiles ``[begin, end)``.
+
+**The fixup.** A piece without the tile's first K tile (``begin > 0``) stores each consumer
+warpgroup's accumulators at its slot (the CTA's number in the grid, per warpgroup) and, after
+a warpgroup barrier, raises the slot's flag (a release at GPU scope); it runs no epilogue. The
+piece with the first K tile, when it ends short of the tile, takes the flags of the workers
+after it whose runs start inside the tile, in order: its leader thread spins on the flag (an
+acquire at GPU scope), the warpgroup meets at its barrier, and every thread adds the partial
+sums to its accumulators; then it runs the epilogue. A worker's first split piece is the only
+one that can start inside a tile, so each slot is written once per launch; the launch zeroes
+the flags. Every wait is on a worker of a higher number, which raises its flag in its first
+split piece, before any wait of its own: the waits form no cycle, and a worker whose CTAs are
+not yet resident only delays the ones below it, which do not hold it back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from pyfuse.backend_ptx.emitter import KernelBuilder
+from pyfuse.backend_ptx.instructions import arith, control, memory, special
+from pyfuse.backend_ptx.matmul_host import TileOrder
+from pyfuse.backend_ptx.operands import Address, Reg, RegClass
+from pyfuse.ir.hopper import SM90
+from pyfuse.ir.kernel_ir import MatmulMainLoop
+
+# Named barrier STREAM_K_BARRIER + w: consumer warpgroup w around its flags (the template's
+# barriers are 0 for the CTA, 1 + w for the output staging, 3 + w for ping-pong turns).
+STREAM_K_BARRIER = 5
+# Bytes between a thread's consecutive groups of four partial sums: one 16-byte vector per
+# thread of the warpgroup, so that each store and load instruction is coalesced.
+GROUP_STRIDE = 16 * SM90.warpgroup_threads
+
+
+@dataclass(frozen=True)
+class Piece:
+    """K tiles ``[begin, end)`` of one split tile, and what its fixup needs: where the tile
+    ends in the split iterations' numbering, this worker's number, and ``q, r``."""
+
+    begin: Reg
+    end: Reg
+    tile_end: Reg
+    worker: Reg
+    share: Reg
+    extra: Reg
+
+
+WorkBody = Callable[[Reg, Reg, Reg, "Piece | None"], None]
+
+
+class LoopView(Protocol):
+    """What the walk reads of the main loop it is part of."""
+
+    kb: KernelBuilder
+    stmt: MatmulMainLoop
+    order: TileOrder
+    k_tiles: int
+
+    def u32(self) -> Reg: ...
+    def pred(self) -> Reg: ...
+    def sreg(self, name: str) -> Reg: ...
+    def decode_linear(self, t: Reg) -> tuple[Reg, Reg, Reg]: ...
+    def tile_ids(
+        self,
+        body: Callable[[Reg, Reg], None],
+        first: Reg | None = None,
+        every: int = 1,
+        limit: Reg | None = None,
+    ) -> None: ...
+
+
+def walk(loop: LoopView, body: WorkBody) -> None:
+    """Run ``body(batch, m0, n0, piece)`` over this worker's whole tiles (``piece`` None),
+    then its pieces of split tiles, in the same order in every role."""
+    kb, stmt = loop.kb, loop.stmt
+    clustered = stmt.cluster_size > 1
+    worker = loop.sreg("clusterid.x" if clustered else "ctaid.x")
+    workers = loop.sreg("nclusterid.x" if clustered else "nctaid.x")
+    tiles, waves, rest, split, whole = (loop.u32() for _ in range(5))
+    no_rest, one_wave = loop.pred(), loop.pred()
+    kb.comment("stream-K: whole tiles, then runs of K tiles over the split ones")
+    kb.emit(
+        arith.mov("u32", tiles, loop.order.tiles),
+        arith.div("u32", waves, tiles, workers),
+        arith.rem("u32", rest, tiles, workers),
+        arith.add("u32", split, rest, workers),
+        arith.setp("lt", "u32", one_wave, waves, 2),
+        arith.selp("u32", split, tiles, split, one_wave),
+        arith.setp("eq", "u32", no_rest, rest, 0),
+        arith.selp("u32", split, 0, split, no_rest),
+        arith.sub("u32", whole, tiles, split),
+    )
+    loop.tile_ids(lambda t, stride: body(*loop.decode_linear(t), None), limit=whole)
+
+    k_tiles = loop.k_tiles
+    iterations, share, extra, start, end, longer = (loop.u32() for _ in range(6))
+    kb.emit(
+        arith.mul("u32", iterations, split, k_tiles),
+        arith.div("u32", share, iterations, workers),
+        arith.rem("u32", extra, iterations, workers),
+        arith.min_("u32", start, worker, extra),
+        arith.mad("u32", start, worker, share, start),
+        arith.setp("lt", "u32", one_wave, worker, extra),  # reused: this run is one longer
+        arith.selp("u32", longer, 1, 0, one_wave),
+        arith.add("u32", end, start, share),
+        arith.add("u32", end, end, longer),
+    )
+    at = loop.u32()
+    top, done = kb.new_label("stream_k_piece"), kb.new_label("stream_k_done")
+    finished = loop.pred()
+    kb.emit(arith.mov("u32", at, start))
+    kb.place(top)
+    kb.emit(
+        arith.setp("ge", "u32", finished, at, end), control.bra(done, uni=True).guarded(finished)
+    )
+    local, begin, tile_start, tile_end, piece_end, piece_k_end, t = (loop.u32() for _ in range(7))
+    kb.emit(
+        arith.div("u32", local, at, k_tiles),
+        arith.mul("u32", tile_start, local, k_tiles),
+        arith.sub("u32", begin, at, tile_start),
+        arith.add("u32", tile_end, tile_start, k_tiles),
+        arith.min_("u32", piece_end, end, tile_end),
+        arith.sub("u32", piece_k_end, piece_end, tile_start),
+        arith.add("u32", t, whole, local),
+    )
+    body(*loop.decode_linear(t), Piece(begin, piece_k_end, tile_end, worker, share, extra))
+    kb.emit(arith.mov("u32", at, piece_end), control.bra(top, uni=True))
+    kb.place(done)
+
+
+class Fixup:
+    """The consumers' side of the fixup, for one consumer warpgroup's threads."""
+
+    def __init__(
+        self,
+        kb: KernelBuilder,
+        stmt: MatmulMainLoop,
+        workspace: Reg,
+        tid: Reg,
+        consumer_index: Reg,
+    ) -> None:
+        assert stmt.stream_k is not None
+        self.kb, self.stmt, self.plan = kb, stmt, stmt.stream_k
+        self.k_tiles = -(-stmt.k // stmt.tile_k)
+        self.workspace, self.consumer_index = workspace, consumer_index
+        self.leader = kb.reg(RegClass.PRED)
+        self.barrier = kb.reg(RegClass.B32)
+        self.thread_offset = kb.reg(RegClass.B64)
+        kb.emit(
+            arith.setp("eq", "u32", self.leader, tid, 0),
+            arith.add("u32", self.barrier, consumer_index, STREAM_K_BARRIER),
+            arith.mul("u32", self.thread_offset, tid, 16, mode="wide"),
+        )
+        self.rank: Reg | None = None
+        if stmt.cluster_size > 1:
+            self.rank = kb.reg(RegClass.B32)
+            kb.emit(special.read_sreg(self.rank, "cluster_ctarank"))
+
+    def emit(
+        self, piece: Piece, accumulators: Sequence[Sequence[Reg]], epilogue: Callable[[], None]
+    ) -> None:
+        """After a piece's main loop: store and flag (a piece without the first K tile), or
+        add the later pieces' sums (one ending short of the tile), then the epilogue."""
+        kb = self.kb
+        contributes, whole = kb.reg(RegClass.PRED), kb.reg(RegClass.PRED)
+        owner, run_epilogue, done = (
+            kb.new_label(hint) for hint in ("sk_owner", "sk_epilogue", "sk_done")
+        )
+        kb.emit(
+            arith.setp("ne", "u32", contributes, piece.begin, 0),
+            control.bra(owner, uni=True).guarded(contributes, negate=True),
+        )
+        self.store_partial(accumulators)
+        kb.emit(control.bra(done, uni=True))
+        kb.place(owner)
+        kb.emit(
+            arith.setp("eq", "u32", whole, piece.end, self.k_tiles),
+            control.bra(run_epilogue, uni=True).guarded(whole),
+        )
+        self.add_partials(piece, accumulators)
+        kb.place(run_epilogue)
+        epilogue()
+        kb.place(done)
+
+    # -- addresses -------------------------------------------------------------------------
+
+    def slot_index(self, worker: Reg) -> Reg:
+        """The flag number of ``worker``'s CTA of this rank, this warpgroup's."""
+        kb, size = self.kb, self.stmt.cluster_size
+        index = kb.reg(RegClass.B32)
+        if self.rank is not None:
+            kb.emit(arith.mad("u32", index, worker, size, self.rank))
+        else:
+            kb.emit(arith.mov("u32", index, worker))
+        kb.emit(arith.mad("u32", index, index, self.plan.warpgroups, self.consumer_index))
+        return index
+
+    def flag(self, index: Reg) -> Reg:
+        address = self.kb.reg(RegClass.B64)
+        self.kb.emit(arith.mad("u32", address, index, 4, self.workspace, mode="wide"))
+        return address
+
+    def partials(self, index: Reg) -> Reg:
+        """This thread's first partial sum of slot ``index``."""
+        kb = self.kb
+        address = kb.reg(RegClass.B64)
+        kb.emit(
+            arith.mul("u32", address, index, self.plan.partial_bytes, mode="wide"),
+            arith.add("s64", address, address, self.workspace),
+            arith.add("s64", address, address, self.thread_offset),
+        )
+        return address
+
+    # -- the two sides -----------------------------------------------------------------------
+
+    def store_partial(self, accumulators: Sequence[Sequence[Reg]]) -> None:
+        kb = self.kb
+        # The slot of this CTA: worker ctaid.x / cluster size, rank in it; as a CTA number
+        # that is ctaid.x itself (1-D clusters along x).
+        cta = kb.reg(RegClass.B32)
+        kb.emit(special.read_sreg(cta, "ctaid.x"))
+        index = kb.reg(RegClass.B32)
+        kb.emit(arith.mad("u32", index, cta, self.plan.warpgroups, self.consumer_index))
+        base = self.partials(index)
+        for group, registers in enumerate(_groups(accumulators)):
+            offset = self.plan.flag_bytes + group * GROUP_STRIDE
+            kb.emit(memory.st("global", "f32", Address(base, offset), registers))
+        flag = self.flag(index)
+        kb.emit(
+            control.bar_sync(self.barrier, SM90.warpgroup_threads),
+            memory.red("global", "add", "u32", flag, 1, sem="release", scope="gpu").guarded(
+                self.leader
+            ),
+        )
+
+    def add_partials(self, piece: Piece, accumulators: Sequence[Sequence[Reg]]) -> None:
+        kb = self.kb
+        other, start = kb.reg(RegClass.B32), kb.reg(RegClass.B32)
+        top, folded = kb.new_label("sk_fold"), kb.new_label("sk_folded")
+        outside = kb.reg(RegClass.PRED)
+        kb.emit(arith.add("u32", other, piece.worker, 1))
+        kb.place(top)
+        kb.emit(
+            arith.min_("u32", start, other, piece.extra),
+            arith.mad("u32", start, other, piece.share, start),
+            arith.setp("ge", "u32", outside, start, piece.tile_end),
+            control.bra(folded, uni=True).guarded(outside),
+        )
+        index = self.slot_index(other)
+        flag = self.flag(index)
+        value, waiting = kb.reg(RegClass.B32), kb.reg(RegClass.PRED)
+        spin, landed = kb.new_label("sk_spin"), kb.new_label("sk_landed")
+        kb.emit(control.bra(landed).guarded(self.leader, negate=True))
+        kb.place(spin)
+        kb.emit(
+            memory.ld("global", "u32", value, Address(flag, 0), sem="acquire", scope="gpu"),
+            arith.setp("eq", "u32", waiting, value, 0),
+            control.bra(spin).guarded(waiting),
+        )
+        kb.place(landed)
+        kb.emit(control.bar_sync(self.barrier, SM90.warpgroup_threads))
+        base = self.partials(index)
+        for group, registers in enumerate(_groups(accumulators)):
+            offset = self.plan.flag_bytes + group * GROUP_STRIDE
+            values = kb.regs(RegClass.F32, 4)
+            kb.emit(memory.ld("global", "f32", list(values), Address(base, offset), cache="cg"))
+            for register, value_reg in zip(registers, values, strict=True):
+                kb.emit(arith.add("f32", register, register, value_reg))
+        kb.emit(arith.add("u32", other, other, 1), control.bra(top, uni=True))
+        kb.place(folded)
+
+
+def _groups(accumulators: Sequence[Sequence[Reg]]) -> list[Sequence[Reg]]:
+    """Every MMA's accumulator registers in fours, in order."""
+    groups = []
+    for registers in accumulators:
+        groups += [registers[i : i + 4] for i in range(0, len(registers), 4)]
+    return groups
