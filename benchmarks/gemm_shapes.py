@@ -32,6 +32,7 @@ from typing import Any
 from common import commit
 
 import pyfuse as pf
+from pyfuse import knobs
 
 SHAPES = Path(__file__).with_name("gemm_shapes.csv")
 CLASSES = ("decode", "small-k-or-n", "square", "ragged", "llm-prefill")
@@ -89,6 +90,9 @@ class Row:
     tuned_params: dict[str, object] | None = None
     compare_ms: float | None = None  # with --compare: the heuristic with those params set
     compare_ratio: float | None = None
+    # With --autotune: every config the tuner timed, as [resolved params, ms] (its record's
+    # "trial_params"; the data benchmarks/fit_cost_model.py fits the heuristic to).
+    trials: list[list[object]] | None = None
 
 
 def read_shapes(path: Path = SHAPES) -> list[Shape]:
@@ -160,6 +164,8 @@ def measure(
     if not tune:
         return row
     tuned = pf.fuse(matmul, name="gemm", autotune=True)
+    records = knobs.cache_dir() / "autotune"
+    before = time.time()
     start = time.perf_counter()
     got = tuned(a, b)
     torch.cuda.synchronize()
@@ -175,8 +181,19 @@ def measure(
             "tuned_ratio": torch_ms / tuned_ms,
             "tune_s": tune_s,
             "tuned_params": _params(tuned),
+            "trials": _trials(records, before),
         }
     )
+
+
+def _trials(records: Path, since: float) -> list[list[object]] | None:
+    """The trials of the autotune record written since ``since`` (this shape's tuning)."""
+    written = [p for p in records.glob("*.json") if p.stat().st_mtime >= since - 1]
+    if not written:
+        return None  # remembered from an earlier run: nothing was timed
+    newest = max(written, key=lambda p: p.stat().st_mtime)
+    trials = json.loads(newest.read_text()).get("trial_params")
+    return trials if isinstance(trials, list) else None
 
 
 def _params(fused: Any) -> dict[str, object]:

@@ -2,11 +2,12 @@
 
     PYTHONPATH=. python3 benchmarks/stream_k.py
 
-For each shape (``a @ b.T``, bf16): the heuristic without stream-K, with it, both again
-without a cluster, and stream-K without the grid swizzle; each line gives the ratio to
-torch.matmul, the time, the compiled grid, the grid the launch used (a cluster launch may
-shrink it) and the params that decide the split. The first shape splits no tile (132 tiles
-of 128x256 on 132 SMs): it times the walk alone.
+For each shape (``a @ b.T``, bf16): the heuristic's default (which may split K over two
+kernels), the plain persistent kernel, stream-K, and both without a cluster; each line gives
+the ratio to torch.matmul, the time, the compiled grid, the grid the launch used (a cluster
+launch may shrink it) and the params that decide the split. The first shape splits no tile
+(132 tiles of 128x256 on 132 SMs): it times the walk alone. The last ones are skinny and
+K-heavy (few tiles, long K), where the default splits K over two kernels.
 """
 
 from __future__ import annotations
@@ -15,23 +16,34 @@ from typing import Any
 
 import pyfuse as pf
 
-SHAPES = ((1536, 2816, 4096), (3000, 4608, 3584), (3888, 3224, 2768), (3000, 3584, 18944))
-VARIANTS = {
-    "plain": pf.MatmulParams(stream_k=False),
+SHAPES = (
+    (1536, 2816, 4096),
+    (3000, 4608, 3584),
+    (3888, 3224, 2768),
+    (3000, 3584, 18944),
+    (256, 3072, 8192),
+    (128, 4096, 14336),
+    (1000, 1000, 1000),
+)
+VARIANTS: dict[str, pf.MatmulParams | None] = {
+    "default": None,
+    "persistent": pf.MatmulParams(stream_k=False, persistent=True),
     "stream-K": pf.MatmulParams(stream_k=True),
-    "plain, 1 CTA": pf.MatmulParams(stream_k=False, cluster_m=1, persistent=True),
+    "persistent, 1 CTA": pf.MatmulParams(stream_k=False, cluster_m=1, persistent=True),
     "stream-K, 1 CTA": pf.MatmulParams(stream_k=True, cluster_m=1),
-    "stream-K, no swizzle": pf.MatmulParams(stream_k=True, cluster_m=1, grid_swizzle=1),
 }
 
 
 def _launch(fused: Any, *args: Any) -> str:
     compiled = fused.compile(*args)
-    (kernel,) = compiled.kernels
     loaded = compiled.runtime.loaded.get(args[0].device.index or 0)
-    launched = loaded._launches[0][1] if loaded is not None else None
-    keys = ("tile_m", "tile_n", "cluster_m", "stream_k")
-    return f"grid {kernel.grid} launched {launched} " + str({k: kernel.params[k] for k in keys})
+    keys = ("tile_m", "tile_n", "cluster_m", "persistent", "stream_k", "split_k")
+    lines = []
+    for number, kernel in enumerate(compiled.kernels):
+        launched = loaded._launches[number][1] if loaded is not None else None
+        params = {k: kernel.params[k] for k in keys if k in (kernel.params or {})}
+        lines.append(f"{kernel.name}: grid {kernel.grid} launched {launched} {params}")
+    return "; ".join(lines)
 
 
 def main() -> None:

@@ -1,5 +1,6 @@
-"""Stream-K in the Hopper matmul main loop (``MatmulMainLoop.stream_k``): the walk over work
-that both roles take, and the consumers' fixup of tiles split along K.
+"""Stream-K in the Hopper matmul main loop (``MatmulMainLoop.stream_k``): how the work is
+divided (the walk both roles take, emitted by ``matmul_tile_walk.TileWalk.stream_k_walk``),
+and the consumers' fixup of tiles split along K.
 
 **The walk.** Workers are the launched CTAs, or clusters (the CTAs of one take the same
 work: they multicast to each other): ``W`` of them, worker ``w`` = ``ctaid.x`` (or
@@ -29,11 +30,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from pyfuse.backend_ptx.emitter import KernelBuilder
 from pyfuse.backend_ptx.instructions import arith, control, memory, special
-from pyfuse.backend_ptx.matmul_host import TileOrder
 from pyfuse.backend_ptx.operands import Address, Reg, RegClass
 from pyfuse.ir.hopper import SM90
 from pyfuse.ir.kernel_ir import MatmulMainLoop
@@ -60,86 +59,6 @@ class Piece:
 
 
 WorkBody = Callable[[Reg, Reg, Reg, "Piece | None"], None]
-
-
-class LoopView(Protocol):
-    """What the walk reads of the main loop it is part of."""
-
-    kb: KernelBuilder
-    stmt: MatmulMainLoop
-    order: TileOrder
-    k_tiles: int
-
-    def u32(self) -> Reg: ...
-    def pred(self) -> Reg: ...
-    def sreg(self, name: str) -> Reg: ...
-    def decode_linear(self, t: Reg) -> tuple[Reg, Reg, Reg]: ...
-    def tile_ids(
-        self,
-        body: Callable[[Reg, Reg], None],
-        first: Reg | None = None,
-        every: int = 1,
-        limit: Reg | None = None,
-    ) -> None: ...
-
-
-def walk(loop: LoopView, body: WorkBody) -> None:
-    """Run ``body(batch, m0, n0, piece)`` over this worker's whole tiles (``piece`` None),
-    then its pieces of split tiles, in the same order in every role."""
-    kb, stmt = loop.kb, loop.stmt
-    clustered = stmt.cluster_size > 1
-    worker = loop.sreg("clusterid.x" if clustered else "ctaid.x")
-    workers = loop.sreg("nclusterid.x" if clustered else "nctaid.x")
-    tiles, waves, rest, split, whole = (loop.u32() for _ in range(5))
-    no_rest, one_wave = loop.pred(), loop.pred()
-    kb.comment("stream-K: whole tiles, then runs of K tiles over the split ones")
-    kb.emit(
-        arith.mov("u32", tiles, loop.order.tiles),
-        arith.div("u32", waves, tiles, workers),
-        arith.rem("u32", rest, tiles, workers),
-        arith.add("u32", split, rest, workers),
-        arith.setp("lt", "u32", one_wave, waves, 2),
-        arith.selp("u32", split, tiles, split, one_wave),
-        arith.setp("eq", "u32", no_rest, rest, 0),
-        arith.selp("u32", split, 0, split, no_rest),
-        arith.sub("u32", whole, tiles, split),
-    )
-    loop.tile_ids(lambda t, stride: body(*loop.decode_linear(t), None), limit=whole)
-
-    k_tiles = loop.k_tiles
-    iterations, share, extra, start, end, longer = (loop.u32() for _ in range(6))
-    kb.emit(
-        arith.mul("u32", iterations, split, k_tiles),
-        arith.div("u32", share, iterations, workers),
-        arith.rem("u32", extra, iterations, workers),
-        arith.min_("u32", start, worker, extra),
-        arith.mad("u32", start, worker, share, start),
-        arith.setp("lt", "u32", one_wave, worker, extra),  # reused: this run is one longer
-        arith.selp("u32", longer, 1, 0, one_wave),
-        arith.add("u32", end, start, share),
-        arith.add("u32", end, end, longer),
-    )
-    at = loop.u32()
-    top, done = kb.new_label("stream_k_piece"), kb.new_label("stream_k_done")
-    finished = loop.pred()
-    kb.emit(arith.mov("u32", at, start))
-    kb.place(top)
-    kb.emit(
-        arith.setp("ge", "u32", finished, at, end), control.bra(done, uni=True).guarded(finished)
-    )
-    local, begin, tile_start, tile_end, piece_end, piece_k_end, t = (loop.u32() for _ in range(7))
-    kb.emit(
-        arith.div("u32", local, at, k_tiles),
-        arith.mul("u32", tile_start, local, k_tiles),
-        arith.sub("u32", begin, at, tile_start),
-        arith.add("u32", tile_end, tile_start, k_tiles),
-        arith.min_("u32", piece_end, end, tile_end),
-        arith.sub("u32", piece_k_end, piece_end, tile_start),
-        arith.add("u32", t, whole, local),
-    )
-    body(*loop.decode_linear(t), Piece(begin, piece_k_end, tile_end, worker, share, extra))
-    kb.emit(arith.mov("u32", at, piece_end), control.bra(top, uni=True))
-    kb.place(done)
 
 
 class Fixup:

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from pyfuse.backend_ptx import matmul_handoff, matmul_stream_k, matmul_vectors, smem_desc
+from pyfuse.backend_ptx import matmul_handoff, matmul_vectors, smem_desc
 from pyfuse.backend_ptx.abi import ParamKind
 from pyfuse.backend_ptx.emitter import Directives, KernelBuilder, Param
 from pyfuse.backend_ptx.instructions import (
@@ -71,7 +71,8 @@ from pyfuse.backend_ptx.matmul_host import (
 )
 from pyfuse.backend_ptx.matmul_producer import Producer, Ring
 from pyfuse.backend_ptx.matmul_staging import Staging
-from pyfuse.backend_ptx.matmul_stream_k import Fixup, Piece, WorkBody
+from pyfuse.backend_ptx.matmul_stream_k import Fixup, Piece
+from pyfuse.backend_ptx.matmul_tile_walk import TileWalk
 from pyfuse.backend_ptx.matmul_vectors import VectorLoads
 from pyfuse.backend_ptx.operands import Address, Reg, RegClass
 from pyfuse.ir.hopper import SM90
@@ -143,7 +144,7 @@ def emit_matmul_main_loop(
     loop.emit()
 
 
-class _MainLoop:
+class _MainLoop(TileWalk):
     def __init__(
         self,
         kb: KernelBuilder,
@@ -181,17 +182,6 @@ class _MainLoop:
         self.idle_warps = self.end
 
     # -- small helpers -----------------------------------------------------------------------
-
-    def u32(self) -> Reg:
-        return self.kb.reg(RegClass.B32)
-
-    def pred(self) -> Reg:
-        return self.kb.reg(RegClass.PRED)
-
-    def sreg(self, name: str) -> Reg:
-        reg = self.u32()
-        self.kb.emit(special.read_sreg(reg, name))
-        return reg
 
     def full_barrier(self, stage: Reg) -> Reg:
         address = self.u32()
@@ -308,114 +298,6 @@ class _MainLoop:
         p = self.pred()
         self.kb.emit(arith.setp("eq", "u32", p, value, 0))
         return p
-
-    # -- tile schedule -----------------------------------------------------------------------
-
-    def decode(
-        self, batch: Reg, group: Reg, within: Reg, *, check: bool = False
-    ) -> tuple[Reg, Reg, Reg]:
-        """(batch, m0, n0) in elements for position ``within`` of M-tile group ``group``;
-        with ``check``, the whole CTA leaves when the position is past a ragged group."""
-        kb, order, stmt = self.kb, self.order, self.stmt
-        m_tile, n_tile = self.u32(), self.u32()
-        swizzle, last = order.swizzle, order.last_rows
-        if check and last != swizzle:
-            is_last, outside = self.pred(), self.pred()
-            kb.emit(
-                arith.setp("eq", "u32", is_last, group, order.groups - 1),
-                arith.setp(
-                    "ge", "u32", outside, within, last * order.n_tiles, bool_op="and", c=is_last
-                ),
-                control.bra(self.end, uni=True).guarded(outside),
-            )
-        if swizzle == 1:
-            kb.emit(arith.mov("u32", m_tile, group), arith.mov("u32", n_tile, within))
-        else:
-            kb.emit(
-                arith.rem("u32", m_tile, within, swizzle), arith.div("u32", n_tile, within, swizzle)
-            )
-            if last != swizzle:
-                is_last = self.pred()
-                ragged_m, ragged_n = self.u32(), self.u32()
-                kb.emit(
-                    arith.setp("eq", "u32", is_last, group, order.groups - 1),
-                    arith.rem("u32", ragged_m, within, last),
-                    arith.div("u32", ragged_n, within, last),
-                    arith.selp("u32", m_tile, ragged_m, m_tile, is_last),
-                    arith.selp("u32", n_tile, ragged_n, n_tile, is_last),
-                )
-            kb.emit(arith.mad("u32", m_tile, group, swizzle, m_tile))
-        m0, n0 = self.u32(), self.u32()
-        if stmt.cluster_size > 1:
-            # Cluster tile (m_tile, n_tile); this CTA's tile inside it by its rank.
-            kb.emit(
-                arith.mad("u32", m_tile, m_tile, stmt.cluster_m, self.rank_m),
-                arith.mad("u32", n_tile, n_tile, stmt.cluster_n, self.rank_n),
-            )
-        kb.emit(
-            arith.mul("u32", m0, m_tile, stmt.tile_m), arith.mul("u32", n0, n_tile, stmt.tile_n)
-        )
-        return batch, m0, n0
-
-    def decode_linear(self, t: Reg) -> tuple[Reg, Reg, Reg]:
-        """(batch, m0, n0) of tile (or cluster tile) number ``t`` of the order."""
-        kb, order = self.kb, self.order
-        per_batch, per_group = order.m_tiles * order.n_tiles, order.swizzle * order.n_tiles
-        batch, rest, group, within = (self.u32() for _ in range(4))
-        kb.emit(
-            arith.div("u32", batch, t, per_batch),
-            arith.rem("u32", rest, t, per_batch),
-            arith.div("u32", group, rest, per_group),
-            arith.rem("u32", within, rest, per_group),
-        )
-        return self.decode(batch, group, within)
-
-    def tile_loop(self, body: Callable[[Reg, Reg, Reg], None]) -> None:
-        """Run ``body(batch, m0, n0)`` for each of this CTA's tiles, in the same order in
-        every role (persistent: tile ids from blockIdx.x stepping by gridDim.x)."""
-        if not self.stmt.persistent:
-            body(*self.cta_tile)
-            return
-        self.tile_ids(lambda t, stride: body(*self.decode_linear(t)))
-
-    def work_loop(self, body: WorkBody) -> None:
-        """Run ``body(batch, m0, n0, piece)`` for each of this CTA's tiles (``piece`` None:
-        all of K) and, with stream-K, its pieces of split tiles (:mod:`.matmul_stream_k`)."""
-        if self.stmt.stream_k is None:
-            self.tile_loop(lambda batch, m0, n0: body(batch, m0, n0, None))
-        else:
-            matmul_stream_k.walk(self, body)
-
-    def tile_ids(
-        self,
-        body: Callable[[Reg, Reg], None],
-        first: Reg | None = None,
-        every: int = 1,
-        limit: Reg | None = None,
-    ) -> None:
-        """Run ``body(t, stride)`` for the persistent tile ids ``t = blockIdx.x + (first + j
-        every) gridDim.x`` below the tile count, or ``limit`` (clusters walk cluster tiles,
-        every CTA of one the same: it multicasts to its peers)."""
-        kb, order = self.kb, self.order
-        clustered = self.stmt.cluster_size > 1
-        t = self.sreg("clusterid.x" if clustered else "ctaid.x")
-        stride = self.sreg("nclusterid.x" if clustered else "nctaid.x")
-        if first is not None:
-            kb.emit(arith.mad("u32", t, first, stride, t))
-        step = stride
-        if every != 1:
-            step = self.u32()
-            kb.emit(arith.mul("u32", step, stride, every))
-        top, done = kb.new_label("tile"), kb.new_label("tiles_done")
-        finished = self.pred()
-        kb.place(top)
-        kb.emit(
-            arith.setp("ge", "u32", finished, t, order.tiles if limit is None else limit),
-            control.bra(done, uni=True).guarded(finished),
-        )
-        body(t, stride)
-        kb.emit(arith.add("u32", t, t, step), control.bra(top, uni=True))
-        kb.place(done)
 
     def k_loop(self, body: Callable[[Reg], None], piece: Piece | None = None) -> None:
         """``body(kt)`` for kt in range(k_tiles), or the piece's K tiles, as a loop (at least

@@ -20,10 +20,11 @@ widths that fill the waves best, :func:`filling_widths`), ping-pong, the epilogu
 the grid swizzle, the cluster, and split-K for grids that leave most SMs idle.
 
 The record is ``<cache dir>/autotune/<key>.json``: the winner's fields, its time and the
-default's, every trial. The key digests the device's name, the target facts, the traced
-fusion's structure (:func:`~pyfuse.runtime.variant_cache.fingerprint`: shapes, dtypes,
-strides, ops, constants) and the user's params; pyfuse's version is not in it (a
-remembered config that no longer compiles falls back to the heuristic).
+default's, every trial (by name, and with its resolved params). The key digests the device's
+name, the target facts, the traced fusion's structure
+(:func:`~pyfuse.runtime.variant_cache.fingerprint`: shapes, dtypes, strides, ops, constants)
+and the user's params; pyfuse's version is not in it (a remembered config that no longer
+compiles falls back to the heuristic).
 ``PYFUSE_AUTOTUNE=1`` tunes every function, ``0`` none, unset (default) as each asks.
 """
 
@@ -427,6 +428,9 @@ def tune(
                 "heuristic_ms": default_ms,
                 "seconds": seconds,
                 "trials": [[describe(config), ms] for config, _, ms in trials],
+                # Each trial's resolved params (the heuristic's fields filled in): the data
+                # the heuristic's cost model is fitted to (benchmarks/fit_cost_model.py).
+                "trial_params": [[matmul_params_of(variant), ms] for _, variant, ms in trials],
             },
         )
         with _memo_lock:

@@ -357,7 +357,17 @@ def _undetermined_jump(expr: Expr, env: Env, exact: Env, noisy_inputs: bool) -> 
         x0, y0 = (exact.operand(val, common) for val in expr.inputs)
         quotient = x0 / y0
         floor = 2 * JITTER * np.abs(quotient) if noisy_inputs else 0.0
-        jumps = _reaches_jump(_QUOTIENT_PART[expr.op], x / y, quotient, floor)
+        part = _QUOTIENT_PART[expr.op]
+        jumps = _reaches_jump(part, x / y, quotient, floor)
+        if common != dtypes.float64:
+            # A float32 subnormal operand may be flushed to 0 by the kernel's ``.ftz`` math
+            # before the division (CPU fuzzer, seed 901: a softmax's subnormal // -0.75 is
+            # -1 in NumPy and -0 on the GPU, whose ex2.approx.ftz gave 0): the quotient of
+            # a flushed dividend is 0, and a flushed divisor has none.
+            x64, y64 = (np.asarray(v, dtype=np.float64) for v in (x0, y0))
+            flushed_x = (x64 != 0) & (np.abs(x64) < _SMALLEST_NORMAL_F32)
+            flushed_y = (y64 != 0) & (np.abs(y64) < _SMALLEST_NORMAL_F32)
+            jumps = jumps | (flushed_x & (part(quotient) != 0)) | flushed_y
         return np.broadcast_to(jumps, expr.output.shape)
     return None
 

@@ -574,3 +574,16 @@ def test_an_argmax_over_undetermined_values_stays_undetermined_through_a_where()
     runs = [_noisy(fusion, [x], jitter)[0] for jitter in (1.0, -1.0, np.random.default_rng(1))]
     assert np.logical_or.reduce([run != want for run in runs]).all()  # a run moves each
     assert compare(np.where(want == 2, 0, 2).astype(want.dtype), want, jittered=runs) is None
+
+
+def test_a_quotient_of_a_subnormal_is_undetermined() -> None:
+    """CPU fuzzer, seed 901: ``floor_divide(softmax, -0.75)`` where the softmax's values were
+    float32 subnormals that ``ex2.approx.ftz`` makes 0: -1 in NumPy, -0 from a kernel. The
+    runs must disagree there; a subnormal whose floored quotient is 0 either way, and a
+    normal value, stay determined."""
+    fusion = pf.fuse(lambda x: pf.floor_divide(x * 0.5, -0.75)).trace(pf.spec((3,), pf.float32))
+    x = np.array([4e-39, -4e-39, 3.3], np.float32)
+    runs = [_noisy(fusion, [x], j)[0] for j in (1.0, -1.0)]
+    assert runs[0][0] != runs[1][0]
+    assert runs[0][1] == runs[1][1] == 0.0
+    assert runs[0][2] == runs[1][2] == -3.0
