@@ -90,8 +90,8 @@ class Row:
     tuned_params: dict[str, object] | None = None
     compare_ms: float | None = None  # with --compare: the heuristic with those params set
     compare_ratio: float | None = None
-    # With --autotune: every config the tuner timed, as [resolved params, ms] (its record's
-    # "trial_params"; the data benchmarks/fit_cost_model.py fits the heuristic to).
+    # With --autotune: every config the tuner timed, as [config, resolved params, ms] (from
+    # its record; the data benchmarks/fit_cost_model.py fits the heuristic's cost model to).
     trials: list[list[object]] | None = None
 
 
@@ -187,13 +187,14 @@ def measure(
 
 
 def _trials(records: Path, since: float) -> list[list[object]] | None:
-    """The trials of the autotune record written since ``since`` (this shape's tuning)."""
+    """The trials of the autotune record written since ``since`` (this shape's tuning), as
+    ``[config, resolved params, ms]``."""
     written = [p for p in records.glob("*.json") if p.stat().st_mtime >= since - 1]
     if not written:
         return None  # remembered from an earlier run: nothing was timed
-    newest = max(written, key=lambda p: p.stat().st_mtime)
-    trials = json.loads(newest.read_text()).get("trial_params")
-    return trials if isinstance(trials, list) else None
+    record = json.loads(max(written, key=lambda p: p.stat().st_mtime).read_text())
+    named, resolved = record.get("trials") or [], record.get("trial_params") or []
+    return [[name, params, ms] for (name, ms), (params, _) in zip(named, resolved, strict=True)]
 
 
 def _params(fused: Any) -> dict[str, object]:
@@ -236,6 +237,10 @@ def main(argv: list[str] | None = None) -> int:
     for shape in shapes:
         row = measure(shape, torch, do_bench, args.autotune, compare)
         rows.append(row)
+        if args.json:  # row by row: a run stopped by a time limit keeps what it measured
+            args.json.write_text(
+                json.dumps({"commit": commit(), "rows": [asdict(r) for r in rows]})
+            )
         tuned = ""
         if row.tuned_ratio is not None:
             tuned = f"  tuned {row.tuned_ratio:5.3f}x ({row.tune_s:.1f} s)"

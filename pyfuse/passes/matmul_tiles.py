@@ -12,6 +12,7 @@ from __future__ import annotations
 from pyfuse.ir.hopper import SM90
 from pyfuse.ir.iterdomain import ceil_div
 from pyfuse.ir.target import TargetInfo
+from pyfuse.passes.matmul_cost import CostModel, Problem, Schedule, hand_table
 
 
 def default_tiles(m: int, n: int, *, single_mma: bool) -> tuple[int, int]:
@@ -56,17 +57,23 @@ def filling_tiles(
     def count(m: int, n: int) -> int:
         return ceil_div(shape["m"], m) * ceil_div(shape["n"], n) * shape["batch"]
 
-    throughput = {(m, n): value for m, n, value in FILL_TILES}
+    options = [(tile_m, tile_n)] + [
+        (m, n)
+        for m, n, _ in FILL_TILES
+        if m <= tile_m and n <= tile_n and not (n_major_b and n & (n - 1))
+    ]
+    model = FITTED
+    if model is None or not all(model.knows(Schedule(m, n)) for m, n in options):
+        throughput = {(m, n): value for m, n, value in FILL_TILES}
+        model = hand_table({option: throughput.get(option, 1.0) for option in options})
+    problem = Problem(shape["m"], shape["n"], shape["k"], shape["batch"])
 
     def cost(m: int, n: int) -> float:
-        waves = ceil_div(count(m, n), target.sm_count)
-        return waves * m * n / throughput.get((m, n), 1.0)
+        return model.estimate(problem, Schedule(m, n), target.sm_count)
 
     best = (tile_m, tile_n)
-    for m, n, _ in FILL_TILES:
-        if n_major_b and n & (n - 1):
-            continue
-        if m <= tile_m and n <= tile_n and cost(m, n) < cost(*best):
+    for m, n in options[1:]:
+        if cost(m, n) < cost(*best):
             best = (m, n)
     past_a_wave = count(tile_m, tile_n) >= target.sm_count
     if past_a_wave and cost(*best) > PAST_A_WAVE_GAIN * cost(tile_m, tile_n):
@@ -76,6 +83,10 @@ def filling_tiles(
 
 # Past one wave, a smaller tile must be estimated this much faster than the default.
 PAST_A_WAVE_GAIN = 0.95
+
+# The cost model fitted to autotune measurements (benchmarks/fit_cost_model.py), or None:
+# then the hand table above (waves x area / throughput) decides.
+FITTED: CostModel | None = None
 
 
 def persistent_ctas(
