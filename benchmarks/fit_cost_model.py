@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pyfuse.passes.matmul_cost import CostModel, Problem, Schedule, features, hand_table
+from pyfuse.passes.matmul_cost import SIGNED, CostModel, Problem, Schedule, features, hand_table
 from pyfuse.passes.matmul_tiles import FILL_TILES
 
 SM_COUNT = 132  # the H100 and H200 both
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     trials = read_trials(args.json)
     if not trials:
         raise SystemExit("no trials: run gemm_shapes.py with --autotune and a fresh cache")
-    signed = frozenset({"mma in a cluster"})
+    signed = SIGNED
     model = fit(trials, signed, args.source or ", ".join(str(p) for p in args.json))
     errors = [model.estimate(t.problem, t.schedule, SM_COUNT) / t.ms - 1.0 for t in trials]
     print(f"{len(trials)} trials of {len({t.shape for t in trials})} shapes")

@@ -9,7 +9,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,utilization.gpu --format=csv -lms 250 \
   >"$out/power.csv" 2>&1 &
 sampler=$!
-timeout 170 python3 benchmarks/stream_k.py >"$out/stream_k.log" 2>&1
+timeout 150 python3 benchmarks/stream_k.py >"$out/stream_k.log" 2>&1
 echo "stream_k: exit $?"; cat "$out/stream_k.log" | tail -45
 kill "$sampler" 2>/dev/null
 timeout "${1:-380}" python3 benchmarks/gemm_shapes.py --autotune --json "$out/tuned.json" \

@@ -16,8 +16,9 @@ The features (each in units that keep the weights near one):
   A wave that leaves SMs idle costs as much as a full one here ...
 - ``mma <m>x<n> share``: ... and the same work spread evenly over the SMs here; the fit
   weighs the two (a GPU under its power cap runs a part-empty wave's SMs faster).
-- ``mma in a cluster``: the MMA waves of a 2-CTA cluster (multicast halves one operand's
-  loads; its weight may be negative).
+- ``mma in a cluster``, ``mma ping-pong``, ``mma with epilogue warps``: the MMA waves of a
+  2-CTA cluster (multicast halves one operand's loads), of a ping-pong kernel, of one with
+  epilogue warps (their weights may be negative: each may speed the main loop up).
 - ``tiles``: waves of tiles (a tile's fixed cost: the pipeline's fill, the epilogue's sync).
 - ``epilogue``: waves of output elements (the epilogue's work per element).
 - ``launches``: kernels launched (split-K's sum is a second one).
@@ -55,6 +56,8 @@ class Schedule:
     persistent: bool = False
     splitk: int = 1
     stream_k: bool = False
+    pingpong: bool = False
+    epilogue_warps: bool = False
 
     @classmethod
     def of(cls, params: Mapping[str, object]) -> Schedule:
@@ -72,6 +75,8 @@ class Schedule:
             persistent=bool(params.get("persistent")),
             splitk=max(1, number("splitk", 1)),
             stream_k=bool(params.get("stream_k")),
+            pingpong=bool(params.get("pingpong")),
+            epilogue_warps=bool(params.get("epilogue_warps")),
         )
 
 
@@ -96,6 +101,8 @@ def features(problem: Problem, schedule: Schedule, sm_count: int) -> dict[str, f
         f"mma {tile} waves": waves_of_work * tile_work,
         f"mma {tile} share": share * tile_work,
         "mma in a cluster": waves_of_work * tile_work if s.cluster > 1 else 0.0,
+        "mma ping-pong": waves_of_work * tile_work if s.pingpong else 0.0,
+        "mma with epilogue warps": waves_of_work * tile_work if s.epilogue_warps else 0.0,
         "tiles": waves_of_work,
         "epilogue": waves_of_work * s.tile_m * s.tile_n / _ELEMENT_UNIT,
         "launches": 2.0 if s.splitk > 1 else 1.0,
@@ -109,6 +116,10 @@ def features(problem: Problem, schedule: Schedule, sm_count: int) -> dict[str, f
     return found
 
 
+# The features whose weights may be negative (variants of the main loop).
+SIGNED = frozenset({"mma in a cluster", "mma ping-pong", "mma with epilogue warps"})
+
+
 @dataclass(frozen=True)
 class CostModel:
     """Weights by feature name; a feature without a weight counts 0. ``source`` says where
@@ -117,7 +128,7 @@ class CostModel:
     weights: Mapping[str, float]
     source: str
     # Weights that may be negative (the others are fitted non-negative).
-    signed: frozenset[str] = field(default_factory=lambda: frozenset({"mma in a cluster"}))
+    signed: frozenset[str] = field(default_factory=lambda: SIGNED)
 
     def estimate(self, problem: Problem, schedule: Schedule, sm_count: int) -> float:
         found = features(problem, schedule, sm_count)
