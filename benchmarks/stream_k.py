@@ -1,9 +1,10 @@
 """Stream-K against the plain persistent kernel, shape by shape, against cuBLAS in one run.
 
-    PYTHONPATH=. python3 benchmarks/stream_k.py
+    PYTHONPATH=. python3 benchmarks/stream_k.py [--one-cta]
 
 For each shape (``a @ b.T``, bf16): the heuristic's default (which may split K over two
-kernels), the plain persistent kernel, stream-K, and both without a cluster; each line gives
+kernels), the plain persistent kernel, stream-K, and (``--one-cta``) both without a
+cluster; each line gives
 the ratio to torch.matmul, the time, the compiled grid, the grid the launch used (a cluster
 launch may shrink it) and the params that decide the split. The first shape splits no tile
 (132 tiles of 128x256 on 132 SMs): it times the walk alone. The last ones are skinny and
@@ -12,6 +13,7 @@ K-heavy (few tiles, long K), where the default splits K over two kernels.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pyfuse as pf
@@ -29,9 +31,10 @@ VARIANTS: dict[str, pf.MatmulParams | None] = {
     "default": None,
     "persistent": pf.MatmulParams(stream_k=False, persistent=True),
     "stream-K": pf.MatmulParams(stream_k=True),
-    "persistent, 1 CTA": pf.MatmulParams(stream_k=False, cluster_m=1, persistent=True),
-    "stream-K, 1 CTA": pf.MatmulParams(stream_k=True, cluster_m=1),
 }
+if "--one-cta" in sys.argv:  # both again without a cluster
+    VARIANTS["persistent, 1 CTA"] = pf.MatmulParams(stream_k=False, cluster_m=1, persistent=True)
+    VARIANTS["stream-K, 1 CTA"] = pf.MatmulParams(stream_k=True, cluster_m=1)
 
 
 def _launch(fused: Any, *args: Any) -> str:
