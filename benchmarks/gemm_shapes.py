@@ -21,6 +21,7 @@ import argparse
 import csv
 import json
 import math
+import random
 import sys
 import time
 from collections import defaultdict
@@ -212,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="*", choices=CLASSES, help="classes to run")
     parser.add_argument("--limit", type=int, help="the first N shapes (after --only)")
+    parser.add_argument(
+        "--shuffle", type=int, metavar="SEED", help="in a random order (before --limit)"
+    )
     parser.add_argument("--json", type=Path, help="write the rows and geomeans here")
     parser.add_argument("--dry-run", action="store_true", help="compile only (no GPU)")
     parser.add_argument(
@@ -226,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     compare = _compare_params(args.compare) if args.compare else None
     shapes = [s for s in read_shapes() if not args.only or s.kind in args.only]
+    if args.shuffle is not None:  # a run cut short still samples every class
+        random.Random(args.shuffle).shuffle(shapes)
     shapes = shapes[: args.limit] if args.limit else shapes
     if args.dry_run:
         return dry_run(shapes)

@@ -19,5 +19,5 @@ timeout 110 python3 benchmarks/stream_k.py >"$out/stream_k.log" 2>&1
 echo "stream_k: exit $?"; cat "$out/stream_k.log"
 kill "$sampler" 2>/dev/null
 timeout "${1:-240}" python3 benchmarks/gemm_shapes.py --autotune --json "$out/tuned.json" \
-  --only llm-prefill ragged small-k-or-n square >"$out/gemm_shapes.log" 2>&1
+  --only llm-prefill ragged small-k-or-n square --shuffle 1 >"$out/gemm_shapes.log" 2>&1
 echo "gemm_shapes --autotune: exit $?"; grep -c "TFLOP" "$out/gemm_shapes.log"; tail -5 "$out/gemm_shapes.log"
