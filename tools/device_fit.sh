@@ -15,7 +15,7 @@ echo "linear_gelu_decode: exit $?"; tail -14 "$out/bench.log"
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,utilization.gpu --format=csv -lms 250 \
   >"$out/power.csv" 2>&1 &
 sampler=$!
-timeout 110 python3 benchmarks/stream_k.py >"$out/stream_k.log" 2>&1
+timeout 90 python3 benchmarks/stream_k.py >"$out/stream_k.log" 2>&1
 echo "stream_k: exit $?"; cat "$out/stream_k.log"
 kill "$sampler" 2>/dev/null
 timeout "${1:-240}" python3 benchmarks/gemm_shapes.py --autotune --json "$out/tuned.json" \
