@@ -41,3 +41,25 @@ def test_the_dry_run_compiles_shapes_of_every_class() -> None:
     )
     lines = done.stdout.strip().splitlines()
     assert len(lines) == 3 and all(" grid=" in line for line in lines), done.stdout
+
+
+def test_the_tuned_rows_keep_every_trial_of_the_record_written(tmp_path: Path) -> None:
+    """With --autotune, a row keeps [config, resolved params, ms] of each trial of the
+    autotune record its tuning wrote (the cost model's data); none where nothing was timed."""
+    import json
+    import time
+
+    since = time.time()
+    assert gemm_shapes._trials(tmp_path, since) is None
+    record = {
+        "trials": [["heuristic", 1.5], ["tile 128x128", 1.25]],
+        "trial_params": [
+            [{"tile_m": 128, "tile_n": 256}, 1.5],
+            [{"tile_m": 128, "tile_n": 128}, 1.25],
+        ],
+    }
+    (tmp_path / "key.json").write_text(json.dumps(record))
+    assert gemm_shapes._trials(tmp_path, since) == [
+        ["heuristic", {"tile_m": 128, "tile_n": 256}, 1.5],
+        ["tile 128x128", {"tile_m": 128, "tile_n": 128}, 1.25],
+    ]
