@@ -381,9 +381,16 @@ def case_linear_gelu() -> list[Result]:
 
 
 def case_linear_gelu_decode() -> list[Result]:
-    """linear+bias+gelu(tanh) at decode sizes, 16x14336x4096 and 128x14336x4096 (the default
-    and stream-K): the weight read dominates; eager adds a separate gelu kernel."""
-    variants: Variants = (("", None), (", stream-K", pf.MatmulParams(stream_k=True)))
+    """linear+bias+gelu(tanh) at decode sizes, 16x14336x4096 and 128x14336x4096 (the default,
+    stream-K, and tiles that fill one wave): the weight read dominates; eager adds a separate
+    gelu kernel."""
+    # 112-column tiles: 128 of them, one wave over nearly every SM (the default's 128-column
+    # tiles leave 20 of 132 SMs idle).
+    variants: Variants = (
+        ("", None),
+        (", stream-K", pf.MatmulParams(stream_k=True)),
+        (", 112-column tiles", pf.MatmulParams(tile_n=112)),
+    )
     return _linear_gelu((((16, 14336, 4096), variants), ((128, 14336, 4096), variants)))
 
 
