@@ -145,3 +145,40 @@ def test_the_fit_recovers_a_known_models_choices(tmp_path: Path) -> None:
     assert len(results) == 8
     assert fit_cost_model.geomean([e["fit"] for e in results.values()]) < 1.01
     assert fit_cost_model.main([str(path)]) == 0
+
+
+@pytest.mark.parametrize(
+    "m, n, k",
+    [
+        (8192, 8192, 1024),
+        (3888, 3224, 2768),
+        (256, 18944, 3584),
+        (1000, 1000, 1000),
+        (64, 4096, 512),
+    ],
+)
+def test_the_waves_are_those_the_compiled_kernel_runs(m: int, n: int, k: int) -> None:
+    """The model counts the waves of the grid the heuristic's kernel launches: persistent CTAs
+    (or clusters) each take the same number of tiles, give or take one; one-tile CTAs fill
+    waves of one per SM."""
+    import math
+
+    import pyfuse as pf
+
+    compiled = pf.fuse(lambda a, b: a @ b.T).compile(
+        pf.spec((m, k), pf.bfloat16), pf.spec((n, k), pf.bfloat16)
+    )
+    (kernel,) = [kernel for kernel in compiled.kernels if kernel.scheduler == "matmul"]
+    schedule = Schedule.of(kernel.params)
+    cluster_tiles = (
+        math.ceil(math.ceil(m / schedule.tile_m) / schedule.cluster)
+        * math.ceil(n / schedule.tile_n)
+        * schedule.splitk
+    )
+    ctas = kernel.grid[0] * kernel.grid[1] * kernel.grid[2]
+    if schedule.persistent:
+        waves = math.ceil(cluster_tiles / (ctas // schedule.cluster))
+    else:
+        waves = math.ceil(ctas / HOPPER.sm_count)
+    found = features(Problem(m, n, k), schedule, HOPPER.sm_count)
+    assert found["tiles"] == waves
