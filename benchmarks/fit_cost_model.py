@@ -16,6 +16,7 @@ Python literal for ``matmul_tiles.FITTED`` and a table for ``docs/performance.md
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -52,9 +53,12 @@ def read_trials(paths: list[Path]) -> list[Trial]:
             dims, _layout = row["shape"].split()
             m, n, k = (int(x) for x in dims.split("x"))
             for config, params, ms in row.get("trials") or []:
-                trials.append(
-                    Trial(row["shape"], Problem(m, n, k), config, Schedule.of(params), float(ms))
-                )
+                schedule = Schedule.of(params)
+                # Split-K is a batch of parts in the matmul kernel (its params say splitk=1).
+                kernel_problem = params.get("kernel_problem")
+                if kernel_problem and kernel_problem[3] > 1:
+                    schedule = dataclasses.replace(schedule, splitk=int(kernel_problem[3]))
+                trials.append(Trial(row["shape"], Problem(m, n, k), config, schedule, float(ms)))
     return trials
 
 

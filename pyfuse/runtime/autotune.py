@@ -430,7 +430,7 @@ def tune(
                 "trials": [[describe(config), ms] for config, _, ms in trials],
                 # Each trial's resolved params (the heuristic's fields filled in): the data
                 # the heuristic's cost model is fitted to (benchmarks/fit_cost_model.py).
-                "trial_params": [[matmul_params_of(variant), ms] for _, variant, ms in trials],
+                "trial_params": [[_trial_facts(variant), ms] for _, variant, ms in trials],
             },
         )
         with _memo_lock:
@@ -446,6 +446,21 @@ def _problem(compiled: Any) -> tuple[int, int, int] | None:
         if loop is not None:
             return loop.m, loop.n, loop.batch
     return None
+
+
+def _trial_facts(compiled: Any) -> dict[str, Any] | None:
+    """A trial's resolved params, and what its matmul kernel computes (``kernel_problem``:
+    M, N, K and the batch, which holds split-K's parts) and how many kernels it launches."""
+    params = matmul_params_of(compiled)
+    if params is None:
+        return None
+    for kernel in compiled.kernels:
+        loop = kernel.built_ir.main_loop() if kernel.built_ir is not None else None
+        if loop is not None:
+            params["kernel_problem"] = [loop.m, loop.n, loop.k, loop.batch]
+            break
+    params["kernels"] = len(compiled.kernels)
+    return params
 
 
 def _schedule_of(compiled: Any) -> tuple[object, ...]:

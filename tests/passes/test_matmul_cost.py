@@ -182,3 +182,16 @@ def test_the_waves_are_those_the_compiled_kernel_runs(m: int, n: int, k: int) ->
         waves = math.ceil(ctas / HOPPER.sm_count)
     found = features(Problem(m, n, k), schedule, HOPPER.sm_count)
     assert found["tiles"] == waves
+
+
+def test_a_split_k_trial_is_read_with_its_parts(tmp_path: Path) -> None:
+    """A split-K variant's params say ``splitk=1`` (the split is a batch of parts in the
+    matmul kernel): the fit reads the parts from the kernel's problem."""
+    params = {"tile_m": 128, "tile_n": 192, "splitk": 1, "kernel_problem": [256, 3072, 2048, 4]}
+    row = {"shape": "256x3072x8192 NT", "trials": [["heuristic", params, 0.05]]}
+    path = tmp_path / "tuned.json"
+    path.write_text(json.dumps({"rows": [row]}))
+    (trial,) = fit_cost_model.read_trials([path])
+    assert trial.schedule.splitk == 4 and trial.problem == Problem(256, 3072, 8192)
+    found = features(trial.problem, trial.schedule, 132)
+    assert found["launches"] == 2 and found["partials"] > 0

@@ -104,3 +104,29 @@ def test_tiles_that_fill_the_waves_are_tried_where_the_default_leaves_them_empty
     found = autotune.candidates(WIDE, None, sm_count=132, grid_ctas=132, problem=(3000, 1600, 1))
     assert MatmulParams(tile_m=128, tile_n=160) in found
     assert len(found) <= autotune.MAX_CANDIDATES
+
+
+def test_a_trial_records_what_its_matmul_kernel_computes() -> None:
+    """The autotune record's facts of a trial (the cost model's data): the resolved params,
+    the matmul kernel's M, N, K and batch (split-K's parts are its batch: the params say
+    ``splitk=1``) and the kernels launched."""
+    import warnings
+
+    import pyfuse as pf
+    from pyfuse.runtime import autotune
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        split = pf.fuse(lambda a, b: a @ b.T).compile(
+            pf.spec((256, 8192), pf.bfloat16), pf.spec((3072, 8192), pf.bfloat16)
+        )
+        whole = pf.fuse(lambda a, b: a @ b.T).compile(
+            pf.spec((4096, 1024), pf.bfloat16), pf.spec((4096, 1024), pf.bfloat16)
+        )
+    facts = autotune._trial_facts(split)
+    assert facts is not None
+    assert facts["kernel_problem"] == [256, 3072, 2048, 4] and facts["kernels"] == 2
+    assert facts["splitk"] == 1 and facts["tile_m"] == 128
+    facts = autotune._trial_facts(whole)
+    assert facts is not None
+    assert facts["kernel_problem"] == [4096, 4096, 1024, 1] and facts["kernels"] == 1
