@@ -169,7 +169,9 @@ def candidates(
         if tile_m <= 64 and m > 64:
             continue
         add(tile_m=m, tile_n=n)
-    if problem is not None and tile_m > 64:
+    if problem is not None:
+        # Decode outputs too (M <= 64): 16x14336 takes 112 tiles of 64x128 on 132 SMs, 128
+        # of 64x112, and a weight-bound kernel reads at the rate of the SMs that pull it.
         for width in filling_widths(problem, tile_m, tile_n, sm_count):
             add(tile_m=tile_m, tile_n=width)
     if tile_n < 128:  # a narrow output: only the row tile and the split are worth varying

@@ -104,6 +104,11 @@ def test_tiles_that_fill_the_waves_are_tried_where_the_default_leaves_them_empty
     found = autotune.candidates(WIDE, None, sm_count=132, grid_ctas=132, problem=(3000, 1600, 1))
     assert MatmulParams(tile_m=128, tile_n=160) in found
     assert len(found) <= autotune.MAX_CANDIDATES
+    # A decode output: 112 tiles of 64x128 leave 20 SMs idle, 128 of 64x112 nearly none.
+    decode = dict(WIDE, tile_m=64, tile_n=128, persistent=False, cluster_m=1)
+    found = autotune.candidates(decode, None, sm_count=132, grid_ctas=112, problem=(16, 14336, 1))
+    assert MatmulParams(tile_m=64, tile_n=112) in found
+    assert all(c.tile_m in (None, 64) for c in found)
 
 
 def test_a_trial_records_what_its_matmul_kernel_computes() -> None:
