@@ -440,14 +440,20 @@ def tune(
     return best
 
 
-def _problem(compiled: Any) -> tuple[int, int, int] | None:
-    """(M, N, batch) of the variant's first matmul kernel, where its kernel IR is at hand (a
-    variant just compiled; a restored one would have to be compiled again)."""
+def _main_loop(compiled: Any) -> Any:
+    """The first matmul kernel's main loop, where its kernel IR is at hand (a variant just
+    compiled; a restored one would have to be compiled again), or None."""
     for kernel in compiled.kernels:
         loop = kernel.built_ir.main_loop() if kernel.built_ir is not None else None
         if loop is not None:
-            return loop.m, loop.n, loop.batch
+            return loop
     return None
+
+
+def _problem(compiled: Any) -> tuple[int, int, int] | None:
+    """(M, N, batch) of the variant's first matmul kernel (see :func:`_main_loop`)."""
+    loop = _main_loop(compiled)
+    return None if loop is None else (loop.m, loop.n, loop.batch)
 
 
 def _trial_facts(compiled: Any) -> dict[str, Any] | None:
@@ -456,11 +462,9 @@ def _trial_facts(compiled: Any) -> dict[str, Any] | None:
     params = matmul_params_of(compiled)
     if params is None:
         return None
-    for kernel in compiled.kernels:
-        loop = kernel.built_ir.main_loop() if kernel.built_ir is not None else None
-        if loop is not None:
-            params["kernel_problem"] = [loop.m, loop.n, loop.k, loop.batch]
-            break
+    loop = _main_loop(compiled)
+    if loop is not None:
+        params["kernel_problem"] = [loop.m, loop.n, loop.k, loop.batch]
     params["kernels"] = len(compiled.kernels)
     return params
 

@@ -265,9 +265,14 @@ def _near_zero(expr: Expr, env: Env, exact: Env) -> Array | None:
     # A value no run moved (a relu's 0, an input's) is exact in a kernel too.
     reaches = np.isfinite(low) & np.isfinite(high) & (low <= 0) & (high >= 0) & (moved > 0)
     if flushes:
-        true64 = np.asarray(true, dtype=np.float64)
-        reaches |= (true64 != 0) & (np.abs(true64) < _SMALLEST_NORMAL_F32)
+        reaches |= _flushable(true)
     return np.broadcast_to(reaches, expr.output.shape)
+
+
+def _flushable(values: Array) -> Array:
+    """Where a value is a nonzero float32 subnormal, which a kernel's ``.ftz`` math may make 0."""
+    wide = np.asarray(values, dtype=np.float64)
+    return np.asarray((wide != 0) & (np.abs(wide) < _SMALLEST_NORMAL_F32))
 
 
 def _bool_mark(jitter: Jitter, exact: Array) -> Array | bool:
@@ -364,10 +369,7 @@ def _undetermined_jump(expr: Expr, env: Env, exact: Env, noisy_inputs: bool) -> 
             # before the division (CPU fuzzer, seed 901: a softmax's subnormal // -0.75 is
             # -1 in NumPy and -0 on the GPU, whose ex2.approx.ftz gave 0): the quotient of
             # a flushed dividend is 0, and a flushed divisor has none.
-            x64, y64 = (np.asarray(v, dtype=np.float64) for v in (x0, y0))
-            flushed_x = (x64 != 0) & (np.abs(x64) < _SMALLEST_NORMAL_F32)
-            flushed_y = (y64 != 0) & (np.abs(y64) < _SMALLEST_NORMAL_F32)
-            jumps = jumps | (flushed_x & (part(quotient) != 0)) | flushed_y
+            jumps = jumps | (_flushable(x0) & (part(quotient) != 0)) | _flushable(y0)
         return np.broadcast_to(jumps, expr.output.shape)
     return None
 
