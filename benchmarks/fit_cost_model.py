@@ -167,7 +167,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nheld out, time over the fastest tile trial ({len(results)} shapes):")
     for label in ("heuristic", "hand", "fit"):
         values = [entry[label] for entry in results.values() if label in entry]
-        print(f"  {label:10s} geomean {geomean(values):.4f}  worst {max(values, default=1):.3f}")
+        print(
+            f"  {label:10s} geomean {geomean(values):.4f}  worst {max(values, default=1):.3f}"
+            f"  ({len(values)} shapes)"
+        )
     changed = [s for s, e in results.items() if abs(e["fit"] - e["heuristic"]) > 1e-9]
     print(f"  the fit chooses another tile than the heuristic for {len(changed)} shapes")
     print("\nFITTED = CostModel(\n    {")

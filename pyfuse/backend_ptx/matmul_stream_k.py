@@ -12,18 +12,23 @@ tile ``t`` to worker ``t mod W``, as in the plain persistent kernel. Then the ``
 K iterations of the split tiles (``KT`` K tiles each) are cut into ``W`` runs, worker ``w``'s
 from ``s_w = w q + min(w, r)`` (``q, r = divmod(S KT, W)``), the first ``r`` one longer. A
 run crosses tiles: each piece is the part of it inside one tile, K tiles ``[begin, end)``.
+A worker takes its run's pieces last first. So every worker starts its split work at K tile 0
+of some tile, and after that first piece all of them are at the same K offset of their next
+piece: the operand panels read at the same time overlap in L2, as in the plain kernel. (In
+run order each worker would start at its own offset; on the H100, 3000x3584x18944 ran at
+0.62x cuBLAS that way against the plain kernel's 0.88x.)
 
-**The fixup.** A piece without the tile's first K tile (``begin > 0``) stores each consumer
+**The fixup.** A piece without the tile's last K tile (``end < KT``) stores each consumer
 warpgroup's accumulators at its slot (the CTA's number in the grid, per warpgroup) and, after
 a warpgroup barrier, raises the slot's flag (a release at GPU scope); it runs no epilogue. The
-piece with the first K tile, when it ends short of the tile, takes the flags of the workers
-after it whose runs start inside the tile, in order: its leader thread spins on the flag (an
-acquire at GPU scope), the warpgroup meets at its barrier, and every thread adds the partial
-sums to its accumulators; then it runs the epilogue. A worker's first split piece is the only
-one that can start inside a tile, so each slot is written once per launch; the launch zeroes
-the flags. Every wait is on a worker of a higher number, which raises its flag in its first
-split piece, before any wait of its own: the waits form no cycle, and a worker whose CTAs are
-not yet resident only delays the ones below it, which do not hold it back.
+piece with the last K tile, when it starts inside the tile, takes the flags of the workers
+before it whose runs end inside the tile, nearest first: its leader thread spins on the flag
+(an acquire at GPU scope), the warpgroup meets at its barrier, and every thread adds the
+partial sums to its accumulators; then it runs the epilogue. Only a run's last piece can end
+inside a tile, so each slot is written once per launch; the launch zeroes the flags. Every
+wait is on a worker of a lower number, for its run's last piece, which that worker takes
+first and which waits for nothing: the waits form no cycle, and a worker whose CTAs are not
+yet resident only delays the ones after it, which do not hold it back.
 """
 
 from __future__ import annotations
@@ -48,11 +53,11 @@ GROUP_STRIDE = 16 * SM90.warpgroup_threads
 @dataclass(frozen=True)
 class Piece:
     """K tiles ``[begin, end)`` of one split tile, and what its fixup needs: where the tile
-    ends in the split iterations' numbering, this worker's number, and ``q, r``."""
+    starts in the split iterations' numbering, this worker's number, and ``q, r``."""
 
     begin: Reg
     end: Reg
-    tile_end: Reg
+    tile_start: Reg
     worker: Reg
     share: Reg
     extra: Reg
@@ -92,22 +97,22 @@ class Fixup:
     def emit(
         self, piece: Piece, accumulators: Sequence[Sequence[Reg]], epilogue: Callable[[], None]
     ) -> None:
-        """After a piece's main loop: store and flag (a piece without the first K tile), or
-        add the later pieces' sums (one ending short of the tile), then the epilogue."""
+        """After a piece's main loop: store and flag (a piece without the last K tile), or
+        add the earlier pieces' sums (one starting inside the tile), then the epilogue."""
         kb = self.kb
         contributes, whole = kb.reg(RegClass.PRED), kb.reg(RegClass.PRED)
         owner, run_epilogue, done = (
             kb.new_label(hint) for hint in ("sk_owner", "sk_epilogue", "sk_done")
         )
         kb.emit(
-            arith.setp("ne", "u32", contributes, piece.begin, 0),
+            arith.setp("ne", "u32", contributes, piece.end, self.k_tiles),
             control.bra(owner, uni=True).guarded(contributes, negate=True),
         )
         self.store_partial(accumulators)
         kb.emit(control.bra(done, uni=True))
         kb.place(owner)
         kb.emit(
-            arith.setp("eq", "u32", whole, piece.end, self.k_tiles),
+            arith.setp("eq", "u32", whole, piece.begin, 0),
             control.bra(run_epilogue, uni=True).guarded(whole),
         )
         self.add_partials(piece, accumulators)
@@ -170,15 +175,12 @@ class Fixup:
         kb = self.kb
         other, start = kb.reg(RegClass.B32), kb.reg(RegClass.B32)
         top, folded = kb.new_label("sk_fold"), kb.new_label("sk_folded")
-        outside = kb.reg(RegClass.PRED)
-        kb.emit(arith.add("u32", other, piece.worker, 1))
+        inside = kb.reg(RegClass.PRED)
+        # Worker w - 1's run ends inside the tile (this piece starts past the tile's first K
+        # tile, where w's run starts); each worker before it whose run also starts inside the
+        # tile adds the one before it.
+        kb.emit(arith.sub("u32", other, piece.worker, 1))
         kb.place(top)
-        kb.emit(
-            arith.min_("u32", start, other, piece.extra),
-            arith.mad("u32", start, other, piece.share, start),
-            arith.setp("ge", "u32", outside, start, piece.tile_end),
-            control.bra(folded, uni=True).guarded(outside),
-        )
         index = self.slot_index(other)
         flag = self.flag(index)
         value, waiting = kb.reg(RegClass.B32), kb.reg(RegClass.PRED)
@@ -199,7 +201,14 @@ class Fixup:
             kb.emit(memory.ld("global", "f32", list(values), Address(base, offset), cache="cg"))
             for register, value_reg in zip(registers, values, strict=True):
                 kb.emit(arith.add("f32", register, register, value_reg))
-        kb.emit(arith.add("u32", other, other, 1), control.bra(top, uni=True))
+        kb.emit(
+            arith.min_("u32", start, other, piece.extra),
+            arith.mad("u32", start, other, piece.share, start),
+            arith.setp("gt", "u32", inside, start, piece.tile_start),
+            control.bra(folded, uni=True).guarded(inside, negate=True),
+            arith.sub("u32", other, other, 1),
+            control.bra(top, uni=True),
+        )
         kb.place(folded)
 
 

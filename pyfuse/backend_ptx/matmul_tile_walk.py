@@ -189,26 +189,30 @@ class TileWalk:
             arith.add("u32", end, start, share),
             arith.add("u32", end, end, longer),
         )
+        # The run's pieces last first: every worker starts on a split tile's first K tile, and
+        # after its first piece every worker is at the same K offset of its next piece
+        # (``KT - run + elapsed``), so the operand panels they read at once overlap in L2 as
+        # the plain kernel's do; run in order, each worker would start at its own offset.
         at = self.u32()
         top, done = kb.new_label("stream_k_piece"), kb.new_label("stream_k_done")
         finished = self.pred()
-        kb.emit(arith.mov("u32", at, start))
+        kb.emit(arith.mov("u32", at, end))
         kb.place(top)
         kb.emit(
-            arith.setp("ge", "u32", finished, at, end),
+            arith.setp("le", "u32", finished, at, start),
             control.bra(done, uni=True).guarded(finished),
         )
-        local, begin, tile_start, tile_end, piece_end, piece_k_end = (self.u32() for _ in range(6))
+        local, tile_start, piece_start, begin, piece_k_end = (self.u32() for _ in range(5))
         t = self.u32()
         kb.emit(
-            arith.div("u32", local, at, k_tiles),
+            arith.sub("u32", local, at, 1),
+            arith.div("u32", local, local, k_tiles),
             arith.mul("u32", tile_start, local, k_tiles),
-            arith.sub("u32", begin, at, tile_start),
-            arith.add("u32", tile_end, tile_start, k_tiles),
-            arith.min_("u32", piece_end, end, tile_end),
-            arith.sub("u32", piece_k_end, piece_end, tile_start),
+            arith.max_("u32", piece_start, start, tile_start),
+            arith.sub("u32", begin, piece_start, tile_start),
+            arith.sub("u32", piece_k_end, at, tile_start),
             arith.add("u32", t, whole, local),
         )
-        body(*self.decode_linear(t), Piece(begin, piece_k_end, tile_end, worker, share, extra))
-        kb.emit(arith.mov("u32", at, piece_end), control.bra(top, uni=True))
+        body(*self.decode_linear(t), Piece(begin, piece_k_end, tile_start, worker, share, extra))
+        kb.emit(arith.mov("u32", at, piece_start), control.bra(top, uni=True))
         kb.place(done)

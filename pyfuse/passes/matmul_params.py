@@ -120,7 +120,7 @@ def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo)
         grid_swizzle=_grid_swizzle(m_tiles, tile_m, tile_n, target),
         persistent=tiles > target.sm_count or bool(given.pingpong),
         splitk=1,
-        cluster_m=_cluster_m(m_tiles, tiles, tile_n, tile_k, given, target),
+        cluster_m=_cluster_m(m_tiles, tiles, k_tiles, tile_n, tile_k, given, target),
         cluster_n=1,
         smem_epilogue=smem_epilogue,
         pingpong=False,
@@ -332,14 +332,30 @@ def _mn_major_tile_n(
     return rounded
 
 
+# A K of at most this many tiles leaves the kernel bound by its output store (see _cluster_m).
+SMALL_K_TILES = 4
+
+
 def _cluster_m(
-    m_tiles: int, tiles: int, tile_n: int, tile_k: int, given: MatmulParams, target: TargetInfo
+    m_tiles: int,
+    tiles: int,
+    k_tiles: int,
+    tile_n: int,
+    tile_k: int,
+    given: MatmulParams,
+    target: TargetInfo,
 ) -> int:
     """2 (pairs of M tiles share their B tile through TMA multicast) for matmuls of at least
     two waves of tiles, where it ran 3-5% faster on the H200 (8192^3: 0.94-0.95x cuBLAS
     against 0.90-0.91x in two runs); 1 for smaller ones, when the user asked for a
-    ``cluster_n``, or when the tile does not split into two multicast halves."""
+    ``cluster_n``, or when the tile does not split into two multicast halves. Also 1 for a
+    K of at most ``SMALL_K_TILES`` tiles: there the output store, not the operand traffic
+    multicast halves, bounds the kernel, and the cluster's barriers cost more than they save
+    (H100, autotune trials at ff291a2: 4096x4096x64, 6000x2000x96, 8192x8192x128 and
+    16384x1024x256 ran 4.6-5.7% faster without a cluster)."""
     if (given.cluster_n or 1) > 1 or m_tiles < 2 or tiles < 2 * target.sm_count:
+        return 1
+    if k_tiles <= SMALL_K_TILES:
         return 1
     if tile_n % (SM90.swizzle_atom_rows * 2) or tile_k % (SM90.swizzle_atom_rows * 2):
         return 1  # the two CTAs would not each load whole swizzle atoms

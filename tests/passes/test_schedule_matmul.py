@@ -389,6 +389,11 @@ def _linear_params(shape: tuple[int, int, int], user: pf.MatmulParams | None) ->
         ((8192, 8192, 8192), None, (2, 1)),  # 2048 tiles: pairs share their B tile
         ((4096, 14336, 4096), None, (2, 1)),
         ((1000, 1000, 1000), None, (1, 1)),  # 32 tiles: not two waves
+        # a K of at most four tiles: the output store bounds it, the cluster only costs
+        ((8192, 8192, 128), None, (1, 1)),
+        ((16384, 1024, 256), None, (1, 1)),
+        ((16384, 1024, 320), None, (2, 1)),
+        ((8192, 8192, 128), pf.MatmulParams(cluster_m=2), (2, 1)),  # asked for
         ((8192, 8192, 8192), pf.MatmulParams(cluster_n=2), (1, 2)),  # the user's cluster
         ((8192, 8192, 8192), pf.MatmulParams(cluster_m=1), (1, 1)),
     ],

@@ -117,10 +117,8 @@ class Machine:
                 [CTA(self.block, self.smem_bytes, [ids[first + r]], r) for r in range(size)]
                 for first in range(0, total, size)
             ]
-        if any(i.opcode == "ld" and "acquire" in i.modifiers for i in self.entry.instrs):
-            # A CTA that acquires a flag waits for CTAs of higher numbers (stream-K's fixup):
-            # those run first, as whole clusters are run one at a time.
-            clusters.reverse()
+        # Clusters run one at a time, in order of their numbers: a CTA that acquires a flag
+        # (stream-K's fixup) waits only for CTAs of lower numbers, which have finished.
         for ctas in clusters:
             self.ctas = ctas
             self.copies: list[units.AsyncCopy] = []

@@ -128,7 +128,7 @@ def _ld_st(machine: Machine, group: Group, instr: Instr, lanes: Array, ops: Lane
 
 
 # Acquire loads that may find a flag at 0 before one is a deadlock: the CTAs that raise
-# flags (higher-numbered, run first) have all finished when a CTA waits for one.
+# flags (lower-numbered, run first) have all finished when a CTA waits for one.
 UNRAISED_READS = 64
 
 
