@@ -5,7 +5,7 @@
 # the seconds left of SHAPES_SECONDS.
 #   bash tools/device_fit.sh [SHAPES_SECONDS]
 set -u
-export PYTHONPATH=. PYTHONUNBUFFERED=1 PYFUSE_BENCH_COMMIT="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+export PYTHONPATH=. PYTHONUNBUFFERED=1 PYFUSE_BENCH_COMMIT="${PYFUSE_BENCH_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 out=${OUT:-/tmp/pyfuse-device-out}
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"

@@ -13,7 +13,7 @@
 #
 # Several steps in one call: bash tools/device_run.sh tests 400 && bash tools/device_run.sh ...
 set -u
-export PYTHONPATH=. PYTHONUNBUFFERED=1 PYFUSE_BENCH_COMMIT="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+export PYTHONPATH=. PYTHONUNBUFFERED=1 PYFUSE_BENCH_COMMIT="${PYFUSE_BENCH_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 out=${OUT:-/tmp/pyfuse-device-out}
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader >>"$out/gpu.txt" 2>&1

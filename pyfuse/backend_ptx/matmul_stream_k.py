@@ -5,18 +5,21 @@ and the consumers' fixup of tiles split along K.
 **The walk.** Workers are the launched CTAs, or clusters (the CTAs of one take the same
 work: they multicast to each other): ``W`` of them, worker ``w`` = ``ctaid.x`` (or
 ``clusterid.x``), read at run time, since a cluster launch may get fewer. Of the order's
-``T`` tiles, the last ``S`` are split: none when ``W`` divides ``T``, all when ``T < 2 W``,
-else ``T mod W + W``, so that each worker takes between one and two tiles' worth of K tiles
-of them and no piece is much shorter than half a tile. The first ``T - S`` tiles go whole,
+``T`` tiles, the last ``S`` are split: none when ``W`` divides ``T``, all when ``T < W``,
+else ``T mod W`` when that is at least half of ``W`` (each worker then takes between half a
+tile's and a tile's worth of K tiles of them), else ``T mod W + W`` (between one and one and
+a half tiles' worth), so that no run is much shorter than half a tile and few runs hold a
+whole tile between their pieces. The first ``T - S`` tiles go whole,
 tile ``t`` to worker ``t mod W``, as in the plain persistent kernel. Then the ``S x KT``
 K iterations of the split tiles (``KT`` K tiles each) are cut into ``W`` runs, worker ``w``'s
 from ``s_w = w q + min(w, r)`` (``q, r = divmod(S KT, W)``), the first ``r`` one longer. A
 run crosses tiles: each piece is the part of it inside one tile, K tiles ``[begin, end)``.
-A worker takes its run's pieces last first. So every worker starts its split work at K tile 0
-of some tile, and after that first piece all of them are at the same K offset of their next
-piece: the operand panels read at the same time overlap in L2, as in the plain kernel. (In
+A worker takes its run's pieces last first. So a worker whose run crosses a tile's start
+begins its split work at K tile 0 of that tile, and after that first piece every such worker
+is at the same K offset of its next piece (``KT - L`` plus the time since, for runs of ``L``
+K tiles): the operand panels read at the same time overlap in L2, as in the plain kernel. (In
 run order each worker would start at its own offset; on the H100, 3000x3584x18944 ran at
-0.62x cuBLAS that way against the plain kernel's 0.88x.)
+0.62x cuBLAS that way, 0.85x last piece first, against the plain kernel's 0.88-0.91x.)
 
 **The fixup.** A piece without the tile's last K tile (``end < KT``) stores each consumer
 warpgroup's accumulators at its slot (the CTA's number in the grid, per warpgroup) and, after

@@ -160,15 +160,18 @@ class TileWalk:
         clustered = stmt.cluster_size > 1
         worker = self.sreg("clusterid.x" if clustered else "ctaid.x")
         workers = self.sreg("nclusterid.x" if clustered else "nctaid.x")
-        tiles, waves, rest, split, whole = (self.u32() for _ in range(5))
-        no_rest, one_wave = self.pred(), self.pred()
+        tiles, waves, rest, split, whole, twice = (self.u32() for _ in range(6))
+        no_rest, one_wave, half_wave = self.pred(), self.pred(), self.pred()
         kb.comment("stream-K: whole tiles, then runs of K tiles over the split ones")
         kb.emit(
             arith.mov("u32", tiles, self.order.tiles),
             arith.div("u32", waves, tiles, workers),
             arith.rem("u32", rest, tiles, workers),
             arith.add("u32", split, rest, workers),
-            arith.setp("lt", "u32", one_wave, waves, 2),
+            arith.add("u32", twice, rest, rest),
+            arith.setp("ge", "u32", half_wave, twice, workers),
+            arith.selp("u32", split, rest, split, half_wave),
+            arith.setp("eq", "u32", one_wave, waves, 0),  # reused below: under one wave
             arith.selp("u32", split, tiles, split, one_wave),
             arith.setp("eq", "u32", no_rest, rest, 0),
             arith.selp("u32", split, 0, split, no_rest),

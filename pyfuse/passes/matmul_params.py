@@ -332,7 +332,7 @@ def _mn_major_tile_n(
     return rounded
 
 
-# A K of at most this many tiles leaves the kernel bound by its output store (see _cluster_m).
+# A K of two to this many tiles leaves the kernel bound by its output store (see _cluster_m).
 SMALL_K_TILES = 4
 
 
@@ -349,13 +349,14 @@ def _cluster_m(
     two waves of tiles, where it ran 3-5% faster on the H200 (8192^3: 0.94-0.95x cuBLAS
     against 0.90-0.91x in two runs); 1 for smaller ones, when the user asked for a
     ``cluster_n``, or when the tile does not split into two multicast halves. Also 1 for a
-    K of at most ``SMALL_K_TILES`` tiles: there the output store, not the operand traffic
-    multicast halves, bounds the kernel, and the cluster's barriers cost more than they save
-    (H100, autotune trials at ff291a2: 4096x4096x64, 6000x2000x96, 8192x8192x128 and
-    16384x1024x256 ran 4.6-5.7% faster without a cluster)."""
+    K of two to ``SMALL_K_TILES`` tiles: there the output store, not the operand traffic
+    that multicast halves, bounds the kernel, and the cluster costs more than it saves. On
+    the H100, 4096x4096x64, 6000x2000x96, 8192x8192x128 and 16384x1024x256 ran 4.6-5.7%
+    faster without a cluster in autotune's trials (ff291a2) and 2.9-8.8% faster in a second
+    run (6ad2be5); with one K tile (4096x4096x16) the cluster was 2% and 6% faster."""
     if (given.cluster_n or 1) > 1 or m_tiles < 2 or tiles < 2 * target.sm_count:
         return 1
-    if k_tiles <= SMALL_K_TILES:
+    if 1 < k_tiles <= SMALL_K_TILES:
         return 1
     if tile_n % (SM90.swizzle_atom_rows * 2) or tile_k % (SM90.swizzle_atom_rows * 2):
         return 1  # the two CTAs would not each load whole swizzle atoms
