@@ -128,18 +128,33 @@ def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo)
         stream_k=False,
     )
     params = _fit_cluster(given.merged(defaults), given)
-    params = _stream_k(params, given)
+    params = _stream_k(params, given, shape, k_tiles, target)
     _check_params(params, tile_n_limit=SM90.wgmma_n_max, k_tiles=k_tiles)
     _warn_unused(params)
     return params
 
 
-def _stream_k(params: MatmulParams, given: MatmulParams) -> MatmulParams:
+# Stream-K by default (see _stream_k_pays): a K of at least this many tiles, and fewer than
+# this many waves of cluster tiles.
+STREAM_K_MIN_K_TILES = 112
+STREAM_K_MAX_WAVES = 8
+
+
+def _stream_k(
+    params: MatmulParams,
+    given: MatmulParams,
+    shape: dict[str, int],
+    k_tiles: int,
+    target: TargetInfo,
+) -> MatmulParams:
     """``params`` with stream-K where the user (or the autotuner) asked for it: a persistent
     kernel then; refused with a warning for ping-pong, the epilogue warps or a kernel the
-    user made non-persistent. The heuristic does not choose it: on the H100 it ran slower
-    than the plain persistent kernel on the ragged last waves it was built for
-    (docs/performance.md, "Stream-K")."""
+    user made non-persistent. Left ``None``, the heuristic chooses it where it measured
+    faster (``_stream_k_pays``)."""
+    if given.stream_k is None:
+        if _stream_k_pays(params, shape, k_tiles, target):
+            return dataclasses.replace(params, stream_k=True, persistent=True)
+        return params
     if not given.stream_k:
         return params
     if not params.pingpong and not params.epilogue_warps and given.persistent is not False:
@@ -151,6 +166,29 @@ def _stream_k(params: MatmulParams, given: MatmulParams) -> MatmulParams:
         stacklevel=3,
     )
     return dataclasses.replace(params, stream_k=False)
+
+
+def _stream_k_pays(
+    params: MatmulParams, shape: dict[str, int], k_tiles: int, target: TargetInfo
+) -> bool:
+    """Whether a plain persistent cooperative kernel should split its last wave's tiles
+    along K: a long K (``STREAM_K_MIN_K_TILES`` tiles or more), two to ``STREAM_K_MAX_WAVES``
+    waves of cluster tiles over the SMs' workers, and a last wave not already full. On the
+    H100 (6ad2be5/55a9e5d, ``gemm_shapes.py --compare stream_k=true``) the 11 such shapes of
+    the public set ran 2.0% faster in geomean (9560x1792x8432 1.10x, 3000x3584x18944 1.04x,
+    3000x10240x8192 1.04x; the worst 0.975x); with a short K or many waves stream-K's fixup
+    and walk cost more than the idle SMs of the last wave (geomean 0.87x over 57 shapes)."""
+    if not params.persistent or params.pingpong or params.epilogue_warps:
+        return False
+    if (params.splitk or 1) > 1 or k_tiles < STREAM_K_MIN_K_TILES:
+        return False
+    cluster_m, cluster_n = params.cluster_m or 1, params.cluster_n or 1
+    workers = target.sm_count // (cluster_m * cluster_n)
+    m_tiles = ceil_div(shape["m"], params.tile_m or 1)
+    n_tiles = ceil_div(shape["n"], params.tile_n or 1)
+    cluster_tiles = ceil_div(m_tiles, cluster_m) * ceil_div(n_tiles, cluster_n) * shape["batch"]
+    waves, last = divmod(cluster_tiles, workers)
+    return 2 <= waves < STREAM_K_MAX_WAVES and last > 0
 
 
 def _smem_epilogue(

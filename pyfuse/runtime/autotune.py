@@ -184,9 +184,8 @@ def candidates(
         # loop (or, where the heuristic chose them, the consumers'): only where the epilogue
         # can be handed over (else a warning drops it).
         add(epilogue_warps=not default.get("epilogue_warps"))
-        # Stream-K where the heuristic left it off (it splits the last waves along K).
-        if not default.get("stream_k"):
-            add(stream_k=True)
+        # Stream-K (it splits the last wave's tiles along K) against the heuristic's choice.
+        add(stream_k=not default.get("stream_k"))
     for swizzle in SWIZZLES:
         if swizzle != default["grid_swizzle"]:
             add(grid_swizzle=swizzle)

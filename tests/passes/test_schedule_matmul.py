@@ -428,6 +428,27 @@ def test_tiles_fill_the_last_wave(
     assert (params.tile_m, params.tile_n) == tiles
 
 
+@pytest.mark.parametrize(
+    ("shape", "user", "stream_k"),
+    [
+        ((3000, 3584, 18944), None, True),  # 168 cluster tiles: 2.5 waves of 66, long K
+        ((9560, 1792, 8432), None, True),  # 4.03 waves: the last nearly empty
+        ((3000, 4608, 3584), None, False),  # a short K: the fixup costs more than it saves
+        ((8192, 8192, 8192), None, False),  # 15.5 waves: little idle to win back
+        ((256, 28672, 8192), None, False),  # under two waves (1.7 of 132)
+        ((9184, 5456, 9120), None, False),  # whole waves (792 cluster tiles over 66)
+        ((3000, 3584, 18944), pf.MatmulParams(stream_k=False), False),  # the user's choice
+        ((3000, 3584, 18944), pf.MatmulParams(pingpong=True), False),
+    ],
+)
+def test_default_stream_k_for_long_k_and_a_ragged_last_wave(
+    shape: tuple[int, int, int], user: pf.MatmulParams | None, stream_k: bool
+) -> None:
+    params = _linear_params(shape, user)
+    assert params.stream_k is stream_k
+    assert not stream_k or params.persistent
+
+
 def test_a_requested_cluster_the_heuristics_tile_cannot_split_is_dropped_with_a_warning() -> None:
     # N = 40: the heuristic's 40-column B tile does not split into two 16-row slices; the
     # kernel keeps its tensor cores without the cluster (it fell back to multiply+sum).

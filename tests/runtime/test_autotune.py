@@ -38,6 +38,10 @@ def test_candidates_start_with_the_heuristic_and_are_distinct() -> None:
     assert (128, 128) in tiles and (256, 128) in tiles and (128, 256) not in tiles
     assert MatmulParams(cluster_m=1) in found and MatmulParams(grid_swizzle=8) in found
     assert all(c.splitk is None for c in found)  # a persistent grid fills the SMs
+    assert MatmulParams(stream_k=True) in found
+    # Where the heuristic chose stream-K, the plain persistent kernel is the candidate.
+    streamed = autotune.candidates(dict(WIDE, stream_k=True), None, sm_count=132, grid_ctas=132)
+    assert MatmulParams(stream_k=False) in streamed and MatmulParams(stream_k=True) not in streamed
 
 
 def test_candidates_keep_the_users_fields_and_the_outputs_width() -> None:
