@@ -11,7 +11,10 @@ reference (``torch.matmul`` of the fp32 copies) before it is timed, and is timed
 ``triton.testing.do_bench`` (median) against ``torch.matmul`` on the same tensors: the ratio
 is torch's time over pyfuse's (above 1.0 pyfuse is faster). Printed: each shape's ratio, the
 geomean over all shapes and per class (``decode``: M <= 64; else the CSV's source when it is
-``small-k-or-n``, ``square`` or ``ragged``; else ``llm-prefill``). ``--dry-run`` compiles every
+``small-k-or-n``, ``square`` or ``ragged``; else ``llm-prefill``). ``--rounds N`` times pyfuse,
+torch (and ``--compare``'s variant) in turn N times and keeps each one's median: single
+timings of a shape move by 2-3% on the shared machines, as much as the choices compared.
+``--dry-run`` compiles every
 shape's kernels (no device needed): the CI check that the script and every shape's plan work.
 """
 
@@ -22,6 +25,7 @@ import csv
 import json
 import math
 import random
+import statistics
 import sys
 import time
 from collections import defaultdict
@@ -136,6 +140,7 @@ def measure(
     do_bench: Callable[..., float],
     tune: bool,
     compare: pf.MatmulParams | None = None,
+    rounds: int = 1,
 ) -> Row:
     a_shape, b_shape = shape.stored()
     scale = 1.0 / math.sqrt(shape.k)
@@ -149,18 +154,23 @@ def measure(
     error = (got.float() - want).abs().max().item()
     if not error <= TOLERANCE * max(1.0, want.abs().max().item()):
         raise SystemExit(f"{shape.name}: pyfuse disagrees with the fp32 reference ({error})")
-    pyfuse_ms = float(do_bench(lambda: fused(a, b), warmup=25, rep=100))
-    torch_ms = float(do_bench(lambda: matmul(a, b), warmup=25, rep=100))
-    tflops = 2 * shape.m * shape.n * shape.k / (pyfuse_ms * 1e-3) / 1e12
-    ratio = torch_ms / pyfuse_ms
-    row = Row(shape.name, shape.kind, pyfuse_ms, torch_ms, tflops, ratio, params=_params(fused))
+    other = None
     if compare is not None:
         other = pf.fuse(matmul, name="gemm", matmul=compare)
         got = other(a, b)
         error = (got.float() - want).abs().max().item()
         if not error <= TOLERANCE * max(1.0, want.abs().max().item()):
             raise SystemExit(f"{shape.name}: pyfuse with {compare} disagrees ({error})")
-        row.compare_ms = float(do_bench(lambda: other(a, b), warmup=25, rep=100))
+    timed = [lambda: fused(a, b), lambda: matmul(a, b)]
+    if other is not None:
+        timed.append(lambda: other(a, b))
+    times = interleaved(do_bench, timed, rounds)
+    pyfuse_ms, torch_ms = times[0], times[1]
+    tflops = 2 * shape.m * shape.n * shape.k / (pyfuse_ms * 1e-3) / 1e12
+    ratio = torch_ms / pyfuse_ms
+    row = Row(shape.name, shape.kind, pyfuse_ms, torch_ms, tflops, ratio, params=_params(fused))
+    if other is not None:
+        row.compare_ms = times[2]
         row.compare_ratio = torch_ms / row.compare_ms
     if not tune:
         return row
@@ -185,6 +195,18 @@ def measure(
             "trials": _trials(records, before),
         }
     )
+
+
+def interleaved(
+    do_bench: Callable[..., float], functions: list[Callable[[], Any]], rounds: int
+) -> list[float]:
+    """Each function's median time (ms) over ``rounds`` rounds, the functions timed in turn
+    within a round, so that a slow stretch of the shared machine falls on all of them."""
+    times: list[list[float]] = [[] for _ in functions]
+    for _ in range(max(1, rounds)):
+        for function, measured in zip(functions, times, strict=True):
+            measured.append(float(do_bench(function, warmup=25, rep=100)))
+    return [statistics.median(measured) for measured in times]
 
 
 def _trials(records: Path, since: float) -> list[list[object]] | None:
@@ -222,6 +244,12 @@ def main(argv: list[str] | None = None) -> int:
         "--autotune", action="store_true", help="also time pf.fuse(autotune=True) per shape"
     )
     parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="time pyfuse, torch and --compare in turn this many times; report medians",
+    )
+    parser.add_argument(
         "--compare",
         nargs="+",
         metavar="FIELD=VALUE",
@@ -241,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"pyfuse {commit()} on {torch.cuda.get_device_name()}: {len(shapes)} shapes, bf16")
     rows = []
     for shape in shapes:
-        row = measure(shape, torch, do_bench, args.autotune, compare)
+        row = measure(shape, torch, do_bench, args.autotune, compare, args.rounds)
         rows.append(row)
         if args.json:  # row by row: a run stopped by a time limit keeps what it measured
             args.json.write_text(

@@ -63,3 +63,18 @@ def test_the_tuned_rows_keep_every_trial_of_the_record_written(tmp_path: Path) -
         ["heuristic", {"tile_m": 128, "tile_n": 256}, 1.5],
         ["tile 128x128", {"tile_m": 128, "tile_n": 128}, 1.25],
     ]
+
+
+def test_interleaved_rounds_time_every_function_in_turn_and_keep_medians() -> None:
+    calls: list[str] = []
+    clock = iter([3.0, 10.0, 1.0, 11.0, 2.0, 30.0])  # a, b, a, b, a, b
+
+    def fake_bench(function, warmup: int, rep: int) -> float:  # type: ignore[no-untyped-def]
+        calls.append(function())
+        return next(clock)
+
+    medians = gemm_shapes.interleaved(fake_bench, [lambda: "a", lambda: "b"], rounds=3)
+    assert calls == ["a", "b"] * 3  # in turn, so a slow stretch falls on both
+    assert medians == [2.0, 11.0]
+    # At least one round, whatever is asked.
+    assert gemm_shapes.interleaved(lambda f, **_: 4.0, [lambda: 0], 0) == [4.0]
