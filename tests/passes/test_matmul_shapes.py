@@ -315,3 +315,36 @@ def test_narrow_swizzles_under_clusters_and_short_k_tiles_assemble(params: pf.Ma
             matmul_host.operand_layout(loop, operand)  # the layout checks pass
         for kernel in compiled.kernels:
             assert ptxas.assemble(kernel.ptx).problems() == []
+
+
+@pytest.mark.parametrize(
+    ("fn", "specs", "params"),
+    [
+        # The heuristic's own stream-K choice: 128x256 tiles in 2x1 clusters, a long K.
+        (lambda a, b: a @ b.T, [S((3000, 18944), bf16), S((3584, 18944), bf16)], None),
+        # A bias and one CTA per worker (no cluster).
+        (
+            lambda a, b, c: pf.linear(a, b, c),
+            [S((1000, 8192), bf16), S((1000, 8192), bf16), S((1000,), bf16)],
+            pf.MatmulParams(stream_k=True, cluster_m=1),
+        ),
+        # An n-major B and 64-row tiles.
+        (
+            lambda a, b: a @ b,
+            [S((700, 4096), bf16), S((4096, 1200), bf16)],
+            pf.MatmulParams(stream_k=True, tile_m=64),
+        ),
+    ],
+    ids=["default", "bias-no-cluster", "n-major-64-rows"],
+)
+def test_stream_k_kernels_assemble_without_spills(
+    fn: Callable[..., Any], specs: list[pf.Spec], params: pf.MatmulParams | None
+) -> None:
+    """The fixup keeps a consumer's accumulators live across its flag waits and partial-sum
+    loads: ptxas must fit them in registers (no spills, no local memory)."""
+    require_ptxas()
+    compiled = _compile(fn, specs, params)
+    loop = _main_loop(compiled)
+    assert loop.stream_k is not None
+    for kernel in compiled.kernels:
+        assert ptxas.assemble(kernel.ptx).problems() == []
