@@ -8,11 +8,13 @@ work: they multicast to each other): ``W`` of them, worker ``w`` = ``ctaid.x`` (
 ``T`` tiles, the last ``S`` are split: none when ``W`` divides ``T``, all when ``T < W``,
 else ``T mod W`` when that is at least half of ``W`` (each worker then takes between half a
 tile's and a tile's worth of K tiles of them), else ``T mod W + W`` (between one and one and
-a half tiles' worth), so that no run is much shorter than half a tile and few runs hold a
-whole tile between their pieces. The first ``T - S`` tiles go whole,
-tile ``t`` to worker ``t mod W``, as in the plain persistent kernel. Then the ``S x KT``
-K iterations of the split tiles (``KT`` K tiles each) are cut into ``W`` runs, worker ``w``'s
-from ``s_w = w q + min(w, r)`` (``q, r = divmod(S KT, W)``), the first ``r`` one longer. A
+a half tiles' worth), so that past one wave no run is much shorter than half a tile and
+few runs hold a whole tile between their pieces (under one wave, lowering keeps runs of at
+least ``lower_matmul.STREAM_K_MIN_RUN`` K tiles by launching fewer workers). The first
+``T - S`` tiles go whole, tile ``t`` to worker ``t mod W``, as in the plain persistent
+kernel. Then the ``S x KT`` K iterations of the split tiles (``KT`` K tiles each) are cut
+into ``W`` runs, worker ``w``'s from ``s_w = w q + min(w, r)`` (``q, r = divmod(S KT, W)``),
+the first ``r`` one longer. A
 run crosses tiles: each piece is the part of it inside one tile, K tiles ``[begin, end)``.
 A worker takes its run's pieces last first. So a worker whose run crosses a tile's start
 begins its split work at K tile 0 of that tile, and after that first piece every such worker

@@ -192,10 +192,10 @@ class TileWalk:
             arith.add("u32", end, start, share),
             arith.add("u32", end, end, longer),
         )
-        # The run's pieces last first: every worker starts on a split tile's first K tile, and
-        # after its first piece every worker is at the same K offset of its next piece
-        # (``KT - run + elapsed``), so the operand panels they read at once overlap in L2 as
-        # the plain kernel's do; run in order, each worker would start at its own offset.
+        # The run's pieces last first: a run that crosses a tile's start begins at that tile's
+        # first K tile, and after that piece every such worker is at the same K offset of its
+        # next piece (``KT - run + elapsed``), so the operand panels they read at once overlap
+        # in L2 as the plain kernel's do; run in order, each would start at its own offset.
         at = self.u32()
         top, done = kb.new_label("stream_k_piece"), kb.new_label("stream_k_done")
         finished = self.pred()

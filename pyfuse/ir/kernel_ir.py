@@ -403,12 +403,13 @@ class EpilogueHandoff:
 
 @record(frozen=True)
 class StreamK:
-    """Stream-K for a persistent main loop: the tiles past the workers' last whole wave but
-    one (all tiles when there are fewer than two waves) are split along K over every worker
-    (a CTA, or a cluster), each taking an equal run of K tiles through them; a worker that
-    computes part of a tile without its first K tile stores its fp32 partial sums in
-    ``buffer_name`` and raises its flag, and the one with the first K tile adds them before
-    the epilogue. The buffer (a workspace parameter) holds ``slots * consumer warpgroups``
+    """Stream-K for a persistent main loop: the tiles of the workers' last, ragged wave (with
+    the whole wave before it when the last is under half full; all tiles under one wave) are
+    split along K over every worker (a CTA, or a cluster), each taking an equal run of K
+    tiles through them (``backend_ptx/matmul_stream_k.py``); a worker that computes part of
+    a tile without its last K tile stores its fp32 partial sums in ``buffer_name`` and
+    raises its flag, and the one with the last K tile adds them before the epilogue. The
+    buffer (a workspace parameter) holds ``slots * consumer warpgroups``
     u32 flags, which the launch zeroes (``flag_bytes``), then one partial tile per slot (a
     CTA of the launched grid) and warpgroup: ``accumulator registers x 128 threads`` fp32
     values per MMA, four registers of a thread side by side."""

@@ -153,7 +153,7 @@ def _stream_k(
     faster (``_stream_k_pays``)."""
     if given.stream_k is None:
         if _stream_k_pays(params, shape, k_tiles, target):
-            return dataclasses.replace(params, stream_k=True, persistent=True)
+            return dataclasses.replace(params, stream_k=True)
         return params
     if not given.stream_k:
         return params
@@ -171,14 +171,17 @@ def _stream_k(
 def _stream_k_pays(
     params: MatmulParams, shape: dict[str, int], k_tiles: int, target: TargetInfo
 ) -> bool:
-    """Whether a plain persistent cooperative kernel should split its last wave's tiles
-    along K: a long K (``STREAM_K_MIN_K_TILES`` tiles or more), two to ``STREAM_K_MAX_WAVES``
-    waves of cluster tiles over the SMs' workers, and a last wave not already full. On the
+    """Whether a plain persistent cooperative kernel of 128-row tiles should split its last
+    wave's tiles along K: a long K (``STREAM_K_MIN_K_TILES`` tiles or more), at least two and
+    fewer than ``STREAM_K_MAX_WAVES`` whole waves of cluster tiles over the SMs' workers, and
+    a ragged last wave. (Decode's 64-row tiles were not measured with stream-K.) On the
     H100 (6ad2be5/55a9e5d, ``gemm_shapes.py --compare stream_k=true``) the 11 such shapes of
     the public set ran 2.0% faster in geomean (9560x1792x8432 1.10x, 3000x3584x18944 1.04x,
     3000x10240x8192 1.04x; the worst 0.975x); with a short K or many waves stream-K's fixup
     and walk cost more than the idle SMs of the last wave (geomean 0.87x over 57 shapes)."""
     if not params.persistent or params.pingpong or params.epilogue_warps:
+        return False
+    if (params.tile_m or 0) < 128:
         return False
     if (params.splitk or 1) > 1 or k_tiles < STREAM_K_MIN_K_TILES:
         return False

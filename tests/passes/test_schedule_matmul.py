@@ -436,7 +436,10 @@ def test_tiles_fill_the_last_wave(
         ((3000, 4608, 3584), None, False),  # a short K: the fixup costs more than it saves
         ((8192, 8192, 8192), None, False),  # 15.5 waves: little idle to win back
         ((256, 28672, 8192), None, False),  # under two waves (1.7 of 132)
-        ((9184, 5456, 9120), None, False),  # whole waves (792 cluster tiles over 66)
+        ((5632, 3072, 8192), None, False),  # whole waves: 264 cluster tiles over 66
+        ((3000, 3584, 7104), None, False),  # 111 K tiles: one short of a long K
+        ((3000, 3584, 7168), None, True),  # 112
+        ((64, 36864, 8192), None, False),  # decode's 64-row tiles: not measured
         ((3000, 3584, 18944), pf.MatmulParams(stream_k=False), False),  # the user's choice
         ((3000, 3584, 18944), pf.MatmulParams(pingpong=True), False),
     ],

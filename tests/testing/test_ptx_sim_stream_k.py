@@ -69,9 +69,11 @@ def test_the_heuristic_kernel_has_a_workspace_whose_flags_the_launch_zeroes() ->
     assert launch.zeroed == (len(stages.kernel_ir.params) - 1, plan.flag_bytes)
 
 
-@pytest.mark.parametrize("ctas", [1, 2, 4, 5, 7, 11])
+@pytest.mark.parametrize("ctas", [1, 2, 4, 5, 7, 11, 20])
 def test_every_tile_is_summed_once_on_any_number_of_ctas(ctas: int) -> None:
-    # 9 tiles: whole waves (1, 3 CTAs: none split), one and a half (5, 7), under one (11).
+    # 9 tiles: whole waves (1, 3 CTAs: none split); 2 and 5 CTAs split only the last wave
+    # (at least half full), 4 and 7 the last two (1 and 2 tiles left over); under one wave
+    # (11, 20: an owner adds three partial sums).
     out, want = _run("stream_k", ctas, seed=ctas)
     _close(out, want)
 
