@@ -2,7 +2,8 @@
 decode to long prefill, small K or N, squares and ragged sizes, four layouts) against
 torch.matmul, in one run.
 
-    PYTHONPATH=. python3 benchmarks/gemm_shapes.py [--only CLASS ...] [--limit N] [--json F]
+    PYTHONPATH=. python3 benchmarks/gemm_shapes.py [--only CLASS ...] [--shapes MxNxK ...]
+        [--limit N] [--rounds N] [--compare FIELD=VALUE ...] [--autotune] [--json F]
     PYTHONPATH=. python3 benchmarks/gemm_shapes.py --dry-run     # compile only, no GPU
 
 Each shape gets fresh bf16 data (each operand scaled by K**-0.25, so the product is of unit
@@ -236,6 +237,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", choices=CLASSES, help="classes to run")
     parser.add_argument("--limit", type=int, help="the first N shapes (after --only)")
     parser.add_argument(
+        "--shapes", nargs="+", metavar="MxNxK", help="only these shapes (in every layout listed)"
+    )
+    parser.add_argument(
         "--shuffle", type=int, metavar="SEED", help="in a random order (before --limit)"
     )
     parser.add_argument("--json", type=Path, help="write the rows and geomeans here")
@@ -258,6 +262,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     compare = _compare_params(args.compare) if args.compare else None
     shapes = [s for s in read_shapes() if not args.only or s.kind in args.only]
+    if args.shapes:
+        unknown = set(args.shapes) - {s.name.split()[0] for s in shapes}
+        if unknown:
+            raise SystemExit(f"not in the shape set (after --only): {' '.join(sorted(unknown))}")
+        shapes = [s for s in shapes if s.name.split()[0] in args.shapes]
     if args.shuffle is not None:  # a run cut short still samples every class
         random.Random(args.shuffle).shuffle(shapes)
     shapes = shapes[: args.limit] if args.limit else shapes

@@ -78,3 +78,17 @@ def test_interleaved_rounds_time_every_function_in_turn_and_keep_medians() -> No
     assert medians == [2.0, 11.0]
     # At least one round, whatever is asked.
     assert gemm_shapes.interleaved(lambda f, **_: 4.0, [lambda: 0], 0) == [4.0]
+
+
+def test_the_dry_run_of_named_shapes_prints_the_heuristics_stream_k_choice() -> None:
+    def dry_run(*shapes: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "gemm_shapes.py", "--dry-run", "--shapes", *shapes]
+        return subprocess.run(command, cwd=BENCHMARKS, capture_output=True, text=True)
+
+    done = dry_run("9560x1792x8432", "8192x8192x3072")
+    lines = done.stdout.strip().splitlines()
+    assert done.returncode == 0 and len(lines) == 2, done.stdout + done.stderr
+    chosen = {line.split()[0]: "stream_k=True" in line for line in lines}
+    assert chosen == {"9560x1792x8432": True, "8192x8192x3072": False}
+    missing = dry_run("1x2x3")
+    assert missing.returncode != 0 and "1x2x3" in missing.stderr
