@@ -380,6 +380,14 @@ class FakeDriver:
         self._record("cuTensorMapEncodeTiled", *args)
         return (CUresult.CUDA_SUCCESS, FakeTensorMap(1))
 
+    # ---- memory ----------------------------------------------------------------------------
+
+    def cuMemsetD8Async(self, ptr: Handle, value: int, nbytes: int, stream: Any) -> tuple[Any]:
+        """Recorded with the number of launches before it (stream-K zeroes its flags before
+        each launch)."""
+        self._record("cuMemsetD8Async", int(ptr.value), value, nbytes, len(self.launches))
+        return (CUresult.CUDA_SUCCESS,)
+
     # ---- launches --------------------------------------------------------------------------
 
     def _next_result(self) -> CUresult:

@@ -131,6 +131,35 @@ def test_a_restored_persistent_cluster_kernel_sizes_its_grid_to_the_resident_clu
     assert all(kernel.built_ir is None for kernel in restored.kernels)
 
 
+def _matmul_bt(a: Any, b: Any) -> Any:
+    return a @ b.T
+
+
+def test_a_restored_stream_k_variant_zeroes_its_flags_before_each_launch(cache_dir: Path) -> None:
+    """3000x3584x7168 (112 K tiles, 2.5 waves of 2x1 clusters) takes the heuristic's
+    stream-K: the restored variant clears the same workspace bytes (its flags) in the
+    stream's order before the launch, as the fresh compile does."""
+    specs = [pf.spec((3000, 7168), bf16), pf.spec((3584, 7168), bf16)]
+    fresh = pf.fuse(_matmul_bt, name="streamed").compile(*specs)
+    restored = pf.fuse(_matmul_bt, name="streamed").compile(*specs)
+    assert set(restored.timings) == {"trace", "variant_cache"}
+    seen = []
+    for compiled in (fresh, restored):
+        (kernel,) = compiled.kernels
+        assert kernel.params["stream_k"] and kernel.matmul_launch is not None
+        assert kernel.matmul_launch.zeroed is not None
+        fake = FakeDriver()
+        fake.CUtensorMapL2promotion = int  # type: ignore[misc,assignment]
+        with driver.use_driver(fake):
+            launched = _launch(compiled, fake)
+        (memset,) = [call[1:] for call in fake.calls if call[0] == "cuMemsetD8Async"]
+        position, nbytes = kernel.matmul_launch.zeroed
+        # The workspace argument's first bytes, zeroed before the (one) launch.
+        assert memset == (launched["args"][position], 0, nbytes, 0)
+        seen.append((memset, launched["grid"]))
+    assert seen[0] == seen[1]
+
+
 _MATMUL_SCRIPT = textwrap.dedent(
     """
     import json, sys
