@@ -84,6 +84,26 @@ def test_clusters_split_their_cluster_tiles_alike(ctas: int) -> None:
     _close(out, want)
 
 
+@pytest.mark.parametrize("ctas", [6, 10, 14])
+def test_several_clusters_split_their_cluster_tiles(ctas: int) -> None:
+    # 512x192 in 64x64 tiles, 2x1 clusters: 12 cluster tiles of 5 K tiles over 3 clusters
+    # (whole waves), 5 (the last two waves split) and 7 (only the last, over half full).
+    specs = [pf.spec((512, 320), pf.bfloat16), pf.spec((192, 320), pf.bfloat16)]
+    params = pf.MatmulParams(stream_k=True, cluster_m=2, tile_m=64, tile_n=64)
+    fused = pf.fuse(lambda a, b: a @ b.T)
+    fusion = fused.trace(*specs)
+    result = pipeline.run(
+        fusion, HOPPER, params, emit=lambda st: pipeline.Emitted(emit_ptx(st.kernel_ir, HOPPER))
+    )
+    (stages,) = result.kernels
+    assert stages.emitted is not None and stages.kernel_ir.cluster[0] == 2
+    assert stages.kernel_ir.grid[0] >= ctas
+    arrays = random_inputs(specs, ctas)
+    out = poison(fusion.outputs[0].shape, fusion.outputs[0].dtype)
+    run_kernel(stages.kernel_ir, stages.emitted.ptx, arrays, [out], grid=(ctas, 1, 1), seed=ctas)
+    _close(out, fused.reference(*arrays))
+
+
 def test_the_split_kernel_matches_the_plain_persistent_one() -> None:
     # The same tiles and K order within each piece: only the fp32 sum of the pieces differs.
     fn, specs, _ = CASES["stream_k"]
