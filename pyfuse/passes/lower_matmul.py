@@ -50,7 +50,7 @@ from pyfuse.passes.matmul_operands import (
     operand_memory_roles,
     operand_swizzle_bytes,
 )
-from pyfuse.passes.matmul_tiles import consumer_warpgroups, persistent_ctas
+from pyfuse.passes.matmul_tiles import cluster_tiles, consumer_warpgroups, persistent_ctas
 from pyfuse.passes.matmul_vectors import EpilogueVectors
 from pyfuse.passes.plan import KernelPlan
 
@@ -259,10 +259,8 @@ class _MatmulLowering(MatmulEpilogueLowering):
             grid = (ctas, 1, 1)
         elif cluster > 1:
             # One 1-D cluster of CTAs per cluster tile.
-            cluster_tiles = (
-                -(-m_tiles // loop.cluster_m) * -(-n_tiles // loop.cluster_n) * sizes["batch"]
-            )
-            grid = (cluster_tiles * cluster, 1, 1)
+            work = cluster_tiles(m_tiles, n_tiles, sizes["batch"], loop.cluster_m, loop.cluster_n)
+            grid = (work * cluster, 1, 1)
         else:
             swizzle = params.grid_swizzle or 1
             grid = (n_tiles * swizzle, -(-m_tiles // swizzle), sizes["batch"])
@@ -300,7 +298,7 @@ class _MatmulLowering(MatmulEpilogueLowering):
                 "epilogue warps"
             )
         cluster = loop.cluster_size
-        work = -(-m_tiles // loop.cluster_m) * -(-n_tiles // loop.cluster_n) * loop.batch
+        work = cluster_tiles(m_tiles, n_tiles, loop.batch, loop.cluster_m, loop.cluster_n)
         k_tiles = -(-loop.k // loop.tile_k)
         workers = max(1, min(self.target.sm_count // cluster, work * k_tiles // STREAM_K_MIN_RUN))
         ctas = workers * cluster

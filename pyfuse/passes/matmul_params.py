@@ -39,7 +39,12 @@ from pyfuse.passes.matmul_operands import (
     mma_extents,
     mma_ops,
 )
-from pyfuse.passes.matmul_tiles import consumer_warpgroups, default_tiles, filling_tiles
+from pyfuse.passes.matmul_tiles import (
+    cluster_tiles,
+    consumer_warpgroups,
+    default_tiles,
+    filling_tiles,
+)
 
 # fp32 accumulator registers a ping-pong consumer thread may hold (a 128x128 tile): the rest
 # of its 240 keep the epilogue's values and the addresses.
@@ -189,8 +194,8 @@ def _stream_k_pays(
     workers = target.sm_count // (cluster_m * cluster_n)
     m_tiles = ceil_div(shape["m"], params.tile_m or 1)
     n_tiles = ceil_div(shape["n"], params.tile_n or 1)
-    cluster_tiles = ceil_div(m_tiles, cluster_m) * ceil_div(n_tiles, cluster_n) * shape["batch"]
-    waves, last = divmod(cluster_tiles, workers)
+    work = cluster_tiles(m_tiles, n_tiles, shape["batch"], cluster_m, cluster_n)
+    waves, last = divmod(work, workers)
     return 2 <= waves < STREAM_K_MAX_WAVES and last > 0
 
 

@@ -89,6 +89,11 @@ PAST_A_WAVE_GAIN = 0.95
 FITTED: CostModel | None = None
 
 
+def cluster_tiles(m_tiles: int, n_tiles: int, batch: int, cluster_m: int, cluster_n: int) -> int:
+    """The units of work of a clustered matmul: ``cluster_m x cluster_n`` tiles each."""
+    return ceil_div(m_tiles, cluster_m) * ceil_div(n_tiles, cluster_n) * batch
+
+
 def persistent_ctas(
     m_tiles: int, n_tiles: int, batch: int, cluster_m: int, cluster_n: int, sm_count: int
 ) -> int:
@@ -99,7 +104,7 @@ def persistent_ctas(
     half full) and the same 16 on 64, all full; fewer SMs then share the power and L2
     bandwidth for the same time (fast.cu ran 128 of 132 SMs for this)."""
     cluster = cluster_m * cluster_n
-    work = ceil_div(m_tiles, cluster_m) * ceil_div(n_tiles, cluster_n) * batch
+    work = cluster_tiles(m_tiles, n_tiles, batch, cluster_m, cluster_n)
     slots = min(max(1, sm_count // cluster), work)
     waves = ceil_div(work, slots)
     return ceil_div(work, waves) * cluster

@@ -66,6 +66,12 @@ def test_a_matmul_record_whose_launch_does_not_add_up_is_a_miss(
     assert "emit" in pf.fuse(_linear_bias_gelu, name="odd_mm").compile(*_LINEAR_SPECS).timings
 
 
+def _fake_driver() -> FakeDriver:
+    fake = FakeDriver()
+    fake.CUtensorMapL2promotion = int  # type: ignore[misc,assignment]  # the fake stops at 128B
+    return fake
+
+
 def _launch(compiled: pf.Compiled, fake: FakeDriver) -> dict[str, Any]:
     """The launch of a one-kernel ``compiled`` on the fake driver, on made-up addresses, with
     every argument decoded (pointers, then each tensor map's 128 bytes)."""
@@ -88,8 +94,7 @@ def test_a_restored_matmul_variant_launches_without_its_kernel_ir(cache_dir: Pat
     assert set(restored.timings) == {"trace", "variant_cache"}
     results = []
     for compiled in (fresh, restored):
-        fake = FakeDriver()
-        fake.CUtensorMapL2promotion = int  # type: ignore[misc,assignment]  # the fake stops at 128B
+        fake = _fake_driver()
         with driver.use_driver(fake):
             launched = _launch(compiled, fake)
         encodes = [call for call in fake.calls if call[0] == "cuTensorMapEncodeTiled"]
@@ -122,8 +127,7 @@ def test_a_restored_persistent_cluster_kernel_sizes_its_grid_to_the_resident_clu
         assert kernel.matmul_launch is not None
         assert kernel.matmul_launch.persistent and kernel.matmul_launch.cluster_ctas == 2
         assert kernel.grid[0] > 120
-        fake = FakeDriver()
-        fake.CUtensorMapL2promotion = int  # type: ignore[misc,assignment]
+        fake = _fake_driver()
         fake.cuOccupancyMaxActiveClusters = _sixty_clusters  # type: ignore[attr-defined]
         with driver.use_driver(fake):
             grids.append(_launch(compiled, fake)["grid"])
@@ -148,8 +152,7 @@ def test_a_restored_stream_k_variant_zeroes_its_flags_before_each_launch(cache_d
         (kernel,) = compiled.kernels
         assert kernel.params["stream_k"] and kernel.matmul_launch is not None
         assert kernel.matmul_launch.zeroed is not None
-        fake = FakeDriver()
-        fake.CUtensorMapL2promotion = int  # type: ignore[misc,assignment]
+        fake = _fake_driver()
         with driver.use_driver(fake):
             launched = _launch(compiled, fake)
         (memset,) = [call[1:] for call in fake.calls if call[0] == "cuMemsetD8Async"]
