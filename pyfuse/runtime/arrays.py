@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -132,6 +132,9 @@ class LoadedKernels(Protocol):
     """A compiled variant's kernels loaded on one device (``runtime.Loaded``)."""
 
     device: int
+    # One kernel whose parameters are the buffers in order: ``direct(buffers, stream)``
+    # launches it (without making the device's context current); None otherwise.
+    direct: Callable[[list[int], int], None] | None
 
     def launch(self, buffers: list[int], stream: Any) -> None: ...
 
@@ -199,6 +202,19 @@ class TorchKind(Kind):
         return TorchBound(loaded, plan)
 
 
+class DirectParts(NamedTuple):
+    """A bound plan of one directly launched kernel and one output, taken apart for the warm
+    path's shortcut (:mod:`pyfuse.runtime.repeat_call`): ``allocate(*layout)`` makes the
+    output, ``stream(device)`` is the current stream's handle, ``launch(pointers, stream)``
+    launches."""
+
+    allocate: Callable[..., Any]
+    layout: tuple[Any, ...]
+    stream: Callable[[int], int]
+    device: int
+    launch: Callable[[list[int], int], None]
+
+
 class TorchBound:
     def __init__(self, loaded: LoadedKernels, plan: LaunchPlan) -> None:
         import torch
@@ -234,6 +250,17 @@ class TorchBound:
         self._workspace_offsets = plan.workspace_offsets
         raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
         self._stream = raw if raw is not None else _torch_stream_handle
+
+    def direct_parts(self) -> DirectParts | None:
+        """What the warm path's shortcut runs inline instead of :meth:`run`, where this plan
+        is one kernel launched directly (``LoadedKernels.direct``) writing one output from the
+        fast allocator, with no workspace; None otherwise."""
+        direct = self._loaded.direct
+        if direct is None or self._allocate is None or not self._single:
+            return None
+        if self._workspace_bytes:
+            return None
+        return DirectParts(self._allocate, self._layouts[0], self._stream, self._index, direct)
 
     def run(self, arrays: Sequence[object], pointers: list[int], stream: int | None) -> Any:
         allocate = self._allocate

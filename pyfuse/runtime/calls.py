@@ -282,9 +282,9 @@ def call(fused: Any, arrays: Sequence[object]) -> Any:
         state.recapture()
     repeat = state.repeat
     if repeat is not None and repeat.table is state.bound:
-        repeated = repeat.pointers(arrays)
-        if repeated is not None:
-            return repeat.bound.run(arrays, repeated, None)
+        result = repeat.run(arrays)
+        if result is not None:  # no call returns None: None is the shortcut's miss
+            return result
     try:
         key, pointers, stream = call_key(arrays)
     except ArgumentError as error:

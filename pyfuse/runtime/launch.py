@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pyfuse.errors import InputError, LaunchError
@@ -187,9 +187,22 @@ def _resident_grid(kernel: Any, function: Any) -> tuple[int, int, int]:
     return (resident * size, 1, 1)
 
 
-_loaded_devices: set[int] = set()
-# Set once kernels are loaded on a second device: launches then make their context current.
-_several_devices = False
+class _Devices:
+    """The devices with kernels loaded in this process. Once there are several, launches
+    first make their device's context current (``several``, read on every launch)."""
+
+    __slots__ = ("loaded", "several")
+
+    def __init__(self) -> None:
+        self.loaded: set[int] = set()
+        self.several = False
+
+    def add(self, device: int) -> None:
+        self.loaded.add(device)
+        self.several = len(self.loaded) > 1
+
+
+DEVICES = _Devices()
 
 
 class Loaded:
@@ -201,7 +214,6 @@ class Loaded:
     every launch, the first included, runs the one optimized build of each kernel."""
 
     def __init__(self, compiled: Any, plan: Plan, device: int, arch: str) -> None:
-        global _several_devices
         from pyfuse.runtime import cache
 
         start = time.perf_counter()
@@ -213,10 +225,13 @@ class Loaded:
             self.sources.append(source)
             launches.append(_launch_entry(kernel, slots, module))
         self._launches = tuple(launches)
+        # Launchers write their argument slots in place: one launch sequence at a time.
+        self._lock = threading.Lock()
         # The common case, one kernel whose parameters are the buffers in order, launches
         # with the caller's buffer list as is: only when they are all of them (an empty
-        # output, written by no kernel, still has a buffer).
-        self._direct = None
+        # output, written by no kernel, still has a buffer). ``direct(buffers, stream)``
+        # takes the lock itself; it does not make the device's context current.
+        self.direct: Callable[[list[int], int], None] | None = None
         buffers = plan.inputs + len(plan.outputs) + len(plan.workspace_offsets)
         if (
             len(launches) == 1
@@ -225,35 +240,32 @@ class Loaded:
             and launches[0][6] is None
         ):
             launcher, grid, block, smem, _, _, _ = launches[0]
-            self._direct = launcher.bound(grid, block, smem)
+            self.direct = launcher.bound(grid, block, smem, self._lock)
         from pyfuse.backend_ptx import driver
 
         self._context = driver.context
         self._memset = driver.memset_d8_async
-        # Launchers write their argument slots in place: one launch sequence at a time.
-        self._lock = threading.Lock()
         compiled.timings["load"] = compiled.timings.get("load", 0.0) + time.perf_counter() - start
-        _loaded_devices.add(device)
-        _several_devices = len(_loaded_devices) > 1
+        DEVICES.add(device)
 
     def launch(self, buffers: list[int], stream: Any) -> None:
         """Launch every kernel in order on ``stream`` with the numbered buffers."""
+        if DEVICES.several:
+            self._context(self.device)
+        if self.direct is not None:
+            self.direct(buffers, stream)
+            return
         lock = self._lock
         lock.acquire()  # cheaper than ``with`` on the hot path
         try:
-            if _several_devices:
-                self._context(self.device)
-            if self._direct is not None:
-                self._direct(buffers, stream)
-            else:
-                for launcher, grid, block, smem, slots, maps, zeroed in self._launches:
-                    arguments: list[Any] = [buffers[slot] for slot in slots]
-                    if zeroed is not None:  # stream-K's flags, in the launch's stream order
-                        position, nbytes = zeroed
-                        self._memset(arguments[position], 0, nbytes, stream or 0)
-                    if maps is not None:
-                        arguments += maps(arguments)
-                    launcher.launch(grid, block, smem, stream, arguments)
+            for launcher, grid, block, smem, slots, maps, zeroed in self._launches:
+                arguments: list[Any] = [buffers[slot] for slot in slots]
+                if zeroed is not None:  # stream-K's flags, in the launch's stream order
+                    position, nbytes = zeroed
+                    self._memset(arguments[position], 0, nbytes, stream or 0)
+                if maps is not None:
+                    arguments += maps(arguments)
+                launcher.launch(grid, block, smem, stream, arguments)
         finally:
             lock.release()
 

@@ -2,12 +2,14 @@
 the previous call's, checked in one C++ call instead of a call key built in Python.
 
 Expects the arguments of a call the hot path (:func:`pyfuse.runtime.calls.call`) has
-already bound, and that bound plan. Guarantees: :meth:`Repeat.pointers` returns the
-arguments' addresses only when every argument is a torch tensor with the same shape,
+already bound, and that bound plan. Guarantees: :meth:`Repeat.run` runs the bound plan and
+returns the call's result only when every argument is a torch tensor with the same shape,
 strides, dtype, device and dispatch keys (grad mode and requires_grad included) as the ones
 the shortcut was made from, and the addresses keep the same alignment class; the bound plan
 is then the one the full call key would find. Anything else (another shape, a Python number,
-a CuPy array, a misaligned view) returns None and the call takes the full path.
+a CuPy array, a misaligned view, a second device with kernels loaded) returns None and the
+call takes the full path. A plan of one directly launched kernel and one output runs inline,
+in the shortcut's own frame.
 
 The check is torch's own guard for compiled graphs (``torch._C._dynamo.guards.TensorGuards``,
 what ``torch.compile`` checks on every call); where this torch build lacks it, there is no
@@ -20,15 +22,17 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from pyfuse.runtime.arrays import TORCH, Bound, kind_of
+from pyfuse.runtime.arrays import TORCH, Bound, DirectParts, kind_of
+from pyfuse.runtime.launch import DEVICES
 
 _ALIGNMENT_MASK = 15  # the alignment class of the call key: every address a multiple of 16
 
 
 class Repeat:
-    """The last call's metadata check and its bound plan."""
+    """The last call's metadata check and its bound plan: ``run(arrays)`` is the call's
+    result, or None where the arguments do not repeat the last call's metadata."""
 
-    __slots__ = ("_aligned", "_check", "_count", "bound", "table")
+    __slots__ = ("_aligned", "_check", "_count", "bound", "run", "table")
 
     def __init__(
         self,
@@ -45,6 +49,11 @@ class Repeat:
         self._check = check
         self._count = count
         self._aligned = aligned
+        parts = getattr(bound, "direct_parts", None)
+        direct = parts() if parts is not None else None
+        self.run: Callable[[Sequence[Any]], Any] = (
+            self._run_bound if direct is None else self._inline(direct)
+        )
 
     def pointers(self, arrays: Sequence[Any]) -> list[int] | None:
         """The arguments' addresses where the call repeats the last one's metadata; None
@@ -58,6 +67,37 @@ class Repeat:
         if (misaligned & _ALIGNMENT_MASK == 0) is not self._aligned:
             return None
         return pointers
+
+    def _run_bound(self, arrays: Sequence[Any]) -> Any:
+        pointers = self.pointers(arrays)
+        if pointers is None:
+            return None
+        return self.bound.run(arrays, pointers, None)
+
+    def _inline(self, direct: DirectParts) -> Callable[[Sequence[Any]], Any]:
+        """:meth:`pointers`, the output's allocation and the launch in one frame: the same
+        steps as ``bound.run`` takes for a plan of one direct kernel and one output, with
+        every object they read bound once (measured in docs/performance.md, "Warm call")."""
+        check, count, aligned = self._check, self._count, self._aligned
+        allocate, (shape, strides, dtype), stream, device, launch = direct
+        devices = DEVICES
+
+        def run(arrays: Sequence[Any]) -> Any:
+            # With several devices loaded, the full path makes the device's context current.
+            if len(arrays) != count or devices.several or not check(*arrays):
+                return None
+            pointers = [array.data_ptr() for array in arrays]
+            misaligned = 0
+            for pointer in pointers:
+                misaligned |= pointer
+            if (misaligned & _ALIGNMENT_MASK == 0) is not aligned:
+                return None
+            output = allocate(shape, strides, dtype)
+            pointers.append(output.data_ptr())
+            launch(pointers, stream(device))
+            return output
+
+        return run
 
 
 def repeat_of(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -293,7 +294,8 @@ def test_bound_launch_writes_packed_pointers_and_falls_back_when_it_must(
     fake: FakeDriver,
 ) -> None:
     launcher = _launcher(fake, [ParamKind.PTR] * 3)
-    run = launcher.bound((4,), (128,), 0)
+    lock = threading.Lock()
+    run = launcher.bound((4,), (128,), 0, lock)
     run([16, 32, 48], 0x5000)
     run([64, 80, 96], 0x5000)
     first, second = fake.launches
@@ -307,12 +309,15 @@ def test_bound_launch_writes_packed_pointers_and_falls_back_when_it_must(
     fake.launch_results = [CUresult.CUDA_ERROR_INVALID_VALUE, CUresult.CUDA_ERROR_INVALID_VALUE]
     with pytest.raises(LaunchError, match="CUDA_ERROR_INVALID_VALUE"):
         run([1, 2, 3], 0)
+    assert not lock.locked()  # released on every way out
 
 
 def test_bound_launch_of_other_param_kinds_takes_the_general_path(fake: FakeDriver) -> None:
     launcher = _launcher(fake, [ParamKind.PTR, ParamKind.U32])
-    launcher.bound((1,), (32,), 0)([16, 7], 0)
+    lock = threading.Lock()
+    launcher.bound((1,), (32,), 0, lock)([16, 7], 0)
     assert fake.launches[-1]["args"] == [16, 7]
+    assert not lock.locked()
 
 
 def test_cluster_launch_uses_launch_kernel_ex(fake: FakeDriver) -> None:

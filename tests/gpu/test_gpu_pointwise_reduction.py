@@ -581,7 +581,7 @@ def test_host_overhead_and_cold_call(
     from pyfuse.runtime.arrays import call_key
 
     (bound,) = cold.__dict__["_pyfuse_runtime"].bound.values()
-    launch = bound._loaded._direct  # the bound closure: packed pointers, fixed grid
+    launch = bound._loaded.direct  # the bound closure: packed pointers, fixed grid
     out = torch.empty_like(x)
     pointers = [x.data_ptr(), y.data_ptr(), out.data_ptr()]
     stream = torch.cuda.current_stream().cuda_stream

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable, Sequence
+from threading import Lock
 from typing import Any
 
 from pyfuse.backend_ptx.abi import TENSOR_MAP_BYTES, ParamKind
@@ -172,33 +173,48 @@ class Launcher:
         config.hStream = stream if not isinstance(stream, int) else self._cu.CUstream(stream)
         return self._cu.cuLaunchKernelEx(config, self._handle, self._kernel_params, 0)[0]
 
-    def bound(self, grid: Dims, block: Dims, smem: int) -> Callable[[list[int], int], None]:
+    def bound(
+        self, grid: Dims, block: Dims, smem: int, lock: Lock
+    ) -> Callable[[list[int], int], None]:
         """``run(args, stream)``: :meth:`launch` with this grid, block and shared memory fixed,
-        for the warm-call path. Kernels with packed (all 8-byte integer) parameters and no
-        launch attributes get a closure that writes the arguments and calls the driver,
-        nothing else; others go through :meth:`launch`."""
+        for the warm-call path, holding ``lock`` (launches write the argument slots in place,
+        and the driver reads them with the GIL released: one launch at a time). Kernels with
+        packed (all 8-byte integer) parameters and no launch attributes get a closure that
+        writes the arguments and calls the driver, nothing else; others go through
+        :meth:`launch`."""
         grid3, block3 = _dims3(grid, "grid"), _dims3(block, "block")
         if self._packed is None or self._config is not None:
-            return lambda args, stream: self.launch(grid3, block3, smem, stream, args)
+
+            def run_general(args: list[int], stream: int) -> None:
+                with lock:
+                    self.launch(grid3, block3, smem, stream, args)
+
+            return run_general
         if smem > self._smem_opt_in:
             self._opt_in_smem(smem)
         packed, count = self._packed, len(self._slots)
         handle, params = self._handle, self._kernel_params
         launch, success = self._cu.cuLaunchKernel, self._success
+        acquire, release = lock.acquire, lock.release
         gx, gy, gz = grid3
         bx, by, bz = block3
 
         def run(args: list[int], stream: int) -> None:
-            if len(args) != count:
-                self.launch(grid3, block3, smem, stream, args)  # raises, naming the params
-                return
+            acquire()  # cheaper than ``with`` on the hot path
             try:
-                packed[:] = args
-            except TypeError:  # DeviceBuffer or CUdeviceptr arguments: the general path
+                if len(args) == count:
+                    try:
+                        packed[:] = args
+                    except TypeError:  # DeviceBuffer or CUdeviceptr arguments
+                        pass
+                    else:
+                        err = launch(handle, gx, gy, gz, bx, by, bz, smem, stream, params, 0)[0]
+                        if err == success:
+                            return
+                # The general path: raises naming the params, or retries (another context).
                 self.launch(grid3, block3, smem, stream, args)
-                return
-            if launch(handle, gx, gy, gz, bx, by, bz, smem, stream, params, 0)[0] != success:
-                self.launch(grid3, block3, smem, stream, args)  # retries or raises
+            finally:
+                release()
 
         return run
 
