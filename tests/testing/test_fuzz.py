@@ -576,6 +576,26 @@ def test_an_argmax_over_undetermined_values_stays_undetermined_through_a_where()
     assert compare(np.where(want == 2, 0, 2).astype(want.dtype), want, jittered=runs) is None
 
 
+def test_an_argmax_over_a_number_and_an_overflowed_product_is_undetermined() -> None:
+    """CPU fuzzer, seed 1202 case 4638: ``argmax(where(x > 0.25, x, prod(x)), -1)`` where the
+    product's factors overflow float32 and one is 0. A kernel's product is then inf * 0 =
+    NaN, and the argmax of a row ``[55, NaN]`` is 1; the runs' marks hit the 55 first in
+    every run, so the kernel was held to the exact 0. In the run with NaN marks a number
+    compared with a mark keeps float semantics now, and the runs differ there."""
+    fusion = pf.fuse(
+        lambda x: pf.argmax(pf.where(x > 0.25, x, pf.prod(x, (0, 1))), 1)
+    ).trace(pf.spec((30, 2), pf.float32))
+    x = np.full((30, 2), -100.0, np.float32)
+    x[:, 0] = 55.0 + np.arange(30)  # every row: a number, then the product (-0 exactly)
+    x[0, 1] = 0.0
+    (want,) = evaluate(fusion, [x])
+    assert (want == 0).all()
+    runs = [_noisy(fusion, [x], jitter)[0] for jitter in (1.0, -1.0, np.random.default_rng(1))]
+    assert np.logical_or.reduce([run != want for run in runs]).all()
+    kernel = np.ones_like(want)  # what a float32 kernel gives: the NaN is the max
+    assert compare(kernel, want, jittered=runs) is None
+
+
 def test_a_quotient_of_a_subnormal_is_undetermined() -> None:
     """CPU fuzzer, seed 901: ``floor_divide(softmax, -0.75)`` where the softmax's values were
     float32 subnormals that ``ex2.approx.ftz`` makes 0: -1 in NumPy, -0 from a kernel. The
