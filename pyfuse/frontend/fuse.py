@@ -151,6 +151,9 @@ class FusedFunction:
         # disk (pyfuse.runtime.autotune); the fields ``matmul`` sets stay as given.
         self.autotune = autotune
         functools.update_wrapper(self, fn)
+        # The runtime's shortcut for a call like the last one (pyfuse.runtime.repeat_call):
+        # the call's result, or None where the full path must run. Set by the runtime.
+        self.repeat_call: Callable[[tuple[object, ...]], Any] | None = None
 
     def __repr__(self) -> str:
         return f"<pyfuse.FusedFunction {self.name}>"
@@ -204,6 +207,11 @@ class FusedFunction:
     def __call__(self, *arrays: object) -> Any:
         """Run on the GPU: GPU arrays in, GPU arrays of the same kind out."""
         try:
+            repeat = self.repeat_call
+            if repeat is not None:
+                result = repeat(arrays)
+                if result is not None:  # no call returns None: None is the shortcut's miss
+                    return result
             return (_runtime_call or _load_runtime_call())(self, arrays)
         except Exception as error:
             internal = _internal_error(error, self, arrays, "preparing a call of")

@@ -280,11 +280,7 @@ def call(fused: Any, arrays: Sequence[object]) -> Any:
     check = state.check
     if check is not None and not check(state.captured):
         state.recapture()
-    repeat = state.repeat
-    if repeat is not None and repeat.table is state.bound:
-        result = repeat.run(arrays)
-        if result is not None:  # no call returns None: None is the shortcut's miss
-            return result
+    # (FusedFunction.__call__ tried the shortcut, ``fused.repeat_call``, before it came here.)
     try:
         key, pointers, stream = call_key(arrays)
     except ArgumentError as error:
@@ -294,7 +290,8 @@ def call(fused: Any, arrays: Sequence[object]) -> Any:
         bound = _bind_new(fused, state, arrays, key, pointers, stream)
     elif key == state.last_key:
         # The second call in a row with this key: later ones may take the shortcut.
-        state.repeat = repeat_of(arrays, key[-1], bound, state.bound)
+        state.repeat = repeat = repeat_of(arrays, key[-1], bound, state.bound, state)
+        fused.repeat_call = repeat.run if repeat is not None else None
     state.last_key = key
     return bound.run(arrays, pointers, stream)
 

@@ -20,7 +20,7 @@ and the two addresses of an ``x + y`` call take 0.85 us where the call key took 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from pyfuse.runtime.arrays import TORCH, Bound, DirectParts, kind_of
 from pyfuse.runtime.launch import DEVICES
@@ -28,11 +28,28 @@ from pyfuse.runtime.launch import DEVICES
 _ALIGNMENT_MASK = 15  # the alignment class of the call key: every address a multiple of 16
 
 
+class FunctionState(Protocol):
+    """What the shortcut reads of the function's state (``runtime.calls``): the guard of
+    its captured Python values (None when nothing is guarded), the objects last seen there,
+    and the bound table of their values."""
+
+    @property
+    def check(self) -> Callable[[tuple[object, ...]], bool] | None: ...
+
+    @property
+    def captured(self) -> tuple[object, ...]: ...
+
+    @property
+    def bound(self) -> Mapping[Any, Bound]: ...
+
+
 class Repeat:
     """The last call's metadata check and its bound plan: ``run(arrays)`` is the call's
-    result, or None where the arguments do not repeat the last call's metadata."""
+    result, or None where the full path must run: the arguments do not repeat the last
+    call's metadata, or a captured Python value changed (then the full path switches the
+    function's bound table)."""
 
-    __slots__ = ("_aligned", "_check", "_count", "bound", "run", "table")
+    __slots__ = ("_aligned", "_check", "_count", "_state", "bound", "run", "table")
 
     def __init__(
         self,
@@ -41,11 +58,13 @@ class Repeat:
         aligned: bool,
         bound: Bound,
         table: Mapping[Any, Bound],
+        state: FunctionState,
     ) -> None:
         self.bound = bound
         # The bound table (one per value of the function's captured Python values) ``bound``
-        # was found in: the caller uses the shortcut only while that table is current.
+        # was found in: the shortcut runs only while that table is the state's current one.
         self.table = table
+        self._state = state
         self._check = check
         self._count = count
         self._aligned = aligned
@@ -68,23 +87,38 @@ class Repeat:
             return None
         return pointers
 
+    def _current(self) -> bool:
+        """Whether the captured values are those last seen and ``table`` is still current."""
+        state = self._state
+        guard = state.check
+        if guard is not None and not guard(state.captured):
+            return False
+        return state.bound is self.table
+
     def _run_bound(self, arrays: Sequence[Any]) -> Any:
+        if not self._current():
+            return None
         pointers = self.pointers(arrays)
         if pointers is None:
             return None
         return self.bound.run(arrays, pointers, None)
 
     def _inline(self, direct: DirectParts) -> Callable[[Sequence[Any]], Any]:
-        """:meth:`pointers`, the output's allocation and the launch in one frame: the same
-        steps as ``bound.run`` takes for a plan of one direct kernel and one output, with
-        every object they read bound once (measured in docs/performance.md, "Warm call")."""
+        """:meth:`_current`, :meth:`pointers`, the output's allocation and the launch in one
+        frame: the steps ``bound.run`` takes for a plan of one direct kernel and one output,
+        with every object they read bound once (docs/performance.md, "Warm call")."""
         check, count, aligned = self._check, self._count, self._aligned
         allocate, (shape, strides, dtype), stream, device, launch = direct
-        devices = DEVICES
+        devices, state, table = DEVICES, self._state, self.table
+        guard = state.check
 
         def run(arrays: Sequence[Any]) -> Any:
             # With several devices loaded, the full path makes the device's context current.
-            if len(arrays) != count or devices.several or not check(*arrays):
+            if len(arrays) != count or devices.several:
+                return None
+            if guard is not None and not guard(state.captured):
+                return None
+            if state.bound is not table or not check(*arrays):
                 return None
             pointers = [array.data_ptr() for array in arrays]
             misaligned = 0
@@ -101,11 +135,15 @@ class Repeat:
 
 
 def repeat_of(
-    arrays: Sequence[Any], aligned: bool, bound: Bound, table: Mapping[Any, Bound]
+    arrays: Sequence[Any],
+    aligned: bool,
+    bound: Bound,
+    table: Mapping[Any, Bound],
+    state: FunctionState,
 ) -> Repeat | None:
-    """A shortcut for calls like this one, whose plan is ``bound`` (found in ``table``) and
-    whose addresses are ``aligned``; None unless every argument is a torch tensor and
-    this torch has the check."""
+    """A shortcut for calls like this one, whose plan is ``bound`` (found in ``table``, the
+    current table of ``state``) and whose addresses are ``aligned``; None unless every
+    argument is a torch tensor and this torch has the check."""
     if not arrays or any(kind_of(array) is not TORCH for array in arrays):
         return None
     import torch  # the arguments are torch tensors: torch is loaded
@@ -122,4 +160,4 @@ def repeat_of(
         )
     except Exception:  # another torch's signature: no shortcut, the full path is right
         return None
-    return Repeat(guard.check, len(arrays), aligned, bound, table)
+    return Repeat(guard.check, len(arrays), aligned, bound, table, state)

@@ -38,6 +38,7 @@ def test_the_shortcut_serves_repeats_and_steps_aside_for_any_difference(torch: A
         _check(torch, fused(x, y), x * 2.0 + y)
     repeat = _state(fused).repeat
     assert repeat is not None, "the second call in a row with one key makes the shortcut"
+    assert fused.repeat_call == repeat.run  # the function's call tries it first
     # New tensors of the same metadata take the shortcut too.
     a, b = torch.randn(64, 33, device="cuda"), torch.randn(64, 33, device="cuda")
     assert repeat.pointers((a, b)) is not None

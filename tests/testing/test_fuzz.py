@@ -582,9 +582,9 @@ def test_an_argmax_over_a_number_and_an_overflowed_product_is_undetermined() -> 
     NaN, and the argmax of a row ``[55, NaN]`` is 1; the runs' marks hit the 55 first in
     every run, so the kernel was held to the exact 0. In the run with NaN marks a number
     compared with a mark keeps float semantics now, and the runs differ there."""
-    fusion = pf.fuse(
-        lambda x: pf.argmax(pf.where(x > 0.25, x, pf.prod(x, (0, 1))), 1)
-    ).trace(pf.spec((30, 2), pf.float32))
+    fusion = pf.fuse(lambda x: pf.argmax(pf.where(x > 0.25, x, pf.prod(x, (0, 1))), 1)).trace(
+        pf.spec((30, 2), pf.float32)
+    )
     x = np.full((30, 2), -100.0, np.float32)
     x[:, 0] = 55.0 + np.arange(30)  # every row: a number, then the product (-0 exactly)
     x[0, 1] = 0.0
