@@ -174,16 +174,17 @@ def _resident_grid(kernel: Any, function: Any) -> tuple[int, int, int]:
     """``kernel.grid``, except that a persistent cluster kernel launches no more clusters
     than the device can hold at once (GPCs may not fit ``SMs / cluster size``): its tile
     loop strides by the launched cluster count, so fewer clusters only take more tiles."""
-    grid = tuple(kernel.grid)
+    gx, gy, gz = kernel.grid
+    grid: tuple[int, int, int] = (int(gx), int(gy), int(gz))
     launch = kernel.matmul_launch
     if launch is None or not launch.persistent or launch.cluster_ctas == 1:
-        return grid  # type: ignore[return-value]
+        return grid
     from pyfuse.backend_ptx.driver import max_active_clusters
 
     size = launch.cluster_ctas
     resident = max_active_clusters(function, kernel.block, kernel.smem_bytes, (size, 1, 1), grid[0])
     if resident is None or resident <= 0 or resident * size >= grid[0]:
-        return grid  # type: ignore[return-value]
+        return grid
     return (resident * size, 1, 1)
 
 
@@ -415,11 +416,11 @@ def runtime_of(compiled: Any) -> CompiledRuntime:
     """``compiled.runtime``, made on first use for a variant that no call compiled (one from
     :func:`~pyfuse.runtime.compile.compile_fusion` directly): it then knows no signature and
     checks arguments against the fusion's inputs."""
-    runtime = compiled.runtime
+    runtime: CompiledRuntime | None = compiled.runtime
     if runtime is None:
         runtime = CompiledRuntime(compiled, None)
         compiled.runtime = runtime
-    return runtime  # type: ignore[no-any-return]
+    return runtime
 
 
 def run_compiled(compiled: Any, arrays: Sequence[object]) -> Any:

@@ -160,7 +160,8 @@ class Launcher:
             return self._cu.cuLaunchKernel(
                 self._handle, gx, gy, gz, bx, by, bz, smem, stream, self._kernel_params, 0
             )[0]
-        cx, cy, cz = self.cluster  # type: ignore[misc]
+        assert self.cluster is not None  # a launch config exists only for a cluster
+        cx, cy, cz = self.cluster
         if gx % cx or gy % cy or gz % cz:
             raise LaunchError(
                 f"kernel {self.name}: grid {(gx, gy, gz)} is not a multiple of the cluster "
