@@ -256,9 +256,7 @@ class TorchBound:
         is one kernel launched directly (``LoadedKernels.direct``) writing one output from the
         fast allocator, with no workspace; None otherwise."""
         direct = self._loaded.direct
-        if direct is None or self._allocate is None or not self._single:
-            return None
-        if self._workspace_bytes:
+        if direct is None or self._allocate is None or not self._single or self._workspace_bytes:
             return None
         return DirectParts(self._allocate, self._layouts[0], self._stream, self._index, direct)
 
