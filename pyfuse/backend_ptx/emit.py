@@ -34,7 +34,7 @@ from pyfuse.backend_ptx.emit_math import (
     storage_class,
     storage_type,
 )
-from pyfuse.backend_ptx.emit_memory import Location, MemoryAccess, Tensor
+from pyfuse.backend_ptx.emit_memory import Location, MemoryAccess, StagingTarget, Tensor
 from pyfuse.backend_ptx.emit_scalar import ScalarMath
 from pyfuse.backend_ptx.emitter import Directives, KernelBuilder, PtxModule
 from pyfuse.backend_ptx.instructions import arith, control, logic, memory, shuffle, special
@@ -99,7 +99,7 @@ class _KernelEmitter(MemoryAccess):
         # Values of the expressions of the current statement (nothing changes within one).
         self.memo: dict[kir.KExpr, Value] = {}
         # In a staged matmul epilogue: each TMA-stored output's address for this element.
-        self.staging: Mapping[int, Address] = {}
+        self.staging: Mapping[int, StagingTarget] = {}
         # In an unguarded matmul epilogue, values read from the tile's epilogue vectors,
         # kept across its elements (rows 8 apart read the same column's bias): by expression
         # and the registers its variables are bound to. None elsewhere.
@@ -186,7 +186,7 @@ class _KernelEmitter(MemoryAccess):
         self.vector_offsets = frozenset(vector.smem_offset for vector in stmt.vectors)
 
         def epilogue(
-            bindings: dict[kir.Var, Reg], element: int, staging: Mapping[int, Address]
+            bindings: dict[kir.Var, Reg], element: int, staging: Mapping[int, StagingTarget]
         ) -> None:
             if element == 0:  # a tile's first: the vectors now hold this tile's values
                 self.tile_memo = {} if reuse else None
@@ -195,7 +195,7 @@ class _KernelEmitter(MemoryAccess):
         def run(
             bindings: dict[kir.Var, Reg],
             element: int,
-            staging: Mapping[int, Address],
+            staging: Mapping[int, StagingTarget],
             statements: list[kir.Stmt],
         ) -> None:
             for var, register in bindings.items():

@@ -12,6 +12,7 @@ back its ``expr`` and ``fail``.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Protocol
 
 from pyfuse.backend_ptx.emit_math import Value, storage_class, storage_type
 from pyfuse.backend_ptx.emit_scalar import ScalarMath
@@ -27,6 +28,17 @@ from pyfuse.ir.tensor import MemoryType
 
 # The widest single access on sm_90 (v4.b32 / v2.b64).
 MAX_VECTOR_BYTES = 16
+
+
+class StagedWord(Protocol):
+    """A staged pair of 2-byte elements that a later collective store writes (the matmul
+    staging's ``stmatrix``): the emitter hands it the pair packed in one 32-bit word."""
+
+    def put(self, word: Reg) -> None: ...
+
+
+# Where a staged matmul epilogue's pair goes: a shared-memory address, or a word to hand on.
+StagingTarget = Address | StagedWord
 
 
 def memory_type(dtype: DType) -> str:
@@ -64,7 +76,7 @@ class MemoryAccess:
     tensors: dict[str, Tensor]
     smem: Reg | None
     # In a staged matmul epilogue: each TMA-stored output's address for this element.
-    staging: Mapping[int, Address]
+    staging: Mapping[int, StagingTarget]
 
     def expr(self, expr: kir.KExpr) -> Value:
         raise NotImplementedError
@@ -236,11 +248,18 @@ class MemoryAccess:
 
     def stage_store(self, stmt: kir.StageStore) -> None:
         """A pair of output columns into its TMA store's staging buffer (matmul_staging)."""
-        address = self.staging.get(stmt.store)
-        if address is None:
+        target = self.staging.get(stmt.store)
+        if target is None:
             raise self.fail(f"StageStore of store {stmt.store} outside a staged matmul epilogue")
         registers = self.array(stmt.source)[: stmt.width]
-        self.vector_store(Location("shared", address), registers, stmt.source.dtype)
+        if isinstance(target, Address):
+            self.vector_store(Location("shared", target), registers, stmt.source.dtype)
+            return
+        if stmt.source.dtype.itemsize != 2 or len(registers) != 2:
+            raise self.fail(f"StageStore of store {stmt.store}: a word is two 2-byte elements")
+        word = self.kb.reg(RegClass.B32)
+        self.kb.emit(arith.pack(word, registers))
+        target.put(word)
 
     def words(self, nbytes: int) -> tuple[tuple[Reg, ...], str]:
         """Registers that carry ``nbytes`` of narrow elements, and their ld/st type."""

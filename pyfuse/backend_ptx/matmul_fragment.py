@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
+from pyfuse.backend_ptx.emit_memory import StagingTarget
 from pyfuse.backend_ptx.emitter import KernelBuilder, Param
 from pyfuse.backend_ptx.instructions import arith, convert, logic
 from pyfuse.backend_ptx.matmul_handoff import ConsumerHandoff, EpilogueWarps, HandoffTile
@@ -30,7 +31,7 @@ from pyfuse.ir.hopper import SM90
 from pyfuse.ir.kernel_ir import MatmulMainLoop, Var
 
 # (bindings, accumulator element, per TMA-stored output the staging address of the element)
-EmitEpilogue = Callable[[dict[Var, Reg], int, Mapping[int, Address]], None]
+EmitEpilogue = Callable[[dict[Var, Reg], int, Mapping[int, StagingTarget]], None]
 # The epilogue warps': (bindings, accumulator element, the pair's address in each handoff
 # tensor's tile; the output goes over the first).
 EmitLateEpilogue = Callable[[dict[Var, Reg], int, Sequence[Address]], None]
@@ -158,15 +159,16 @@ def consumer_epilogue(
         for i in range(0, per_block, step):
             element = block * per_block + i
             if staging is not None and i % staging.elements_per_chunk == 0:
-                staging.begin_chunk()
-            addresses: Mapping[int, Address] = {}
+                staging.begin_chunk(first=element == 0)
+            addresses: Mapping[int, StagingTarget] = {}
             if staging is not None:
                 addresses = staging.addresses(i)
             elif handoff is not None:
                 addresses = handoff.addresses(i)
             emit(bindings(block, i), element, addresses)
             if staging is not None and (i + step) % staging.elements_per_chunk == 0:
-                staging.end_chunk(i // staging.elements_per_chunk, batch, block_row, n0)
+                last = element + step == stmt.row_blocks * per_block
+                staging.end_chunk(i // staging.elements_per_chunk, batch, block_row, n0, last)
     if handoff is not None:
         handoff.end()
 

@@ -7,15 +7,21 @@ thread stores the chunk with a TMA store while the warpgroup goes on to the next
 tile, or its next tile's main loop). Per chunk, with named barrier ``1 + w`` of warpgroup
 ``w`` (128 threads; barrier 0 stays the CTA's):
 
-1. the warpgroup's leader (``tid.x == 0``) waits ``cp.async.bulk.wait_group.read 1``: at
-   most the previous chunk's store still reads, so the buffer about to be written (used two
-   chunks ago) is free; ``bar.sync`` publishes that to the warpgroup;
+1. the buffer about to be written (used two chunks ago) must be free. For a tile's first
+   chunk the warpgroup's leader (``tid.x == 0``) waits ``cp.async.bulk.wait_group.read 1``
+   (at most the previous chunk's store still reads) and ``bar.sync`` publishes that to the
+   warpgroup; for the others step 3 of the chunk before did it;
 2. every thread runs the epilogue for the chunk's accumulator registers; ``StageStore``
-   writes each pair of columns with one ``st.shared`` at :meth:`Staging.address`;
-3. ``fence.proxy.async.shared::cta`` (the generic-proxy writes become visible to the TMA
-   unit) and ``bar.sync``; the leader issues one ``cp.async.bulk.tensor`` store per output
-   (none for a chunk past the ragged edge of N or rows past M: the map clips the rest) and
-   commits them as one bulk group; the buffers swap;
+   writes each pair of columns with one ``st.shared`` at :meth:`Staging.addresses` (or
+   hands it over for the chunk's ``stmatrix``, below);
+3. unless the chunk is its tile's last, the leader waits ``cp.async.bulk.wait_group.read 0``
+   (the previous chunk's store has read its buffer, the one the next chunk fills); then
+   ``fence.proxy.async.shared::cta`` (the generic-proxy writes become visible to the TMA
+   unit) and one ``bar.sync`` publish both; the leader issues one ``cp.async.bulk.tensor``
+   store per output (none for a chunk past the ragged edge of N or rows past M: the map
+   clips the rest) and commits them as one bulk group; the buffers swap. (The last chunk
+   does not wait: the warpgroup goes on to its next main loop, and the next tile's first
+   chunk waits instead.) One named barrier per chunk, plus one per tile;
 4. before the warpgroup leaves the kernel its leader waits ``cp.async.bulk.wait_group 0``.
 
 **Layout.** A staging buffer is 64 rows of ``S = chunk_cols * itemsize`` bytes (32, 64 or
@@ -28,20 +34,32 @@ and ``+ 8`` and columns ``8 j + 2 (lane % 4)`` (``+ 1``). The XOR term ``((row S
 once, and a pair's address is that plus the buffer's offset plus ``8 S`` for the second row.
 The eight rows of a warp's store then fall in eight different 16-byte chunks of a 128-byte
 span (or in two spans of four): ``st.shared`` of a pair is free of bank conflicts.
+
+**stmatrix.** Where every staged output has 2-byte elements, chunks are a multiple of 16
+columns and the epilogue is straight code, a thread's pair of columns is one 32-bit word of
+an 8x8 matrix's fragment (row ``lane / 4``, columns ``2 (lane % 4)``, ``+ 1``: the
+accumulator's layout). The words of a chunk are collected (:class:`MatrixWord`) and stored by
+``stmatrix.m8n8.x4``, one per two column blocks: matrices (block ``2j``, rows 0-7), (``2j``,
+rows 8-15), (``2j + 1``, rows 0-7), (``2j + 1``, rows 8-15) of the warp's 16 rows, lane ``l``
+giving the address of row ``l % 8`` of matrix ``l / 8``. That is a quarter of the store
+instructions, every 16-byte row in its own swizzled chunk.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+from pyfuse.backend_ptx.emit_memory import StagingTarget
 from pyfuse.backend_ptx.emitter import KernelBuilder
-from pyfuse.backend_ptx.instructions import arith, control, logic, mbarrier, tma
+from pyfuse.backend_ptx.instructions import arith, control, logic, mbarrier, memory, tma
 from pyfuse.backend_ptx.operands import Address, Reg, RegClass
+from pyfuse.ir import kernel_ir as kir
 from pyfuse.ir.hopper import SM90
 from pyfuse.ir.kernel_ir import MatmulMainLoop
 
 ROWS = SM90.wgmma_m
 ELEMENTS_PER_BLOCK = 4  # accumulator registers per 8-column block of a thread's rows
+MATRIX_BYTES = 16  # one row of an 8x8 matrix of 2-byte elements: stmatrix's unit
 
 
 def check_stores(stmt: MatmulMainLoop, smem_bytes: int) -> None:
@@ -113,6 +131,32 @@ def wait_phase(kb: KernelBuilder, barrier: Reg, phase: Reg, label: str) -> None:
     )
 
 
+class MatrixWord:
+    """Where an epilogue's ``StageStore`` puts its pair in a stmatrix chunk: the pair packed
+    in one 32-bit word, kept for the chunk's ``stmatrix`` (see the module)."""
+
+    __slots__ = ("index", "words")
+
+    def __init__(self, words: list[Reg | None], index: int) -> None:
+        self.words, self.index = words, index
+
+    def put(self, word: Reg) -> None:
+        self.words[self.index] = word
+
+
+def uses_stmatrix(stmt: MatmulMainLoop) -> bool:
+    """Whether the staged stores go through ``stmatrix`` (see the module): 2-byte outputs,
+    chunks of 16k columns, and no branch in the epilogue (every thread of a warp reaches
+    every ``StageStore``)."""
+    return (
+        bool(stmt.stores)
+        and stmt.handoff is None
+        and all(store.dtype.itemsize == 2 for store in stmt.stores)
+        and stmt.stores[0].chunk_cols % 16 == 0
+        and not any(isinstance(s, kir.If) for s in kir.walk(stmt.epilogue))
+    )
+
+
 class Staging:
     """The per-thread state of the staged stores of one consumer warpgroup's thread."""
 
@@ -163,6 +207,36 @@ class Staging:
             kb.emit(arith.mov("u32", offset, 0))
             self.offset.append(offset)
         self.current: list[list[Reg]] = []
+        self.matrix = uses_stmatrix(stmt)
+        # stmatrix: per store, per pair of column blocks, this lane's row address (module).
+        self.matrix_address: list[list[Reg]] = []
+        self.words: list[list[Reg | None]] = []
+        if self.matrix:
+            self.matrix_address = self._matrix_addresses(lane, warp)
+
+    def _matrix_addresses(self, lane: Reg, warp: Reg) -> list[list[Reg]]:
+        kb = self.kb
+        # Lane l gives row l % 8 of matrix l / 8: warp row 8 ((l / 8) % 2) + l % 8, column
+        # block 2j + l / 16.
+        row, half, block_bytes = self.u32(), self.u32(), self.u32()
+        kb.emit(
+            logic.and_("b32", row, lane, 7),
+            logic.shr("u32", half, lane, 3),
+            logic.and_("b32", half, half, 1),
+            arith.mad("u32", row, half, 8, row),
+            arith.mad("u32", row, warp, 16, row),
+            logic.shr("u32", block_bytes, lane, 4),
+            logic.shl("b32", block_bytes, block_bytes, 4),
+        )
+        per_store = []
+        for base, store in zip(self.buffer_base, self.stores, strict=True):
+            row_bytes, xor = swizzled_row(kb, row, store.swizzle_bytes)
+            thread_base = self.u32()
+            kb.emit(arith.add("u32", thread_base, base, row_bytes))
+            per_store.append(
+                block_addresses(kb, block_bytes, xor, thread_base, 2 * 2, self.blocks // 2)
+            )
+        return per_store
 
     def u32(self) -> Reg:
         return self.kb.reg(RegClass.B32)
@@ -174,15 +248,20 @@ class Staging:
     def elements_per_chunk(self) -> int:
         return self.blocks * ELEMENTS_PER_BLOCK
 
-    def begin_chunk(self) -> None:
-        """Wait for this chunk's buffers (step 1) and point the addresses into them."""
+    def begin_chunk(self, first: bool) -> None:
+        """Point the addresses into this chunk's buffers; for the ``first`` chunk of a tile,
+        wait for them first (step 1)."""
         kb = self.kb
-        kb.emit(
-            tma.wait_group(1, read=True).guarded(self.leader),
-            control.bar_sync(self.barrier, SM90.warpgroup_threads),
-        )
+        if first:
+            kb.emit(
+                tma.wait_group(1, read=True).guarded(self.leader),
+                control.bar_sync(self.barrier, SM90.warpgroup_threads),
+            )
         self.current = []
-        for addresses, offset in zip(self.block_address, self.offset, strict=True):
+        if self.matrix:
+            self.words = [[None] * (2 * self.blocks) for _ in self.stores]
+        chunk_addresses = self.matrix_address if self.matrix else self.block_address
+        for addresses, offset in zip(chunk_addresses, self.offset, strict=True):
             moved = []
             for address in addresses:
                 register = self.u32()
@@ -190,22 +269,32 @@ class Staging:
                 moved.append(register)
             self.current.append(moved)
 
-    def addresses(self, element: int) -> dict[int, Address]:
+    def addresses(self, element: int) -> Mapping[int, StagingTarget]:
         """Per store, where the pair of accumulator registers ``element``, ``element + 1``
-        goes in the buffer being filled."""
+        goes in the buffer being filled (with stmatrix: its word of the chunk)."""
         block = (element // ELEMENTS_PER_BLOCK) % self.blocks
         second_row = (element >> 1) & 1
+        if self.matrix:
+            return {
+                index: MatrixWord(words, 2 * block + second_row)
+                for index, words in enumerate(self.words)
+            }
         return {
             index: Address(self.current[index][block], second_row * 8 * store.swizzle_bytes)
             for index, store in enumerate(self.stores)
         }
 
-    def end_chunk(self, chunk: int, batch: Reg, row0: Reg, n0: Reg) -> None:
+    def end_chunk(self, chunk: int, batch: Reg, row0: Reg, n0: Reg, last: bool) -> None:
         """Publish chunk ``chunk`` of the 64 rows from ``row0`` to the TMA unit and store it
-        (step 3)."""
+        (step 3); unless it is the ``last`` of its tile, free the next chunk's buffers in the
+        same barrier (step 1 for the next chunk)."""
         kb, stmt = self.kb, self.stmt
         col0 = self.u32()
         inside, rows_inside = self.pred(), self.pred()
+        if self.matrix:
+            self._store_matrices()
+        if not last:
+            kb.emit(tma.wait_group(0, read=True).guarded(self.leader))
         kb.emit(
             mbarrier.fence_proxy_async("shared::cta"),
             control.bar_sync(self.barrier, SM90.warpgroup_threads),
@@ -225,6 +314,15 @@ class Staging:
         for index, store in enumerate(self.stores):
             offset = self.offset[index]
             kb.emit(logic.xor("b32", offset, offset, store.buffer_bytes))
+
+    def _store_matrices(self) -> None:
+        """The chunk's collected words, four 8x8 matrices per ``stmatrix`` (see the module)."""
+        for store, words, addresses in zip(self.stores, self.words, self.current, strict=True):
+            if any(word is None for word in words):
+                raise ValueError(f"{store.buffer_name}: a staged chunk missing some of its pairs")
+            for pair, address in enumerate(addresses):
+                matrices = [word for word in words[4 * pair : 4 * pair + 4] if word is not None]
+                self.kb.emit(memory.stmatrix(Address(address), matrices))
 
     def drain(self) -> None:
         """The leader's last wait: every store of the warpgroup complete (step 4)."""

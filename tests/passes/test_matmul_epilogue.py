@@ -114,10 +114,17 @@ def test_the_stores_tensor_maps_follow_the_operands_and_the_ptx_assembles_its_pr
     output = next(i for i, p in enumerate(kernel.params) if p.role == k.ParamRole.OUTPUT)
     assert launch.pointer_arguments[-1] == output
     ptx = emit_ptx(kernel, HOPPER)
-    # Per chunk: the leader's read wait, the warpgroup's barrier, the proxy fence, the store.
+    # Per tile: the leader's read wait for the first chunk's buffer. Per chunk: the fence, the
+    # warpgroup's barrier and the store; before every chunk but the last, the read wait that
+    # frees the next chunk's buffer. 2-byte outputs go in by stmatrix, 4 column blocks each.
     chunks = loop.tile_n // loop.stores[0].chunk_cols
-    assert len(re.findall(r"cp\.async\.bulk\.wait_group\.read 1", ptx)) == chunks
+    assert len(re.findall(r"cp\.async\.bulk\.wait_group\.read 1", ptx)) == 1
+    assert len(re.findall(r"cp\.async\.bulk\.wait_group\.read 0", ptx)) == chunks - 1
     assert len(re.findall(r"fence\.proxy\.async\.shared::cta", ptx)) == chunks
+    assert len(re.findall(r"bar\.sync %r\d+, 128", ptx)) == chunks + 1
+    stmatrix = r"stmatrix\.sync\.aligned\.m8n8\.x4\.shared::cta\.b16"
+    assert len(re.findall(stmatrix, ptx)) == loop.tile_n // 16 * loop.row_blocks
+    assert not re.search(r"st\.shared", ptx)
     assert len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.global\.shared::cta", ptx)) == chunks
     assert re.search(r"cp\.async\.bulk\.wait_group 0", ptx)
     assert re.search(r"bar\.sync %r\d+, 128", ptx)
