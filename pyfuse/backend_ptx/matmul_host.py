@@ -83,7 +83,7 @@ VECTOR_TYPES = {1: "u8", 2: "u16", 4: "u32", 8: "u64"}
 PRODUCER_REGISTERS = 40  # CUTLASS's load warpgroup: one thread issuing TMA needs few
 # The producer warpgroup's where three of its warps run the epilogue (matmul_handoff), one
 # pair of columns at a time.
-EPILOGUE_REGISTERS = 88
+EPILOGUE_REGISTERS = 104
 MAX_CONSUMER_REGISTERS = 240
 
 

@@ -142,9 +142,18 @@ def test_epilogue_warps_that_cannot_apply_warn_and_keep_the_consumers_epilogue(
     assert any(why in str(w.message) for w in caught)
 
 
-def test_the_ptx_assembles_without_spills_and_with_its_register_split() -> None:
+# The bias inside the linear, and added after it (a separate epilogue input whose handoff
+# code spilled 16 B at 88 registers for the epilogue warps).
+@pytest.mark.parametrize(
+    "fn",
+    [_linear_gelu, lambda x, w, b: pf.gelu(pf.linear(x, w) + b, approximate="tanh")],
+    ids=["linear_bias", "linear_plus_bias"],
+)
+def test_the_ptx_assembles_without_spills_and_with_its_register_split(
+    fn: Callable[..., Any],
+) -> None:
     stage, _ = matmul_kernel(
-        _linear_gelu,
+        fn,
         [S((4096, 4096), bf16), S((14336, 4096), bf16), S((14336,), bf16)],
         EPILOGUE_WARPS,
     )
