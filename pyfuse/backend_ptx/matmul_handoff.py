@@ -8,8 +8,8 @@ warpgroup ``w``'s) by ``chunk_cols`` columns, 128-byte swizzled rows, box ``(w, 
 producer warpgroup's three idle warps (warp 0 issues the TMA loads) compute the rest of the
 epilogue from the tile. (A fourth warpgroup cannot do it: 512 threads leave 128 registers a
 thread at entry, and ptxas compiles an m64n256 wgmma only with 154 or more.) The producer
-warpgroup then keeps ``EPILOGUE_REGISTERS`` a thread instead of 40, and the consumers the
-rest.
+warpgroup then keeps ``pyfuse.ir.target.EPILOGUE_REGISTERS`` a thread instead of 40, and
+the consumers the rest.
 
 Two mbarriers after the stages' (and the vectors') carry the tile between them:
 

@@ -68,6 +68,7 @@ from pyfuse.ir.hopper import SM90
 from pyfuse.ir.kernel_ir import Kernel, MatmulMainLoop, TmaOperand
 from pyfuse.ir.records import record
 from pyfuse.ir.target import HOPPER, TargetInfo
+from pyfuse.ir.target import register_split as target_register_split
 
 # The swizzles an operand tile may use, by the bytes of one swizzled row (TmaOperand's
 # ``swizzle_bytes``): the tensor map and the wgmma descriptor of the operand both take it.
@@ -80,11 +81,6 @@ WGMMA_TYPES = {dtypes.bfloat16: "bf16", dtypes.float16: "f16"}
 STORE_TYPES = {**WGMMA_TYPES, dtypes.float32: "f32"}
 # TMA element types of the epilogue vectors, by element size: a copy moves bits unchanged.
 VECTOR_TYPES = {1: "u8", 2: "u16", 4: "u32", 8: "u64"}
-PRODUCER_REGISTERS = 40  # CUTLASS's load warpgroup: one thread issuing TMA needs few
-# The producer warpgroup's where three of its warps run the epilogue (matmul_handoff), one
-# pair of columns at a time.
-EPILOGUE_REGISTERS = 104
-MAX_CONSUMER_REGISTERS = 240
 
 
 # ---- tile order -----------------------------------------------------------------------------
@@ -427,22 +423,11 @@ def check_main_loop(
 def register_split(
     stmt: MatmulMainLoop, directives: Directives, target: TargetInfo = HOPPER
 ) -> tuple[int, int]:
-    """(producer, consumer) ``setmaxnreg`` counts that fit the CTA's registers at entry.
-
-    ptxas caps every thread at ``.maxnreg`` or, with ``.maxntid`` + ``.minnctapersm 1``, at
-    the register file over the thread count (rounded down to 8, at most 255); the producer
-    warpgroup gives ``cap - 40`` per thread back (``cap - EPILOGUE_REGISTERS`` where three
-    of its warps run the epilogue) and the consumers share it.
-    """
-    warpgroup = SM90.warpgroup_threads
-    threads = warpgroup * (stmt.consumer_warpgroups + 1)
-    cap = directives.maxnreg or min(
-        target.max_registers_per_thread, target.registers_per_sm // threads // 8 * 8
+    """(producer, consumer) ``setmaxnreg`` counts of ``stmt``'s kernel
+    (:func:`pyfuse.ir.target.register_split`)."""
+    return target_register_split(
+        stmt.consumer_warpgroups, stmt.handoff is not None, target, directives.maxnreg
     )
-    producer = PRODUCER_REGISTERS if stmt.handoff is None else EPILOGUE_REGISTERS
-    pool = cap * threads - producer * warpgroup
-    consumer = min(MAX_CONSUMER_REGISTERS, pool // (warpgroup * stmt.consumer_warpgroups) // 8 * 8)
-    return producer, consumer
 
 
 # ---- tensor maps ----------------------------------------------------------------------------

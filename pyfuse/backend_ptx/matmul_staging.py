@@ -38,11 +38,12 @@ span (or in two spans of four): ``st.shared`` of a pair is free of bank conflict
 **stmatrix.** Where every staged output has 2-byte elements, chunks are a multiple of 16
 columns and the epilogue is straight code, a thread's pair of columns is one 32-bit word of
 an 8x8 matrix's fragment (row ``lane / 4``, columns ``2 (lane % 4)``, ``+ 1``: the
-accumulator's layout). The words of a chunk are collected (:class:`MatrixWord`) and stored by
-``stmatrix.m8n8.x4``, one per two column blocks: matrices (block ``2j``, rows 0-7), (``2j``,
-rows 8-15), (``2j + 1``, rows 0-7), (``2j + 1``, rows 8-15) of the warp's 16 rows, lane ``l``
-giving the address of row ``l % 8`` of matrix ``l / 8``. That is a quarter of the store
-instructions, every 16-byte row in its own swizzled chunk.
+accumulator's layout). Four words are collected (:class:`MatrixWord`) and stored, as soon
+as they are all computed, by ``stmatrix.m8n8.x4``, one per two column blocks: matrices
+(block ``2j``, rows 0-7), (``2j``, rows 8-15), (``2j + 1``, rows 0-7), (``2j + 1``, rows
+8-15) of the warp's 16 rows, lane ``l`` giving the address of row ``l % 8`` of matrix
+``l / 8``. That is a quarter of the store instructions, every 16-byte row in its own
+swizzled chunk.
 """
 
 from __future__ import annotations
@@ -133,15 +134,16 @@ def wait_phase(kb: KernelBuilder, barrier: Reg, phase: Reg, label: str) -> None:
 
 class MatrixWord:
     """Where an epilogue's ``StageStore`` puts its pair in a stmatrix chunk: the pair packed
-    in one 32-bit word, kept for the chunk's ``stmatrix`` (see the module)."""
+    in one 32-bit word, stored with the three others of its ``stmatrix`` as soon as they are
+    all there (see the module)."""
 
-    __slots__ = ("index", "words")
+    __slots__ = ("index", "staging", "store")
 
-    def __init__(self, words: list[Reg | None], index: int) -> None:
-        self.words, self.index = words, index
+    def __init__(self, staging: Staging, store: int, index: int) -> None:
+        self.staging, self.store, self.index = staging, store, index
 
     def put(self, word: Reg) -> None:
-        self.words[self.index] = word
+        self.staging.put_word(self.store, self.index, word)
 
 
 def uses_stmatrix(stmt: MatmulMainLoop) -> bool:
@@ -276,8 +278,8 @@ class Staging:
         second_row = (element >> 1) & 1
         if self.matrix:
             return {
-                index: MatrixWord(words, 2 * block + second_row)
-                for index, words in enumerate(self.words)
+                index: MatrixWord(self, index, 2 * block + second_row)
+                for index in range(len(self.stores))
             }
         return {
             index: Address(self.current[index][block], second_row * 8 * store.swizzle_bytes)
@@ -292,7 +294,7 @@ class Staging:
         col0 = self.u32()
         inside, rows_inside = self.pred(), self.pred()
         if self.matrix:
-            self._store_matrices()
+            self._check_stored()
         if not last:
             kb.emit(tma.wait_group(0, read=True).guarded(self.leader))
         kb.emit(
@@ -315,14 +317,24 @@ class Staging:
             offset = self.offset[index]
             kb.emit(logic.xor("b32", offset, offset, store.buffer_bytes))
 
-    def _store_matrices(self) -> None:
-        """The chunk's collected words, four 8x8 matrices per ``stmatrix`` (see the module)."""
-        for store, words, addresses in zip(self.stores, self.words, self.current, strict=True):
+    def put_word(self, store: int, index: int, word: Reg) -> None:
+        """Word ``index`` of store ``store``'s chunk; the ``stmatrix`` of its four matrices
+        once they are all there (a word is live only until its group of four is stored)."""
+        words = self.words[store]
+        if words[index] is not None:
+            raise ValueError(f"{self.stores[store].buffer_name}: a staged pair stored twice")
+        words[index] = word
+        pair = index // 4
+        group = words[4 * pair : 4 * pair + 4]
+        if all(w is not None for w in group):
+            address = Address(self.current[store][pair])
+            self.kb.emit(memory.stmatrix(address, [w for w in group if w is not None]))
+
+    def _check_stored(self) -> None:
+        """Every word of the chunk was put (so every ``stmatrix`` was issued)."""
+        for store, words in zip(self.stores, self.words, strict=True):
             if any(word is None for word in words):
                 raise ValueError(f"{store.buffer_name}: a staged chunk missing some of its pairs")
-            for pair, address in enumerate(addresses):
-                matrices = [word for word in words[4 * pair : 4 * pair + 4] if word is not None]
-                self.kb.emit(memory.stmatrix(Address(address), matrices))
 
     def drain(self) -> None:
         """The leader's last wait: every store of the warpgroup complete (step 4)."""

@@ -30,3 +30,38 @@ class TargetInfo:
 
 
 HOPPER = TargetInfo()
+
+
+# ---- the warp-specialized matmul's registers ----------------------------------------------
+
+PRODUCER_REGISTERS = 40  # CUTLASS's load warpgroup: one thread issuing TMA needs few
+# The producer warpgroup's where three of its warps run the epilogue (the handoff), one pair
+# of columns at a time (88 spilled 16 B on a bias added after the linear).
+EPILOGUE_REGISTERS = 104
+MAX_CONSUMER_REGISTERS = 240
+
+
+def register_split(
+    consumer_warpgroups: int,
+    epilogue_warps: bool,
+    target: TargetInfo = HOPPER,
+    maxnreg: int | None = None,
+) -> tuple[int, int]:
+    """(producer, consumer) ``setmaxnreg`` counts of a warp-specialized matmul CTA with one
+    producer warpgroup, that fit its registers at entry.
+
+    ptxas caps every thread at ``maxnreg`` or, with ``.maxntid`` + ``.minnctapersm 1``, at
+    the register file over the thread count (rounded down to 8, at most 255); the producer
+    warpgroup gives ``cap - 40`` per thread back (``cap - EPILOGUE_REGISTERS`` where three of
+    its warps run the epilogue) and the consumers share it. The planner reads the consumers'
+    count to refuse tiles whose accumulators would leave too few; the backend sets both.
+    """
+    warpgroup = SM90.warpgroup_threads
+    threads = warpgroup * (consumer_warpgroups + 1)
+    cap = maxnreg or min(
+        target.max_registers_per_thread, target.registers_per_sm // threads // 8 * 8
+    )
+    producer = EPILOGUE_REGISTERS if epilogue_warps else PRODUCER_REGISTERS
+    pool = cap * threads - producer * warpgroup
+    consumer = min(MAX_CONSUMER_REGISTERS, pool // (warpgroup * consumer_warpgroups) // 8 * 8)
+    return producer, consumer

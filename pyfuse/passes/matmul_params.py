@@ -22,7 +22,7 @@ from pyfuse.ir.iterdomain import (
 )
 from pyfuse.ir.ops import FLOAT_ONLY_UNARY
 from pyfuse.ir.params import MatmulParams
-from pyfuse.ir.target import TargetInfo
+from pyfuse.ir.target import TargetInfo, register_split
 from pyfuse.passes.matmul_epilogue import chunk_cols, staged_outputs, staging_bytes
 from pyfuse.passes.matmul_handoff import (
     HANDOFF_ITEMSIZE,
@@ -83,6 +83,15 @@ def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo)
     ):
         given = dataclasses.replace(given, epilogue_warps=True)
     given = _epilogue_warps(fusion, mmas, shape, given, tile_m, tile_n)
+    crowded = _crowded_accumulators(len(mmas), tile_m, tile_n, warpgroups, given, target)
+    if crowded is not None and (given.tile_m is not None or given.tile_n is not None):
+        warnings.warn(
+            f"pyfuse: MatmulParams(tile_m={given.tile_m}, tile_n={given.tile_n}) not applied: "
+            f"{crowded}; the heuristic's tile instead",
+            UserWarning,
+            stacklevel=3,
+        )
+        return choose_params(fusion, dataclasses.replace(given, tile_m=None, tile_n=None), target)
 
     def epilogue_smem(given: MatmulParams) -> tuple[bool, int]:
         if given.epilogue_warps:
@@ -137,6 +146,35 @@ def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo)
     _check_params(params, tile_n_limit=SM90.wgmma_n_max, k_tiles=k_tiles)
     _warn_unused(params)
     return params
+
+
+# Registers a consumer thread keeps beside its accumulators, at least: the epilogue's values
+# and addresses, the pipeline's phases. A 256x128 tile of two MMAs (128 accumulators of 104
+# registers) spilled 1.9 KB, 64x256 of two 3.5 KB, 128x192 of two with the epilogue warps
+# (192 of 200) 4 B; one MMA's 256x128 (64 of 104) does not spill.
+EPILOGUE_RESERVE_REGISTERS = 40
+
+
+def _crowded_accumulators(
+    mma_count: int,
+    tile_m: int,
+    tile_n: int,
+    warpgroups: int,
+    given: MatmulParams,
+    target: TargetInfo,
+) -> str | None:
+    """Why a consumer thread's accumulators would leave too few of its registers (so the
+    kernel would spill), or None: a cooperative warpgroup holds 64 rows of the tile, a
+    ping-pong one the whole tile, each fp32 accumulator one register of 128 threads."""
+    rows = tile_m if given.pingpong else SM90.wgmma_m
+    accumulators = mma_count * rows * tile_n // SM90.warpgroup_threads
+    _, consumer = register_split(warpgroups, bool(given.epilogue_warps), target)
+    if accumulators + EPILOGUE_RESERVE_REGISTERS <= consumer:
+        return None
+    return (
+        f"a {tile_m}x{tile_n} tile of {mma_count} MMA(s) holds {accumulators} accumulator "
+        f"registers a thread, of the {consumer} its warpgroups get (it would spill)"
+    )
 
 
 # Stream-K by default (see _stream_k_pays): a K of at least this many tiles, and fewer than
