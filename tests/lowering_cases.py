@@ -115,6 +115,13 @@ def _int64_rows_kept_across_nests(b: pf.Tensor) -> tuple[pf.Tensor, pf.Tensor]:
     return pf.unsqueeze(pf.maximum(shifted, clipped).any((0, 3, 2)), 0) + clipped, clipped
 
 
+def _division_into_a_full_sum(v0: pf.Tensor, v1: pf.Tensor) -> tuple[pf.Tensor, ...]:
+    quotient = pf.div(v0, v1)
+    wider = v1 >= quotient
+    top = v1.max(pf.sum(quotient, None)).bfloat16()
+    return wider, top, pf.reshape(pf.bitwise_not(v0), (1, 1, 32, 42, 8)), pf.squeeze(wider)
+
+
 CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
     # one input read along two paths
     "x_plus_xT": (lambda x: x + x.T, [S((3, 3), f32)]),
@@ -502,6 +509,13 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
     "layer_norm_of_a_softplus_rows": (
         lambda x: pf.layer_norm(pf.softplus(x)),
         [S((2, 8192), f32)],
+    ),
+    # a division on the way into a sum over everything, whose vectorized plan failed: the
+    # plan without vectors kept 21 elements a thread of five arrays at 512 threads, past the
+    # dividing row's 20, and spilled 84 B (CPU fuzzer, seed 1405)
+    "division_into_a_full_sum_without_vectors": (
+        _division_into_a_full_sum,
+        [S((1, 32, 42, 8), pf.int8), S((1, 32, 42, 8), f32)],
     ),
     # decode: a GEMV x[1, K] @ W.T is one reduction kernel (x's size-1 M, a broadcast, merged
     # with N's broadcast: it ran as nine kernels, the product written out)

@@ -302,6 +302,14 @@ def decline_reason(fusion: Fusion, target: TargetInfo) -> str | None:
     if broadcast_only is not None:
         return broadcast_only
     params = choose_params(fusion, reference, flags, target)
+    return _over_budget(fusion, reference, flags, params)
+
+
+def _over_budget(
+    fusion: Fusion, reference: TensorView, flags: list[bool], params: ReductionParams
+) -> str | None:
+    """Why ``params`` would keep more of a row in registers than a thread holds without
+    spilling, or None."""
     row_tensors = _kept_and_read(fusion)
     pressure = _pressure(_held(row_tensors))
     budget = _row_budget(
@@ -504,6 +512,14 @@ def schedule(
     flags = _reduced_flags(fusion, reference, id_model)
     assert flags is not None  # checked by decline_reason
     params = choose_params(fusion, reference, flags, target, vectorize)
+    if not vectorize:
+        # One element per access takes more of them per thread than the vectorized params
+        # decline_reason checked (a row of 10752 dividing on the way in: 21 a thread at the
+        # 512 threads a dividing row may have, where 20 fit; it spilled 84 B, CPU fuzzer
+        # seed 1405): the next plan runs instead (at last, one kernel per expr).
+        over = _over_budget(fusion, reference, flags, params)
+        if over is not None:
+            raise ValueError(f"reduction scheduler without vectors: {over}")
     cache_inputs_and_outputs(fusion)
     # The reference must be a computed tensor: an input read by a reduction now has a cache.
     reference = reference_tensor(fusion)
