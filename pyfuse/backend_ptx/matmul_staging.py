@@ -228,15 +228,17 @@ class Staging:
             arith.mad("u32", row, half, 8, row),
             arith.mad("u32", row, warp, 16, row),
             logic.shr("u32", block_bytes, lane, 4),
-            logic.shl("b32", block_bytes, block_bytes, 4),
+            logic.shl("b32", block_bytes, block_bytes, 4),  # times MATRIX_BYTES
         )
+        # block_addresses steps 8 * itemsize bytes a block: here a pair of column blocks.
+        pair_itemsize = 2 * MATRIX_BYTES // 8
         per_store = []
         for base, store in zip(self.buffer_base, self.stores, strict=True):
             row_bytes, xor = swizzled_row(kb, row, store.swizzle_bytes)
             thread_base = self.u32()
             kb.emit(arith.add("u32", thread_base, base, row_bytes))
             per_store.append(
-                block_addresses(kb, block_bytes, xor, thread_base, 2 * 2, self.blocks // 2)
+                block_addresses(kb, block_bytes, xor, thread_base, pair_itemsize, self.blocks // 2)
             )
         return per_store
 
