@@ -132,9 +132,10 @@ def forget() -> None:
 
 
 def matmul_params_of(compiled: Any) -> dict[str, Any] | None:
-    """The first matmul kernel's resolved params, or None when the variant has none."""
+    """The first tensor-core matmul kernel's resolved params (a kernel with a TMA launch
+    plan), or None when the variant has none."""
     for kernel in compiled.kernels:
-        if kernel.scheduler == "matmul":
+        if kernel.matmul_launch is not None:
             return {name: kernel.params.get(name) for name in MATMUL_FIELDS}
     return None
 
