@@ -98,7 +98,8 @@ class _KernelEmitter(MemoryAccess):
         self.branches = 0  # how many non-constant Ifs enclose the statement being emitted
         # Values of the expressions of the current statement (nothing changes within one).
         self.memo: dict[kir.KExpr, Value] = {}
-        # In a staged matmul epilogue: each TMA-stored output's address for this element.
+        # In a staged matmul epilogue: where each TMA-stored output's pair for this element goes
+        # (a shared-memory address, or a word for the chunk's stmatrix).
         self.staging: Mapping[int, StagingTarget] = {}
         # In an unguarded matmul epilogue, values read from the tile's epilogue vectors,
         # kept across its elements (rows 8 apart read the same column's bias): by expression

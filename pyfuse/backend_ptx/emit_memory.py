@@ -75,7 +75,7 @@ class MemoryAccess:
     arrays: dict[int, tuple[Reg, ...]]  # LOCAL buffers by id
     tensors: dict[str, Tensor]
     smem: Reg | None
-    # In a staged matmul epilogue: each TMA-stored output's address for this element.
+    # In a staged matmul epilogue: where each TMA-stored output's pair for this element goes.
     staging: Mapping[int, StagingTarget]
 
     def expr(self, expr: kir.KExpr) -> Value:

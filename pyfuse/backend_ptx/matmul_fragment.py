@@ -30,7 +30,7 @@ from pyfuse.backend_ptx.operands import Address, Reg, RegClass
 from pyfuse.ir.hopper import SM90
 from pyfuse.ir.kernel_ir import MatmulMainLoop, Var
 
-# (bindings, accumulator element, per TMA-stored output the staging address of the element)
+# (bindings, accumulator element, per TMA-stored output where the element's pair is staged)
 EmitEpilogue = Callable[[dict[Var, Reg], int, Mapping[int, StagingTarget]], None]
 # The epilogue warps': (bindings, accumulator element, the pair's address in each handoff
 # tensor's tile; the output goes over the first).

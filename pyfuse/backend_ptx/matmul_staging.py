@@ -228,7 +228,7 @@ class Staging:
             arith.mad("u32", row, half, 8, row),
             arith.mad("u32", row, warp, 16, row),
             logic.shr("u32", block_bytes, lane, 4),
-            logic.shl("b32", block_bytes, block_bytes, 4),  # times MATRIX_BYTES
+            logic.shl("b32", block_bytes, block_bytes, MATRIX_BYTES.bit_length() - 1),
         )
         # block_addresses steps 8 * itemsize bytes a block: here a pair of column blocks.
         pair_itemsize = 2 * MATRIX_BYTES // 8

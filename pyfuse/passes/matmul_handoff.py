@@ -35,7 +35,7 @@ from pyfuse.passes.matmul_epilogue import staged_outputs
 
 HANDOFF_ITEMSIZE = 2  # bf16 or f16: a staged row of 64 elements is one 128-byte swizzle row
 # The consumer warpgroups epilogue warps can serve: with more, the producer warpgroup's share
-# of the registers (88 a thread) no longer fits beside theirs.
+# of the registers (pyfuse.ir.target.EPILOGUE_REGISTERS a thread) no longer fits beside theirs.
 MAX_HANDOFF_WARPGROUPS = 2
 
 

@@ -84,14 +84,22 @@ def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo)
         given = dataclasses.replace(given, epilogue_warps=True)
     given = _epilogue_warps(fusion, mmas, shape, given, tile_m, tile_n)
     crowded = _crowded_accumulators(len(mmas), tile_m, tile_n, warpgroups, given, target)
-    if crowded is not None and (given.tile_m is not None or given.tile_n is not None):
+    asked = user or MatmulParams()
+    if crowded is not None and given.epilogue_warps and asked.epilogue_warps is None:
+        # The heuristic's epilogue warps take the consumers' registers: the user's tile
+        # keeps them instead, where it fits without.
+        without = dataclasses.replace(given, epilogue_warps=False)
+        if _crowded_accumulators(len(mmas), tile_m, tile_n, warpgroups, without, target) is None:
+            given, crowded = without, None
+    if crowded is not None and (asked.tile_m is not None or asked.tile_n is not None):
         warnings.warn(
-            f"pyfuse: MatmulParams(tile_m={given.tile_m}, tile_n={given.tile_n}) not applied: "
+            f"pyfuse: MatmulParams(tile_m={asked.tile_m}, tile_n={asked.tile_n}) not applied: "
             f"{crowded}; the heuristic's tile instead",
             UserWarning,
             stacklevel=3,
         )
-        return choose_params(fusion, dataclasses.replace(given, tile_m=None, tile_n=None), target)
+        # The user's other fields as given: the heuristic chooses again for its own tile.
+        return choose_params(fusion, dataclasses.replace(asked, tile_m=None, tile_n=None), target)
 
     def epilogue_smem(given: MatmulParams) -> tuple[bool, int]:
         if given.epilogue_warps:

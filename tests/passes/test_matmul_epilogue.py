@@ -101,9 +101,16 @@ def test_smem_epilogue_false_stores_from_registers_and_true_warns_when_nothing_q
         matmul_kernel(lambda a, b: a @ b, specs, pf.MatmulParams(smem_epilogue=True))
 
 
-def test_the_stores_tensor_maps_follow_the_operands_and_the_ptx_assembles_its_protocol() -> None:
+# The cooperative kernel (one 64-row block a warpgroup) and the ping-pong one (two: the last
+# chunk of the first block waits for the next chunk's buffer like any other).
+@pytest.mark.parametrize(
+    "params", [None, pf.MatmulParams(pingpong=True, tile_m=128, tile_n=128)], ids=["one", "two"]
+)
+def test_the_stores_tensor_maps_follow_the_operands_and_the_ptx_assembles_its_protocol(
+    params: pf.MatmulParams | None,
+) -> None:
     stage, loop = matmul_kernel(
-        lambda a, b: a @ b, [pf.spec((300, 128), f16), pf.spec((128, 384), f16)]
+        lambda a, b: a @ b, [pf.spec((300, 128), f16), pf.spec((128, 384), f16)], params
     )
     kernel = stage.kernel_ir
     plans = tensor_map_plans(kernel)
@@ -117,7 +124,8 @@ def test_the_stores_tensor_maps_follow_the_operands_and_the_ptx_assembles_its_pr
     # Per tile: the leader's read wait for the first chunk's buffer. Per chunk: the fence, the
     # warpgroup's barrier and the store; before every chunk but the last, the read wait that
     # frees the next chunk's buffer. 2-byte outputs go in by stmatrix, 4 column blocks each.
-    chunks = loop.tile_n // loop.stores[0].chunk_cols
+    assert loop.row_blocks == (2 if params else 1)
+    chunks = loop.tile_n // loop.stores[0].chunk_cols * loop.row_blocks
     assert len(re.findall(r"cp\.async\.bulk\.wait_group\.read 1", ptx)) == 1
     assert len(re.findall(r"cp\.async\.bulk\.wait_group\.read 0", ptx)) == chunks - 1
     assert len(re.findall(r"fence\.proxy\.async\.shared::cta", ptx)) == chunks

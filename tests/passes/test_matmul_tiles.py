@@ -137,6 +137,32 @@ def test_a_tile_whose_accumulators_crowd_the_registers_is_refused_and_does_not_s
         warnings.simplefilter("error")
         ((heuristic),) = pipeline.run(fusion, HOPPER).kernels
     assert stage.plan.params == heuristic.plan.params
+    assert stage.plan.params["epilogue_warps"] is True  # the heuristic's, for this shape
+    require_ptxas()
+    resources = assemble(emit_ptx(stage.kernel_ir, HOPPER)).kernels[stage.kernel_ir.name]
+    assert resources.spill_store_bytes == resources.local_bytes == 0
+
+
+def test_a_users_tile_that_fits_without_the_heuristics_epilogue_warps_keeps_them_off() -> None:
+    """gate/up at 128x192: 192 accumulators a thread fit the 232 registers of the consumers
+    alone, not the 200 left beside the epilogue warps the heuristic would add; the user's
+    tile wins, without a warning and without spills."""
+    import warnings
+
+    from check_utils import require_ptxas
+
+    import pyfuse as pf
+    from pyfuse.backend_ptx.emit import emit_ptx
+    from pyfuse.backend_ptx.ptxas import assemble
+    from pyfuse.passes import pipeline
+
+    specs = [pf.spec((4096, 4096), pf.bfloat16)] + 2 * [pf.spec((14336, 4096), pf.bfloat16)]
+    fusion = pf.fuse(lambda x, w1, w3: pf.silu(x @ w1.T) * (x @ w3.T)).trace(*specs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ((stage),) = pipeline.run(fusion, HOPPER, pf.MatmulParams(tile_m=128, tile_n=192)).kernels
+    params = stage.plan.params
+    assert (params["tile_m"], params["tile_n"], params["epilogue_warps"]) == (128, 192, False)
     require_ptxas()
     resources = assemble(emit_ptx(stage.kernel_ir, HOPPER)).kernels[stage.kernel_ir.name]
     assert resources.spill_store_bytes == resources.local_bytes == 0
