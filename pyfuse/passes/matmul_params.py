@@ -163,6 +163,12 @@ def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo)
 EPILOGUE_RESERVE_REGISTERS = 40
 
 
+def accumulator_registers(mma_count: int, rows: int, tile_n: int) -> int:
+    """fp32 accumulator registers a consumer thread holds for ``rows`` rows of a tile
+    ``tile_n`` wide over ``mma_count`` MMAs (m64nNk16: N/2 a thread per 64 rows)."""
+    return tile_n // 2 * (rows // SM90.wgmma_m) * mma_count
+
+
 def _crowded_accumulators(
     mma_count: int,
     tile_m: int,
@@ -175,7 +181,7 @@ def _crowded_accumulators(
     kernel would spill), or None: a cooperative warpgroup holds 64 rows of the tile, a
     ping-pong one the whole tile, each fp32 accumulator one register of 128 threads."""
     rows = tile_m if given.pingpong else SM90.wgmma_m
-    accumulators = mma_count * rows * tile_n // SM90.warpgroup_threads
+    accumulators = accumulator_registers(mma_count, rows, tile_n)
     _, consumer = register_split(warpgroups, bool(given.epilogue_warps), target)
     if accumulators + EPILOGUE_RESERVE_REGISTERS <= consumer:
         return None
@@ -376,7 +382,7 @@ def _pingpong_tiles(
         return given, tile_m, tile_n
 
     def registers(m: int, n: int) -> int:
-        return n // 2 * (m // SM90.wgmma_m) * mma_count
+        return accumulator_registers(mma_count, m, n)
 
     if (
         given.tile_m is None
