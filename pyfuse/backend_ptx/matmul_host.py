@@ -339,16 +339,15 @@ def check_main_loop(
                 f"kernel {kernel.name}: a ping-pong kernel is persistent, with 2 consumer "
                 f"warpgroups and whole 64-row blocks; got {c}, tile_m {stmt.tile_m}"
             )
-    elif stmt.tile_m != rows * c:
+    elif stmt.tile_m != rows * c * stmt.row_blocks:
         raise ValueError(
-            f"kernel {kernel.name}: tile_m {stmt.tile_m} needs {stmt.tile_m // rows} "
-            f"consumer warpgroups, got {c}"
+            f"kernel {kernel.name}: tile_m {stmt.tile_m} is no whole number of 64-row blocks "
+            f"for each of {c} consumer warpgroups"
         )
     if kernel.block != (warpgroup, c + 1, 1):
         raise ValueError(
-            f"kernel {kernel.name}: tile_m {stmt.tile_m} needs {stmt.tile_m // rows} "
-            f"consumer warpgroups and block ({warpgroup}, {stmt.tile_m // rows + 1}, 1); "
-            f"got {c} and {kernel.block}"
+            f"kernel {kernel.name}: {c} consumer warpgroups need block ({warpgroup}, {c + 1}, "
+            f"1); got {kernel.block}"
         )
     wgmma.check_n(stmt.tile_n)
     k_step = wgmma.WGMMA_K[WGMMA_TYPES[stmt.operands[0].dtype]]

@@ -334,10 +334,9 @@ class _MainLoop(TileWalk):
         for index, layout in enumerate(self.layouts):
             address = self.u32()
             kb.emit(arith.add("u32", address, self.smem, layout.operand.smem_offset))
-            if index in a_operands and not stmt.pingpong:  # this warpgroup's 64 rows
-                kb.emit(
-                    arith.mad("u32", address, self.consumer_index, layout.rows64_bytes, address)
-                )
+            if index in a_operands and not stmt.pingpong:  # this warpgroup's row blocks
+                share = layout.rows64_bytes * stmt.row_blocks
+                kb.emit(arith.mad("u32", address, self.consumer_index, share, address))
             blocks = stmt.row_blocks if index in a_operands else 1
             descriptors = []
             for block in range(blocks):
@@ -532,11 +531,12 @@ class _MainLoop(TileWalk):
 
     def first_row(self, m0: Reg) -> Reg:
         """The first of this warpgroup's rows of the tile at ``m0``: all of them in a ping-pong
-        kernel, else its 64-row block."""
+        kernel, else its row blocks'."""
         kb = self.kb
         first_row = self.u32()
         if self.stmt.pingpong:
             kb.emit(arith.mov("u32", first_row, m0))
         else:
-            kb.emit(arith.mad("u32", first_row, self.consumer_index, SM90.wgmma_m, m0))
+            rows = SM90.wgmma_m * self.stmt.row_blocks
+            kb.emit(arith.mad("u32", first_row, self.consumer_index, rows, m0))
         return first_row

@@ -493,8 +493,10 @@ class MatmulMainLoop(Stmt):
 
     @property
     def row_blocks(self) -> int:
-        """64-row blocks of a tile one consumer warpgroup computes."""
-        return self.tile_m // 64 if self.pingpong else 1
+        """64-row blocks of a tile one consumer warpgroup computes: all of them in a ping-pong
+        kernel, else the tile's share of the cooperative warpgroups."""
+        blocks = self.tile_m // 64
+        return blocks if self.pingpong else blocks // self.consumer_warpgroups
 
     @property
     def cluster_size(self) -> int:

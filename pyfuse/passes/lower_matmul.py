@@ -50,7 +50,12 @@ from pyfuse.passes.matmul_operands import (
     operand_memory_roles,
     operand_swizzle_bytes,
 )
-from pyfuse.passes.matmul_tiles import cluster_tiles, consumer_warpgroups, persistent_ctas
+from pyfuse.passes.matmul_tiles import (
+    cluster_tiles,
+    consumer_warpgroups,
+    persistent_ctas,
+    row_blocks,
+)
 from pyfuse.passes.matmul_vectors import EpilogueVectors
 from pyfuse.passes.plan import KernelPlan
 
@@ -164,13 +169,13 @@ class _MatmulLowering(MatmulEpilogueLowering):
             self._buffer(tv)
 
         warpgroups = consumer_warpgroups(params.tile_m, params.pingpong)
-        row_blocks = params.tile_m // SM90.wgmma_m if params.pingpong else 1
+        blocks = row_blocks(params.tile_m, params.pingpong)
         operand_buffers = {operand.buffer_name for operand in operands}
         self.vectors = EpilogueVectors(
             row=self.row,
             cols={self.col: 0, self.pair_col: 1},
             sizes=self.sizes,
-            spans={"m": SM90.wgmma_m * row_blocks, "n": params.tile_n},
+            spans={"m": SM90.wgmma_m * blocks, "n": params.tile_n},
             warpgroups=warpgroups,
             smem_start=smem_bytes,
             smem_limit=self.target.max_smem_per_block,
@@ -186,7 +191,7 @@ class _MatmulLowering(MatmulEpilogueLowering):
             out = mma.output
             # Each consumer warpgroup holds 64 rows of the tile: N/2 fp32 registers a thread
             # (MatmulMainLoop.accumulator_registers).
-            registers = params.tile_n // 2 * row_blocks
+            registers = params.tile_n // 2 * blocks
             accumulator = k.Buffer(f"T{out.name}", dtypes.float32, MemoryType.LOCAL, registers)
             self.accumulators[id(out)] = accumulator
             self.buffers[id(out)] = accumulator

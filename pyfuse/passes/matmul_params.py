@@ -44,6 +44,7 @@ from pyfuse.passes.matmul_tiles import (
     consumer_warpgroups,
     default_tiles,
     filling_tiles,
+    row_blocks,
 )
 
 # fp32 accumulator registers a ping-pong consumer thread may hold (a 128x128 tile): the rest
@@ -157,9 +158,9 @@ def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo)
 
 
 # Registers a consumer thread keeps beside its accumulators, at least: the epilogue's values
-# and addresses, the pipeline's phases. A 256x128 tile of two MMAs (128 accumulators of 104
-# registers) spilled 1.9 KB, 64x256 of two 3.5 KB, 128x192 of two with the epilogue warps
-# (192 of 200) 4 B; one MMA's 256x128 (64 of 104) does not spill.
+# and addresses, the pipeline's phases. A gate/up pair at 64x256 (256 accumulators) spilled
+# 3.5 KB, at 128x192 with the epilogue warps (192 of 200) 4 B; with four warpgroups of 104
+# registers, one MMA's 256x128 (64 of them) did not spill, two MMAs' (128) 1.9 KB.
 EPILOGUE_RESERVE_REGISTERS = 40
 
 
@@ -180,7 +181,7 @@ def _crowded_accumulators(
     """Why a consumer thread's accumulators would leave too few of its registers (so the
     kernel would spill), or None: a cooperative warpgroup holds 64 rows of the tile, a
     ping-pong one the whole tile, each fp32 accumulator one register of 128 threads."""
-    rows = tile_m if given.pingpong else SM90.wgmma_m
+    rows = SM90.wgmma_m * row_blocks(tile_m, given.pingpong)
     accumulators = accumulator_registers(mma_count, rows, tile_n)
     _, consumer = register_split(warpgroups, bool(given.epilogue_warps), target)
     if accumulators + EPILOGUE_RESERVE_REGISTERS <= consumer:
@@ -298,6 +299,9 @@ def _epilogue_warps(
     elif consumer_warpgroups(tile_m, False) > MAX_HANDOFF_WARPGROUPS:
         # More consumers leave the producer warpgroup too few registers for the epilogue.
         reason = f"a {tile_m}-row tile has more than {MAX_HANDOFF_WARPGROUPS} consumer warpgroups"
+    elif row_blocks(tile_m, False) > 1:
+        # The handoff tile has one 64-row block per consumer warpgroup.
+        reason = f"a {tile_m}-row tile gives each consumer warpgroup several 64-row blocks"
     elif chunk_cols([HANDOFF_ITEMSIZE], tile_n) is None:
         reason = f"a {tile_n}-column tile is no whole number of TMA-store chunks"
     elif handoff_tensors(fusion, mmas, shape["batch"]) is None:

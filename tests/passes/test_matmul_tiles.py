@@ -115,10 +115,10 @@ def test_stream_k_with_ping_pong_is_refused_with_a_warning() -> None:
 def test_a_tile_whose_accumulators_crowd_the_registers_is_refused_and_does_not_spill(
     tile: tuple[int, int, bool],
 ) -> None:
-    """The gate/up pair keeps two accumulators a tile: 64x256 (256 registers a thread),
-    256x128 (128 of the 104 four consumer warpgroups get) and 128x192 (192 of the 200 left
-    beside the epilogue warps) spilled 4 B to 3.5 KB; the heuristic's tile does not. (128x192
-    without the epilogue warps, 192 of 232, does not spill.)"""
+    """The gate/up pair keeps two accumulators a tile: 64x256 and 256x128 (256 registers a
+    thread) and 128x192 (192 of the 200 left beside the epilogue warps) spilled 4 B to
+    3.5 KB; the heuristic's tile does not. (128x192 without the epilogue warps, 192 of 232,
+    does not spill.)"""
     import warnings
 
     from check_utils import require_ptxas

@@ -105,6 +105,24 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec], pf.MatmulParams | N
         [S((200, 64), bf16), S((136, 64), bf16), S((136, 64), bf16)],
         P(epilogue_warps=True, persistent=True, tile_m=128, tile_n=64),
     ),
+    # 256-row tiles: two cooperative warpgroups of two 64-row blocks each (A's rows 128
+    # apart per warpgroup), ragged in M and N, with a residual and a row scale, persistent
+    # in 2x1 clusters, and stream-K.
+    "two_row_blocks_a_warpgroup_residual": (
+        lambda a, b, r, s: (a @ b.T + r) * s,
+        [S((300, 64), bf16), S((136, 64), bf16), S((300, 136), bf16), S((300, 1), bf16)],
+        P(tile_m=256, tile_n=128),
+    ),
+    "two_row_blocks_a_warpgroup_persistent_cluster": (
+        lambda a, b: a @ b,
+        [S((520, 128), bf16), S((128, 136), bf16)],
+        P(tile_m=256, tile_n=64, persistent=True, cluster_m=2),
+    ),
+    "two_row_blocks_a_warpgroup_stream_k": (
+        lambda a, b: a @ b.T,
+        [S((300, 512), bf16), S((136, 512), bf16)],
+        P(tile_m=256, tile_n=128, stream_k=True),
+    ),
     "register_stores_f32_bias_in_a_cluster": (
         lambda a, b, bias: (a @ b.T + bias).bfloat16(),
         [S((256, 64), bf16), S((136, 64), bf16), S((136,), pf.float32)],
