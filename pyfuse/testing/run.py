@@ -160,7 +160,9 @@ def _mismatches(
     finite = np.isfinite(w)
     scale = max(1.0, float(np.sqrt(np.mean(w[finite] ** 2)))) if finite.any() else 1.0
     with np.errstate(invalid="ignore"):
-        close = np.abs(g - w) <= rtol * np.abs(w) + atol * scale
+        # Only a finite reference has a tolerance: ``rtol * inf`` would let any number (even
+        # an infinity of the other sign) match an infinite one.
+        close = finite & (np.abs(g - w) <= rtol * np.abs(w) + atol * scale)
     same_special = (np.isnan(g) & np.isnan(w)) | (np.isinf(w) & (g == w))
     return np.asarray(~(close | same_special))
 

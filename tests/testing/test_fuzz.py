@@ -193,6 +193,34 @@ def test_compare_tolerances_nan_and_poison() -> None:
     assert result is not None and result[0] == "shape"
 
 
+def test_an_infinite_reference_matches_only_itself() -> None:
+    """``rtol * inf`` once made every number match an infinite reference element, so a
+    kernel's finite value, or the other infinity, passed where the reference overflowed."""
+    want = np.array([1.0, -np.inf, np.inf], np.float32)
+    for got in ([1.0, 5.0, np.inf], [1.0, -np.inf, -np.inf], [1.0, -np.inf, 3e38]):
+        result = compare(np.array(got, np.float32), want)
+        assert result is not None and result[0] == "values", got
+    assert compare(want.copy(), want) is None
+
+
+def test_a_division_by_zero_of_a_value_float32_rounds_to_zero_is_not_held() -> None:
+    """log_softmax of a row's max is -log(1 + 7e-8): 0 or -1.2e-7 in float32 by the sum's
+    order. Divided by False it is NaN or -inf; the jittered references give both infinities
+    (CPU and GPU fuzzer, seed 1412, case 4901), so the element is not compared."""
+    fusion = pf.fuse(lambda x, d: pf.div(pf.log_softmax(pf.cast(x, pf.float32), 0), d)).trace(
+        pf.spec((4,), pf.int8), pf.spec((4,), pf.bool)
+    )
+    inputs = [np.array([50, 33, 32, 32], np.int8), np.zeros(4, bool)]
+    want = evaluate_all(fusion, inputs)[fusion.outputs[0]]
+    assert want[0] == -np.inf
+    jittered = [_noisy(fusion, inputs, jitter)[0] for jitter in (1.0, -1.0)]
+    got = want.copy()
+    got[0] = np.nan
+    assert compare(got, want, jittered=jittered) is None
+    got[1] = 1.0  # a determined element stays held
+    assert compare(got, want, jittered=jittered) is not None
+
+
 def _noisy(fusion: pf.Fusion, inputs: list[np.ndarray], jitter: Jitter) -> list[np.ndarray]:
     return evaluate_noisy(fusion, inputs, jitter, evaluate_all(fusion, inputs))
 
