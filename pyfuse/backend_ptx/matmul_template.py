@@ -14,14 +14,18 @@ One CTA is ``consumer_warpgroups + 1`` warpgroups (``block = (128, C + 1, 1)``):
 - **Consumers** (``threadIdx.y = 1 + w``): ``setmaxnreg.inc``; warpgroup ``w`` owns rows
   ``64 w .. 64 w + 63`` of the tile. Per K tile: wait ``full[s]``, ``wgmma m64nNk16`` over
   the ``tile_k / 16`` k-steps for every MMA (``scale-d = 0`` on the tile's first k-step
-  instead of zeroing), commit, ``wait_group 1`` (the previous K tile's group retires) and
-  release that tile's stage. After the last K tile: ``wait_group 0``, release, and the
+  instead of zeroing), commit, ``wait_group 0`` and release the stage at once: the other
+  warpgroup's wgmmas keep the tensor cores busy meanwhile, and the producer gets each stage
+  back one K tile sooner than with ``wait_group 1`` (H100, 2026-12-06: 4096^3 0.990x
+  cuBLAS against 0.979x, 8192^3 1.058x against 1.021x). After the last K tile, the
   epilogue once per accumulator register (outputs in ``stmt.stores`` go through shared
   memory and TMA stores, :mod:`.matmul_staging`).
 - **Ping-pong** (``stmt.pingpong``): the two consumer warpgroups each compute whole tiles,
   every 64-row block of one (a wgmma per block per k-step), warpgroup ``w`` the CTA's tiles
   ``w, w + 2, ...``; each skips the other's K tiles in the ring, one warpgroup's warps
-  release a stage, and their main loops take turns through named barriers
+  release a stage (a K tile late, after ``wait_group 1``: alone at the tensor cores, a
+  warpgroup that waited for its own wgmmas would leave them idle), and their main loops
+  take turns through named barriers
   ``PINGPONG_TURN_BARRIER + w`` (see :meth:`_MainLoop.pingpong_tile_loop`).
 
 The tile order (which tiles a CTA computes, persistent or not, with the grid swizzle), the
@@ -351,7 +355,8 @@ class _MainLoop(TileWalk):
                 )
             self.base_descriptors.append(descriptors)
         self.ring = Ring(kb, stmt.stages)
-        self.previous_stage = self.u32()  # the stage of the K tile whose wgmmas may be pending
+        # Ping-pong: the stage of the K tile whose wgmmas may be pending.
+        self.previous_stage = self.u32()
         kb.emit(arith.mov("u32", self.previous_stage, 0))
         self.staging: Staging | None = None
         self.handoff: ConsumerHandoff | None = None
@@ -438,7 +443,7 @@ class _MainLoop(TileWalk):
         first_k = 0 if piece is None else piece.begin
 
         def consume(kt: Reg) -> None:
-            ready, accumulate, release = self.pred(), self.pred(), self.pred()
+            ready, accumulate = self.pred(), self.pred()
             kb.emit(
                 mbarrier.wait_parity(
                     ready, self.full_barrier(ring.stage), ring.phase, kb.new_label("full_wait")
@@ -460,7 +465,13 @@ class _MainLoop(TileWalk):
                     moved.append(descriptor)
                 descriptors.append(moved)
             self.issue_wgmmas(descriptors, accumulate)
+            if not stmt.pingpong:  # this K tile's wgmmas retire, its stage goes back now
+                kb.emit(wgmma.wait_group(0))
+                self.release(ring.stage, self.lane0)
+                ring.advance()
+                return
             # The previous K tile's wgmmas have retired: its stage may be refilled.
+            release = self.pred()
             kb.emit(
                 wgmma.wait_group(1),
                 arith.setp("ne", "u32", release, kt, first_k, bool_op="and", c=self.lane0),
@@ -476,8 +487,9 @@ class _MainLoop(TileWalk):
         self.k_loop(consume, piece)
         if after_main_loop is not None:
             after_main_loop()
-        kb.emit(wgmma.wait_group(0))
-        self.release(self.previous_stage, self.lane0)
+        if stmt.pingpong:
+            kb.emit(wgmma.wait_group(0))
+            self.release(self.previous_stage, self.lane0)
         if self.vectors is not None:
             self.vectors.wait()
         coordinates = (batch, first_row or self.first_row(m0), n0)
