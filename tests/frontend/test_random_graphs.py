@@ -90,13 +90,26 @@ def _case(program: tuple[list[Op], tuple[int, int], int], seed: int):  # type: i
     return fn, arrays, np.broadcast_to(np.asarray(expected), np.asarray(expected).shape)
 
 
+def _assert_close(got: np.ndarray, expected: np.ndarray) -> None:
+    """float32 results against the float64 reference rounded to float32 (inf where it
+    overflows: ``exp`` of a squared sum, hypothesis seed 7081895), except at float32's
+    overflow edge, where the operands' float32 rounding decides between the largest floats
+    and inf."""
+    got, expected = np.broadcast_arrays(np.asarray(got), np.asarray(expected, np.float64))
+    largest = float(np.finfo(np.float32).max)
+    edge = (np.abs(expected) > largest * (1 - 1e-3)) & (np.abs(expected) < largest * (1 + 1e-3))
+    with np.errstate(over="ignore"):
+        rounded = expected.astype(np.float32)
+    np.testing.assert_allclose(got[~edge], rounded[~edge], rtol=2e-5, atol=2e-5)
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(programs(), st.integers(0, 2**31 - 1))
 def test_random_graphs_match_numpy(program, seed) -> None:  # type: ignore[no-untyped-def]
     fn, arrays, expected = _case(program, seed)
     got = pf.fuse(fn).reference(*arrays)
     assert got.dtype == np.float32
-    np.testing.assert_allclose(got, expected, rtol=2e-5, atol=2e-5)
+    _assert_close(got, expected)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -107,4 +120,4 @@ def test_random_graphs_lower_correctly(program, seed) -> None:  # type: ignore[n
     fusion = fused.trace(*arrays)
     result = pipeline.run(fusion, HOPPER)
     outputs = run_on_simulator(result, arrays, [(t.shape, t.dtype) for t in fusion.outputs])
-    np.testing.assert_allclose(outputs[0], expected, rtol=2e-5, atol=2e-5)
+    _assert_close(outputs[0], expected)
