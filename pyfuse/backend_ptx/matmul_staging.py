@@ -2,24 +2,26 @@
 
 For a :class:`~pyfuse.ir.kernel_ir.MatmulMainLoop` with ``stores`` (chosen by
 :mod:`pyfuse.passes.matmul_epilogue`), each consumer warpgroup writes its 64 rows of a tile
-``chunk_cols`` columns at a time into one of its two staging buffers per output, and one
+``chunk_cols`` columns at a time into one of its ``B`` staging buffers per output
+(``TmaStore.buffers``: 2 by default, or 4 of half-width rows), and one
 thread stores the chunk with a TMA store while the warpgroup goes on to the next chunk (or
 tile, or its next tile's main loop). Per chunk, with named barrier ``1 + w`` of warpgroup
 ``w`` (128 threads; barrier 0 stays the CTA's):
 
-1. the buffer about to be written (used two chunks ago) must be free. For a tile's first
-   chunk the warpgroup's leader (``tid.x == 0``) waits ``cp.async.bulk.wait_group.read 1``
-   (at most the previous chunk's store still reads) and ``bar.sync`` publishes that to the
+1. the buffer about to be written (used ``B`` chunks ago) must be free. For a tile's first
+   chunk the warpgroup's leader (``tid.x == 0``) waits ``cp.async.bulk.wait_group.read
+   B - 1`` (at most the newer stores still read) and ``bar.sync`` publishes that to the
    warpgroup; for the others step 3 of the chunk before did it;
 2. every thread runs the epilogue for the chunk's accumulator registers; ``StageStore``
    writes each pair of columns with one ``st.shared`` at :meth:`Staging.addresses` (or
    hands it over for the chunk's ``stmatrix``, below);
-3. unless the chunk is its tile's last, the leader waits ``cp.async.bulk.wait_group.read 0``
-   (the previous chunk's store has read its buffer, the one the next chunk fills); then
+3. unless the chunk is its tile's last, the leader waits ``cp.async.bulk.wait_group.read
+   B - 2`` (the store ``B - 1`` chunks back has read its buffer, the one the next chunk
+   fills; with two buffers, the previous chunk's store); then
    ``fence.proxy.async.shared::cta`` (the generic-proxy writes become visible to the TMA
    unit) and one ``bar.sync`` publish both; the leader issues one ``cp.async.bulk.tensor``
    store per output (none for a chunk past the ragged edge of N or rows past M: the map
-   clips the rest) and commits them as one bulk group; the buffers swap. (The last chunk
+   clips the rest) and commits them as one bulk group; the next buffer is filled. (The last chunk
    does not wait: the warpgroup goes on to its next main loop, and the next tile's first
    chunk waits instead.) One named barrier per chunk, plus one per tile;
 4. before the warpgroup leaves the kernel its leader waits ``cp.async.bulk.wait_group 0``.
@@ -76,6 +78,10 @@ def check_stores(stmt: MatmulMainLoop, smem_bytes: int) -> None:
             f"TMA stores need paired columns and chunks of 8k columns dividing tile_n "
             f"{stmt.tile_n}, got {chunk}"
         )
+    if len({store.buffers for store in stmt.stores}) != 1 or stmt.stores[0].buffers not in (2, 4):
+        raise ValueError("TMA-stored outputs need 2 or 4 staging buffers each, all alike")
+    if stmt.handoff is not None and stmt.stores[0].buffers != 2:
+        raise ValueError("epilogue warps stage through two buffers")
     if 1 + stmt.consumer_warpgroups > SM90.named_barriers:
         raise ValueError("one named barrier per consumer warpgroup does not fit")
     for store in stmt.stores:
@@ -83,7 +89,7 @@ def check_stores(stmt: MatmulMainLoop, smem_bytes: int) -> None:
             raise ValueError(f"{store.buffer_name}: staged rows of {store.swizzle_bytes} B")
         if stmt.handoff is not None:
             continue  # staged over the handoff tile (matmul_handoff.check_handoff)
-        end = store.smem_offset + 2 * stmt.consumer_warpgroups * store.buffer_bytes
+        end = store.smem_offset + stmt.consumer_warpgroups * store.warpgroup_bytes
         if store.smem_offset % SM90.max_swizzle_pattern_bytes or end > smem_bytes:
             raise ValueError(
                 f"{store.buffer_name}: staging buffers [{store.smem_offset}, {end}) misplaced "
@@ -176,6 +182,7 @@ class Staging:
         self.kb, self.stmt, self.stores = kb, stmt, stmt.stores
         self.maps = list(map_addresses)
         self.chunk_cols = stmt.stores[0].chunk_cols
+        self.buffers = stmt.stores[0].buffers
         self.blocks = self.chunk_cols // 8  # 8-column blocks per chunk
         self.leader = self.pred()
         kb.emit(arith.setp("eq", "u32", self.leader, tid, 0))
@@ -187,13 +194,13 @@ class Staging:
         kb.emit(logic.and_("b32", pair_col, lane, 3))
         self.buffer_base: list[Reg] = []  # the warpgroup's buffer 0, per store
         self.block_address: list[list[Reg]] = []  # per store, per column block
-        self.offset: list[Reg] = []  # 0 or buffer_bytes: the buffer being filled
+        self.offset: list[Reg] = []  # b * buffer_bytes: the buffer b being filled
         for store in self.stores:
             span, size = store.swizzle_bytes, store.dtype.itemsize
             base = self.u32()
             kb.emit(
                 arith.add("u32", base, smem, store.smem_offset),
-                arith.mad("u32", base, consumer_index, 2 * store.buffer_bytes, base),
+                arith.mad("u32", base, consumer_index, store.warpgroup_bytes, base),
             )
             self.buffer_base.append(base)
             row_bytes, xor = swizzled_row(kb, row, span)
@@ -257,8 +264,9 @@ class Staging:
         wait for them first (step 1)."""
         kb = self.kb
         if first:
+            # The buffer was filled ``buffers`` chunks ago: at most the newer stores still read.
             kb.emit(
-                tma.wait_group(1, read=True).guarded(self.leader),
+                tma.wait_group(self.buffers - 1, read=True).guarded(self.leader),
                 control.bar_sync(self.barrier, SM90.warpgroup_threads),
             )
         self.current = []
@@ -298,7 +306,9 @@ class Staging:
         if self.matrix:
             self._check_stored()
         if not last:
-            kb.emit(tma.wait_group(0, read=True).guarded(self.leader))
+            # The next chunk's buffer was filled ``buffers - 1`` chunks before this one; this
+            # chunk's store is not issued yet, so ``buffers - 2`` newer ones may still read.
+            kb.emit(tma.wait_group(self.buffers - 2, read=True).guarded(self.leader))
         kb.emit(
             mbarrier.fence_proxy_async("shared::cta"),
             control.bar_sync(self.barrier, SM90.warpgroup_threads),
@@ -317,7 +327,13 @@ class Staging:
         kb.emit(tma.commit_group().guarded(self.leader))
         for index, store in enumerate(self.stores):
             offset = self.offset[index]
-            kb.emit(logic.xor("b32", offset, offset, store.buffer_bytes))
+            if self.buffers == 2:
+                kb.emit(logic.xor("b32", offset, offset, store.buffer_bytes))
+            else:  # a power of two of buffers of a power of two of bytes: wrap by a mask
+                kb.emit(
+                    arith.add("u32", offset, offset, store.buffer_bytes),
+                    logic.and_("b32", offset, offset, store.warpgroup_bytes - 1),
+                )
 
     def put_word(self, store: int, index: int, word: Reg) -> None:
         """Word ``index`` of store ``store``'s chunk; the ``stmatrix`` of its four matrices

@@ -327,9 +327,9 @@ class TmaStore:
     """One epilogue output staged in shared memory and stored with TMA, a box of 64 rows (one
     consumer warpgroup's) by ``chunk_cols`` columns at a time. Dims are in memory order,
     outermost first, with roles "m", "n" (the last, contiguous) and at most one "batch".
-    Each consumer warpgroup owns two staging buffers of ``buffer_bytes`` (64 rows of
-    ``swizzle_bytes``): warpgroup ``w``'s buffer ``b`` starts ``(2 w + b) * buffer_bytes``
-    after ``smem_offset``."""
+    Each consumer warpgroup owns ``buffers`` staging buffers (2 or 4) of ``buffer_bytes``
+    (64 rows of ``swizzle_bytes``): warpgroup ``w``'s buffer ``b`` starts ``(buffers w + b)
+    * buffer_bytes`` after ``smem_offset``."""
 
     buffer_name: str
     dtype: DType
@@ -339,6 +339,7 @@ class TmaStore:
     roles: tuple[str, ...]
     swizzle_bytes: int  # one staged row: chunk_cols elements
     smem_offset: int
+    buffers: int = 2  # per consumer warpgroup: up to buffers - 1 stores in flight
 
     @property
     def chunk_cols(self) -> int:
@@ -347,6 +348,11 @@ class TmaStore:
     @property
     def buffer_bytes(self) -> int:
         return 64 * self.swizzle_bytes
+
+    @property
+    def warpgroup_bytes(self) -> int:
+        """One consumer warpgroup's buffers."""
+        return self.buffers * self.buffer_bytes
 
 
 @record(frozen=True)

@@ -93,7 +93,7 @@ def stmt_to_lines(stmt: Stmt, indent: str = "") -> list[str]:
                 f"{inner}tma store [{index}] {store.buffer_name}: shape={list(store.shape)} "
                 f"strides={list(store.strides)} box={list(store.box)} "
                 f"roles={list(store.roles)} swizzle={store.swizzle_bytes}B "
-                f"smem+{store.smem_offset} (2 x {store.buffer_bytes} B per warpgroup)"
+                f"smem+{store.smem_offset} ({store.buffers} x {store.buffer_bytes} B per warpgroup)"
             )
         for vector in stmt.vectors:
             lines.append(

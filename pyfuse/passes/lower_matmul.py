@@ -42,7 +42,12 @@ from pyfuse.ir.params import MatmulParams
 from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.tensor import MemoryType, TensorView
 from pyfuse.passes.lower_matmul_epilogue import MatmulEpilogueLowering
-from pyfuse.passes.matmul_epilogue import STAGING_ROWS, chunk_cols, staged_outputs
+from pyfuse.passes.matmul_epilogue import (
+    STAGING_ROWS,
+    chunk_cols,
+    staged_outputs,
+    staging_shape,
+)
 from pyfuse.passes.matmul_handoff import handoff_tensors
 from pyfuse.passes.matmul_operands import (
     BARRIER_REGION_BYTES,
@@ -151,7 +156,7 @@ class _MatmulLowering(MatmulEpilogueLowering):
         stores = self._stores(smem_bytes) if params.smem_epilogue else []
         self.staged = {store.buffer_name: index for index, store in enumerate(stores)}
         staging = sum(
-            2 * consumer_warpgroups(params.tile_m, params.pingpong) * store.buffer_bytes
+            consumer_warpgroups(params.tile_m, params.pingpong) * store.warpgroup_bytes
             for store in stores
         )
         handoff_tv, handoff = self._handoff(stores)
@@ -354,7 +359,8 @@ class _MatmulLowering(MatmulEpilogueLowering):
         if not self.paired:
             return []
         staged = staged_outputs(self.fusion, self.mmas[0], self.sizes["batch"], self.id_model)
-        cols = chunk_cols([out.dtype.itemsize for out, _ in staged], params.tile_n)
+        buffers, widest_row = staging_shape(bool(params.epilogue_warps))
+        cols = chunk_cols([out.dtype.itemsize for out, _ in staged], params.tile_n, widest_row)
         if cols is None:
             return []
         stores = []
@@ -370,9 +376,10 @@ class _MatmulLowering(MatmulEpilogueLowering):
                 roles=tuple(role for _, _, role in layout),
                 swizzle_bytes=cols * out.dtype.itemsize,
                 smem_offset=offset,
+                buffers=buffers,
             )
             stores.append(store)
-            offset += 2 * consumer_warpgroups(params.tile_m, params.pingpong) * store.buffer_bytes
+            offset += consumer_warpgroups(params.tile_m, params.pingpong) * store.warpgroup_bytes
         return stores
 
 

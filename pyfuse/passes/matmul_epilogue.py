@@ -16,11 +16,13 @@ Guarantees:
   one "batch" dim whose extent is the problem's, or None when a TMA store cannot write it
   exactly (an alias or input, an axis the accumulator does not index, strides that do not
   collapse, a stride or extent TMA refuses, a dtype TMA stores do not take here);
+- :func:`staging_shape`: the staging buffers per consumer warpgroup and their widest row;
 - :func:`chunk_cols`: the column chunk every staged output shares: the widest whose rows
-  are a swizzle span (32, 64 or 128 bytes) for every output's dtype and that divides
-  ``tile_n``, or None;
-- :func:`staging_bytes`: the shared memory the staging buffers take (two per consumer
-  warpgroup per staged output), which the scheduler leaves out of the pipeline's stages.
+  are a swizzle span (32, 64 or 128 bytes, at most the staging's widest row) for every
+  output's dtype and that divides ``tile_n``, or None;
+- :func:`staging_bytes`: the shared memory the staging buffers take (``staging_shape``'s
+  buffers per consumer warpgroup per staged output), which the scheduler leaves out of the
+  pipeline's stages.
 """
 
 from __future__ import annotations
@@ -37,7 +39,21 @@ from pyfuse.passes.skip_intermediates import alias_strides
 # Output dtypes a staged store takes (the CUtensorMap types the encoder is given for them).
 STAGED_DTYPES = (dtypes.bfloat16, dtypes.float16, dtypes.float32)
 STAGING_ROWS = SM90.wgmma_m  # one consumer warpgroup's rows
-BUFFERS_PER_WARPGROUP = 2  # one filling while the previous chunk's TMA store reads the other
+# Staging buffers per consumer warpgroup and their widest row. Two of 128-byte rows: one
+# fills while the previous chunk's TMA store reads the other. Four of 64-byte rows take the
+# same shared memory for 2-byte outputs and keep up to three stores in flight (not measured
+# yet). Epilogue warps always stage two (matmul_handoff's protocol).
+BUFFERS_PER_WARPGROUP = 2
+WIDEST_STAGED_ROW = 128
+
+
+def staging_shape(epilogue_warps: bool) -> tuple[int, int]:
+    """(buffers per consumer warpgroup, the widest staged row in bytes)."""
+    if epilogue_warps:
+        return 2, max(SM90.swizzle_spans)
+    return BUFFERS_PER_WARPGROUP, WIDEST_STAGED_ROW
+
+
 _MAX_TMA_EXTENT = 1 << 32
 
 Layout = list[tuple[int, int, str]]
@@ -100,12 +116,14 @@ def staged_layout(
     return layout
 
 
-def chunk_cols(itemsizes: list[int], tile_n: int) -> int | None:
-    """The widest column chunk whose staged rows are a swizzle span for every itemsize and
-    that divides ``tile_n``."""
+def chunk_cols(itemsizes: list[int], tile_n: int, widest_row: int = 128) -> int | None:
+    """The widest column chunk whose staged rows are a swizzle span of at most
+    ``widest_row`` bytes for every itemsize and that divides ``tile_n``."""
     if not itemsizes:
         return None
     for span in SM90.swizzle_spans:
+        if span > widest_row:
+            continue
         cols = span // max(itemsizes)
         if cols >= 8 and tile_n % cols == 0:
             return cols
@@ -126,11 +144,15 @@ def staged_outputs(
     return result
 
 
-def staging_bytes(outputs: list[TensorView], warpgroups: int, tile_n: int) -> int:
-    """Shared bytes of the staging buffers: per output two per consumer warpgroup, each
-    ``STAGING_ROWS`` rows of ``chunk_cols`` elements (0 when no chunk fits)."""
-    cols = chunk_cols([out.dtype.itemsize for out in outputs], tile_n)
+def staging_bytes(
+    outputs: list[TensorView], warpgroups: int, tile_n: int, epilogue_warps: bool = False
+) -> int:
+    """Shared bytes of the staging buffers: per output :func:`staging_shape`'s buffers per
+    consumer warpgroup, each ``STAGING_ROWS`` rows of ``chunk_cols`` elements (0 when no
+    chunk fits)."""
+    buffers, widest_row = staging_shape(epilogue_warps)
+    cols = chunk_cols([out.dtype.itemsize for out in outputs], tile_n, widest_row)
     if cols is None:
         return 0
     per_buffer = [STAGING_ROWS * cols * out.dtype.itemsize for out in outputs]
-    return BUFFERS_PER_WARPGROUP * warpgroups * sum(per_buffer)
+    return buffers * warpgroups * sum(per_buffer)

@@ -83,6 +83,25 @@ def test_an_f32_output_is_staged_in_32_column_chunks() -> None:
     assert chunk_cols([2], 200) is None
 
 
+def test_deep_staging_takes_four_buffers_of_narrower_rows_in_the_same_shared_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pyfuse.passes import matmul_epilogue
+
+    specs = [pf.spec((256, 128), bf16), pf.spec((128, 512), bf16)]
+    _, two = matmul_kernel(lambda a, b: a @ b, specs)
+    monkeypatch.setattr(matmul_epilogue, "BUFFERS_PER_WARPGROUP", 4)
+    monkeypatch.setattr(matmul_epilogue, "WIDEST_STAGED_ROW", 64)
+    _, four = matmul_kernel(lambda a, b: a @ b, specs)
+    (store2,), (store4,) = two.stores, four.stores
+    assert (store2.buffers, store2.chunk_cols) == (2, 64)
+    assert (store4.buffers, store4.chunk_cols) == (4, 32)
+    assert store2.warpgroup_bytes == store4.warpgroup_bytes
+    assert chunk_cols([2], 256, widest_row=64) == 32 and chunk_cols([4], 256, 32) == 8
+    # Epilogue warps keep their two buffers whatever the default.
+    assert matmul_epilogue.staging_shape(epilogue_warps=True) == (2, 128)
+
+
 def test_smem_epilogue_false_stores_from_registers_and_true_warns_when_nothing_qualifies() -> None:
     specs = [pf.spec((256, 128), bf16), pf.spec((128, 512), bf16)]
     stage, loop = matmul_kernel(lambda a, b: a @ b, specs, pf.MatmulParams(smem_epilogue=False))

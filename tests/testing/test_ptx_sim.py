@@ -234,6 +234,57 @@ def test_a_planted_pipeline_bug_is_reported(
     assert any(re.search(message, text) for text in found), f"{bug}: {found}"
 
 
+def _deep_staging_kernel(
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[pf.Fusion, pipeline.KernelStages, list[np.ndarray]]:
+    """A persistent GEMM of four 128x128 tiles staged through four buffers of 64-byte rows
+    (four 32-column chunks a tile), for one CTA: sixteen chunks through the four buffers."""
+    from pyfuse.passes import matmul_epilogue
+
+    monkeypatch.setattr(matmul_epilogue, "BUFFERS_PER_WARPGROUP", 4)
+    monkeypatch.setattr(matmul_epilogue, "WIDEST_STAGED_ROW", 64)
+    specs = [pf.spec((256, 64), pf.bfloat16), pf.spec((256, 64), pf.bfloat16)]
+    params = pf.MatmulParams(persistent=True, tile_m=128, tile_n=128)
+    _, fusion, result = _compile(lambda a, b: a @ b.T, specs, params)
+    (stages,) = result.kernels
+    return fusion, stages, random_inputs(specs, 0)
+
+
+def _run_on_one_cta(
+    fusion: pf.Fusion,
+    stages: pipeline.KernelStages,
+    arrays: list[np.ndarray],
+    ptx: str,
+    seed: int,
+    order: str = "eager",
+) -> np.ndarray:
+    out = poison(fusion.outputs[0].shape, fusion.outputs[0].dtype)
+    run_kernel(stages.kernel_ir, ptx, arrays, [out], seed=seed, order=order, grid=(1, 1, 1))
+    return out
+
+
+def test_four_staging_buffers_keep_three_stores_in_flight(monkeypatch: pytest.MonkeyPatch) -> None:
+    fusion, stages, arrays = _deep_staging_kernel(monkeypatch)
+    ptx = stages.emitted.ptx
+    waits = re.findall(r"cp\.async\.bulk\.wait_group\.read (\d);", ptx)
+    assert waits and set(waits) == {"2", "3"}, waits
+    want = arrays[0].astype(np.float64) @ arrays[1].astype(np.float64).T
+    for seed in (0, 1):
+        got = _run_on_one_cta(fusion, stages, arrays, ptx, seed).astype(np.float64)
+        np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2 * np.abs(want).max())
+    # One wait too few, at a tile's first chunk or inside a tile: a buffer still being read
+    # by its TMA store is written again.
+    for wait in ("2", "3"):
+        bad = re.sub(rf"wait_group\.read {wait};", f"wait_group.read {int(wait) + 1};", ptx)
+        found = []
+        for order, seed in (("late", 0), ("eager", 1), ("eager", 2)):
+            try:
+                _run_on_one_cta(fusion, stages, arrays, bad, seed, order)
+            except SimulationError as error:
+                found.append(str(error))
+        assert any("generic-proxy store into shared" in text for text in found), (wait, found)
+
+
 def test_a_skipped_cluster_arrive_deadlocks() -> None:
     fn, specs, params = CASES["cluster_2x1"]
     _, fusion, result = _compile(fn, specs, params)
