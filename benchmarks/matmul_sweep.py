@@ -6,6 +6,9 @@ chosen from.
 
 A VARIANT is ``field=value,field=value`` of :class:`pyfuse.MatmulParams` (``default`` for
 none); without any, a set of tile, swizzle, cluster, stage and kernel-kind variants runs.
+``staging_buffers=4`` (with or without params) is not a param: that variant's kernel stages
+its epilogue through four buffers of 64-byte rows instead of two of 128
+(``matmul_epilogue.BUFFERS_PER_WARPGROUP``), compiled with the caches off.
 Every variant is checked against torch first. The variants are timed in ``--rounds``
 interleaved rounds (each round times the anchor and every variant once, with
 ``triton.testing.do_bench``), so a lease's drift touches all of them alike; the report gives
@@ -17,10 +20,11 @@ cases.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from common import commit
@@ -45,18 +49,43 @@ DEFAULT_VARIANTS = [
 CASES = ("gemm", "linear_gelu", "gate_up")
 
 
+STAGING_BUFFERS = "staging_buffers"
+
+
 def parse_variant(text: str) -> pf.MatmulParams | None:
     """``field=value,...`` as MatmulParams; ``default`` is None (the heuristic)."""
-    if text == "default":
+    items = [item for item in text.split(",") if not item.startswith(STAGING_BUFFERS + "=")]
+    if items in ([], ["default"]):
         return None
     fields: dict[str, Any] = {}
-    for item in text.split(","):
+    for item in items:
         name, _, value = item.partition("=")
         if value.lower() in ("true", "false"):
             fields[name] = value.lower() == "true"
         else:
             fields[name] = int(value)
     return pf.MatmulParams(**fields)
+
+
+@contextlib.contextmanager
+def staging(text: str) -> Iterator[None]:
+    """For a ``staging_buffers=B`` variant, compile with B staging buffers (B = 4: 64-byte
+    rows) and no compile cache (its key does not include them); else nothing."""
+    buffers = dict(item.partition("=")[::2] for item in text.split(",")).get(STAGING_BUFFERS)
+    if buffers is None:
+        yield
+        return
+    from pyfuse import knobs
+    from pyfuse.passes import matmul_epilogue
+
+    saved = matmul_epilogue.BUFFERS_PER_WARPGROUP, matmul_epilogue.WIDEST_STAGED_ROW
+    matmul_epilogue.BUFFERS_PER_WARPGROUP = int(buffers)
+    matmul_epilogue.WIDEST_STAGED_ROW = 64 if int(buffers) == 4 else 128
+    try:
+        with knobs.overrides(disable_cache=True):
+            yield
+    finally:
+        matmul_epilogue.BUFFERS_PER_WARPGROUP, matmul_epilogue.WIDEST_STAGED_ROW = saved
 
 
 def _problem(
@@ -109,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     for text in args.variants or DEFAULT_VARIANTS:
         try:
             fused = pf.fuse(fn, name=args.case, matmul=parse_variant(text))
-            got = fused(*inputs)
+            with staging(text):
+                got = fused(*inputs)
         except Exception as error:  # a variant the kernel refuses: say so, time the rest
             print(f"{text}: not run ({type(error).__name__}: {str(error)[:160]})")
             continue
