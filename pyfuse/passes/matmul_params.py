@@ -232,11 +232,10 @@ def _stream_k_pays(
     """Whether a plain persistent cooperative kernel of 128-row tiles should split its last
     wave's tiles along K: a long K (``STREAM_K_MIN_K_TILES`` tiles or more), at least two and
     fewer than ``STREAM_K_MAX_WAVES`` whole waves of cluster tiles over the SMs' workers, and
-    a ragged last wave. (Decode's 64-row tiles were not measured with stream-K.) On the
-    H100 (6ad2be5/55a9e5d, ``gemm_shapes.py --compare stream_k=true``) the 11 such shapes of
-    the public set ran 2.0% faster in geomean (9560x1792x8432 1.10x, 3000x3584x18944 1.04x,
-    3000x10240x8192 1.04x; the worst 0.975x); with a short K or many waves stream-K's fixup
-    and walk cost more than the idle SMs of the last wave (geomean 0.87x over 57 shapes)."""
+    a ragged last wave. (Decode's 64-row tiles were not measured with stream-K.) There the
+    public set's shapes ran faster in geomean; with a short K or many waves stream-K's fixup
+    and walk cost more than the idle SMs of the last wave (docs/performance.md, "Stream-K
+    last piece first")."""
     if not params.persistent or params.pingpong or params.epilogue_warps:
         return False
     if (params.tile_m or 0) < 128:
@@ -337,8 +336,9 @@ def _epilogue_warps_pay(
     sm_count: int,
 ) -> bool:
     """Whether the heuristic turns the epilogue warps on: the epilogue after the handoffs
-    has a costly op (linear+bias+gelu: 0.89x -> 0.99x eager at 4096x14336x4096; gate/up
-    1.00x -> 1.04x; a plain GEMM lost 1-2%), the main loop is long, a CTA takes more than
+    has a costly op (linear+bias+gelu and gate/up ran faster, a plain GEMM a little slower:
+    docs/performance.md, "The first GPU run of the epilogue vectors and the epilogue
+    warps"), the main loop is long, a CTA takes more than
     one tile (the late epilogue hides under the next tile's main loop, or nowhere), the
     kernel can hand over (no warning: the checks of :func:`_epilogue_warps`), and three
     stages stay."""
@@ -448,8 +448,8 @@ def _cluster_m(
     target: TargetInfo,
 ) -> int:
     """2 (pairs of M tiles share their B tile through TMA multicast) for matmuls of at least
-    two waves of tiles, where it ran 3-5% faster on the H200 (8192^3: 0.94-0.95x cuBLAS
-    against 0.90-0.91x in two runs); 1 for smaller ones, when the user asked for a
+    two waves of tiles, where it ran faster on the H200 (docs/performance.md, "Matmul run:
+    commit 2cdae1c"); 1 for smaller ones, when the user asked for a
     ``cluster_n``, or when the tile does not split into two multicast halves. Also 1 for a
     K of two to ``SMALL_K_TILES`` tiles: there the output store, not the operand traffic
     that multicast halves, bounds the kernel, and the cluster costs more than it saves. On

@@ -29,7 +29,7 @@ def default_tiles(m: int, n: int, *, single_mma: bool) -> tuple[int, int]:
 # The tiles the heuristic weighs, with their throughput per SM relative to 128x256 (wgmma's
 # issue rate falls with the tile: fewer MMAs per operand byte loaded). 128x192 fills a wave
 # that 128x256 leaves a third or more empty: the autotuner picked it on the H100 at 256x9216,
-# 256x10240 and 512x4416 (0.82 -> 0.87x, 0.86 -> 0.95x, 0.70 -> 0.87x cuBLAS).
+# 256x10240 and 512x4416 (docs/performance.md, "Quotients without a division, 128x192 tiles").
 FILL_TILES = (
     (128, 256, 1.0), (128, 192, 0.95), (128, 128, 0.9), (64, 256, 0.8), (64, 128, 0.7),
 )  # fmt: skip
@@ -44,10 +44,10 @@ def filling_tiles(
     is what smaller tiles fill:
 
     - under one wave: at M = 256, N = 8192 the default's 64 tiles use half the SMs, 128x128's
-      128 use nearly all (autotuning measured 0.63x cuBLAS against 0.94x);
+      128 use nearly all (autotuning measured it far faster);
     - just past a whole wave: 256x18944's 148 tiles of 128x256 take two waves on 132 SMs, the
       second nearly empty; 296 tiles of 128x128 take three waves of half the work each.
-      Every shape of the public set the default put there ran under 0.9x cuBLAS
+      Every shape of the public set the default put there ran well under cuBLAS
       (docs/performance.md, "Tiles by waves").
 
     With ``n_major_b`` (a B operand stored N-major: its tile rows run along N) only tiles
@@ -112,7 +112,8 @@ def persistent_ctas(
 
 # Consumer warpgroups of a cooperative CTA, at most: a taller tile gives each several 64-row
 # blocks (a 256x128 tile: two warpgroups of two blocks, 128 accumulators a thread at 232
-# registers, where four of one block had 104 registers and ran at 0.83x cuBLAS).
+# registers, where four of one block had 104 registers and ran far slower: docs/
+# performance.md, "Stages released at once, 256-row tiles as two warpgroups").
 MAX_COOPERATIVE_WARPGROUPS = 2
 
 

@@ -62,17 +62,16 @@ THREADS = 128
 # Rows one thread walks in the 2-D schedule, most first.
 ROWS_PER_THREAD = (4, 2)
 # The flat schedule unrolls to at most this many elements per thread (and at most 4 vectors).
-# More loads in flight bought nothing on the H200 (bf16 gelu(x*y+z), 4096x4096 and
-# 16384x4096: 8, 16 and 32 elements within 4% of each other), while the PTX, and with it the
-# driver's JIT of a new kernel, grows with the unrolled body: 22, 40 and 123 ms there.
+# More loads in flight bought nothing on the H200 (8, 16 and 32 elements of a bf16
+# gelu(x*y+z) within a few percent), while the PTX, and with it the driver's JIT of a new
+# kernel, grows with the unrolled body (docs/performance.md, "Cold-start run: commit 5345497").
 FLAT_ELEMENTS_PER_THREAD = 16
 FLAT_MAX_UNROLL = 4
 # ... and only when every SM gets at least this many of the unrolled blocks. Unrolled bodies
-# pay off only on very large tensors: on the H200, bf16 gelu(x*y+z) with 16 elements per
-# thread against 8 ran 23.2 / 23.5 us at 2048x4096, 39.2 / 39.2 at 4096x4096, 70.4 / 70.8 at
-# 8192x4096 (62 and 124 unrolled blocks per SM at the last two) but 130.4 / 134.1 at
-# 16384x4096 (248 per SM). Below that the unrolled kernel is as fast and takes the driver's
-# JIT twice as long (37-60 against 22-36 ms), which a new fusion's first call waits for.
+# pay off only on very large tensors: on the H200 a bf16 gelu(x*y+z) with 16 elements per
+# thread ran as fast as with 8 up to 124 unrolled blocks per SM and faster only at 248.
+# Below that the unrolled kernel takes the driver's JIT about twice as long, which a new
+# fusion's first call waits for (docs/performance.md, "Cold-start run: commit 5345497").
 FLAT_MIN_UNROLLED_BLOCKS_PER_SM = 128
 # Fewer blocks than this per SM leave SMs idle; more rows per thread are not worth that.
 MIN_BLOCKS_PER_SM = 4

@@ -76,9 +76,9 @@ def auto_parts(expr: MatmulOp | LinearOp, target: TargetInfo) -> int:
     """Parts for a matmul left to the heuristic: when its output tiles (at the tile the
     matmul scheduler picks) fill at most a quarter of the SMs, the largest power of two that
     keeps ``tiles * parts`` within the SMs and every part at least ``MIN_AUTO_PART`` long;
-    else 1. (On the H200 split-K took 512x512x32768, 8 tiles, from 54 to 389 TFLOP/s, and
-    slowed 64x14336x4096, 56 tiles, from 174 to 154: the sum's kernel and the fp32 partials
-    cost more than the idle SMs there.)"""
+    else 1. (On the H200 split-K made a GEMM of 8 tiles and a long K several times faster,
+    and slowed one of 56 tiles, where the sum's kernel and the fp32 partials cost more than
+    the idle SMs: docs/performance.md, "Matmul run: commit 2cdae1c".)"""
     a, b = (expr.a, expr.b) if isinstance(expr, MatmulOp) else (expr.x, expr.weight)
     if a.dtype not in SPLIT_DTYPES or len(a.shape) < 2 or len(b.shape) < 2:
         return 1

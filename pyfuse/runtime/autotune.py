@@ -178,8 +178,8 @@ def candidates(
     if tile_n < 128:  # a narrow output: only the row tile and the split are worth varying
         add(tile_m=64)
     if tile_m > 64:
-        # Ping-pong 128x128 tiles: faster on H200 for some outputs of about a wave or two
-        # (256x18944x3584: 0.71x cuBLAS against the heuristic's 0.60x), slower on most.
+        # Ping-pong 128x128 tiles: faster on H200 for some outputs of about a wave or two,
+        # slower on most (docs/performance.md, "The TMA-store epilogue, the ping-pong kernel").
         add(pingpong=True)
         # The epilogue in the producer warpgroup's idle warps, under the next tile's main
         # loop (or, where the heuristic chose them, the consumers'): only where the epilogue
