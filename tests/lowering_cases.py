@@ -517,6 +517,12 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
         _division_into_a_full_sum,
         [S((1, 32, 42, 8), pf.int8), S((1, 32, 42, 8), f32)],
     ),
+    # tanh keeps the sign of a zero: 1 / tanh(round(x * 4)) is -inf for a small negative x,
+    # whose maximum with 0 is 0 (CPU fuzzer, seed 1414: the kernel's tanh(-0) was +0, so inf)
+    "reciprocal_of_tanh_of_a_negative_zero": (
+        lambda x: pf.maximum(pf.div(True, pf.tanh(pf.round(x * 4))), 0),
+        [S((7, 31, 24), bf16)],
+    ),
     # decode: a GEMV x[1, K] @ W.T is one reduction kernel (x's size-1 M, a broadcast, merged
     # with N's broadcast: it ran as nine kernels, the product written out)
     "decode_gemv_and_linear": (

@@ -459,7 +459,9 @@ def log(ops: FloatOps[V, P], x: V) -> V:
 def tanh(ops: FloatOps[V, P], x: V) -> V:
     ax = ops.abs(x)
     x2 = ops.mul(x, x)
-    small = ops.fma(ops.mul(x, x2), _horner(ops, x2, TANH_POLY), x)
+    # x (1 + x**2 P), not x + x**3 P: a sum of -0 and the +0 of x**3 P is +0, and
+    # tanh(-0) is -0 (1 / tanh(-0) = -inf).
+    small = ops.mul(x, ops.fma(x2, _horner(ops, x2, TANH_POLY), ops.const(1.0)))
     e = exp(ops, ops.add(ax, ax))
     large = ops.fma(ops.const(-2.0), ops.rcp_approx(ops.add(e, ops.const(1.0))), ops.const(1.0))
     large = ops.select(ops.less(x, ops.const(0.0)), ops.neg(large), large)
