@@ -12,7 +12,8 @@ Guarantees, for :func:`evaluate_noisy`:
   more as its documented error grows with ``|y log2 |x||``; a sum, difference or matmul also
   by ``JITTER * u`` times the sum of its terms' magnitudes (a kernel adds in another order:
   its error scales with the terms, not with a result they cancelled to). With a Generator,
-  float32 denormals flush to zero, as the GPU's approximate functions flush them.
+  and with ``jitter=-1.0``, float32 denormals flush to zero, as the GPU's approximate
+  functions flush them.
 - Ops a kernel computes exactly (moves, casts, where, neg/abs/relu, max/min, floor/ceil/
   round/trunc, floor_divide) take no noise of their own: their results stay what the op
   gives, so a rounded value stays integral.
@@ -346,7 +347,15 @@ def _undetermined_jump(expr: Expr, env: Env, exact: Env, noisy_inputs: bool) -> 
             return None
         noisy, true = env.tensor(inp), exact.tensor(inp)
         floor = JITTER * np.abs(true) if noisy_inputs else 0.0
-        jumps = _reaches_jump(_ROUNDING[expr.op], noisy, true, floor)
+        part = _ROUNDING[expr.op]
+        if inp.dtype != dtypes.float64:
+            # A subnormal this run flushed: the kernel has it or 0, nothing beyond either.
+            flushed = (noisy == 0) & _flushable(true)
+            noisy = np.where(flushed, true, noisy)
+            jumps = _reaches_jump(part, noisy, true, floor)
+            jumps = jumps | (_flushable(true) & (part(true) != 0))
+        else:
+            jumps = _reaches_jump(part, noisy, true, floor)
         return np.broadcast_to(jumps, expr.output.shape)
     if isinstance(expr, UnaryOp) and expr.op in _PERIODIC and noisy_inputs:
         (inp,) = expr.tensor_inputs
@@ -373,7 +382,11 @@ def _undetermined_jump(expr: Expr, env: Env, exact: Env, noisy_inputs: bool) -> 
         quotient = x0 / y0
         floor = 2 * JITTER * np.abs(quotient) if noisy_inputs else 0.0
         part = _QUOTIENT_PART[expr.op]
-        jumps = _reaches_jump(part, x / y, quotient, floor)
+        if common != dtypes.float64:
+            # A dividend this run flushed: the kernel's quotient is the exact one or 0 (below).
+            x = np.where((x == 0) & _flushable(x0), x0, x)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            jumps = _reaches_jump(part, x / y, quotient, floor)
         if common != dtypes.float64:
             # A float32 subnormal operand may be flushed to 0 by the kernel's ``.ftz`` math
             # before the division (CPU fuzzer, seed 901: a softmax's subnormal // -0.75 is
@@ -510,8 +523,12 @@ def _jittered(
         # An infinite term's magnitude moves nothing: the sum is that infinity (or NaN) in
         # every order, not inf - inf.
         wide = wide + np.where(np.isfinite(magnitude), noise * magnitude, 0.0)
-    if not isinstance(jitter, float):
-        # The random run flushes float32 denormals, as the GPU's approximate functions do; the
-        # runs that move every result one way keep them, as its plain arithmetic does.
+    if not isinstance(jitter, float) or jitter < 0:
+        # The random run and the run that moves every result down flush float32 denormals,
+        # as the GPU's approximate functions do; the run that moves them up keeps them, as
+        # its plain arithmetic does. (Only the random run flushed: an exp's subnormal, flushed
+        # to 0 by ex2.approx.ftz and then scaled into a normal float by a multiply, was
+        # undetermined in that run alone, where its cast to bool is a coin toss: CPU fuzzer,
+        # seed 1415, softmax(x) * col != 0.)
         wide = np.where(np.abs(wide) < _SMALLEST_NORMAL_F32, np.copysign(0.0, wide), wide)
     return narrow(wide, dtype)

@@ -624,6 +624,23 @@ def test_an_argmax_over_a_number_and_an_overflowed_product_is_undetermined() -> 
     assert compare(kernel, want, jittered=runs) is None
 
 
+def test_a_subnormal_scaled_into_a_normal_float_is_undetermined_through_a_bool() -> None:
+    """CPU fuzzer, seed 1415: ``softmax(x) * col != 0`` where an exp was a float32 subnormal
+    (exp(-88)), which ``ex2.approx.ftz`` makes 0, and the product a normal float. Only the
+    random run flushed, and its bool is a coin toss, so some such elements were held; the
+    run that moves results down flushes too, so the two fixed runs disagree."""
+    fusion = pf.fuse(lambda x, c: (pf.exp(x) * c).to(pf.bool)).trace(
+        pf.spec((2,), pf.float32), pf.spec((2,), pf.float32)
+    )
+    inputs = [np.array([-88.0, -10.0], np.float32), np.array([21.0, 21.0], np.float32)]
+    want = evaluate_all(fusion, inputs)[fusion.outputs[0]]
+    assert want.all()
+    up, down = (_noisy(fusion, inputs, jitter)[0] for jitter in (1.0, -1.0))
+    assert up[0] != down[0] and up[1] == down[1]
+    assert compare(np.array([False, True]), want, jittered=[up, down]) is None
+    assert compare(np.array([True, False]), want, jittered=[up, down]) is not None
+
+
 def test_a_quotient_of_a_subnormal_is_undetermined() -> None:
     """CPU fuzzer, seed 901: ``floor_divide(softmax, -0.75)`` where the softmax's values were
     float32 subnormals that ``ex2.approx.ftz`` makes 0: -1 in NumPy, -0 from a kernel. The
