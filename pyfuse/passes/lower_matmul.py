@@ -194,8 +194,8 @@ class _MatmulLowering(MatmulEpilogueLowering):
         mmas: list[tuple[int, int, k.Buffer]] = []
         for mma in self.mmas:
             out = mma.output
-            # Each consumer warpgroup holds 64 rows of the tile: N/2 fp32 registers a thread
-            # (MatmulMainLoop.accumulator_registers).
+            # Each consumer warpgroup holds its row blocks of the tile: N/2 fp32 registers a
+            # thread per 64-row block (MatmulMainLoop.accumulator_registers).
             registers = params.tile_n // 2 * blocks
             accumulator = k.Buffer(f"T{out.name}", dtypes.float32, MemoryType.LOCAL, registers)
             self.accumulators[id(out)] = accumulator

@@ -144,13 +144,11 @@ def staged_outputs(
     return result
 
 
-def staging_bytes(
-    outputs: list[TensorView], warpgroups: int, tile_n: int, epilogue_warps: bool = False
-) -> int:
+def staging_bytes(outputs: list[TensorView], warpgroups: int, tile_n: int) -> int:
     """Shared bytes of the staging buffers: per output :func:`staging_shape`'s buffers per
     consumer warpgroup, each ``STAGING_ROWS`` rows of ``chunk_cols`` elements (0 when no
-    chunk fits)."""
-    buffers, widest_row = staging_shape(epilogue_warps)
+    chunk fits). (With epilogue warps the handoff tile takes their place.)"""
+    buffers, widest_row = staging_shape(epilogue_warps=False)
     cols = chunk_cols([out.dtype.itemsize for out in outputs], tile_n, widest_row)
     if cols is None:
         return 0

@@ -109,9 +109,10 @@ def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo)
             return True, len(mmas) * tile_m * tile_n * HANDOFF_ITEMSIZE
         return _smem_epilogue(fusion, mmas[0], shape, warpgroups, tile_n, given)
 
-    # Two stages at least: a consumer frees a stage only once the next K tile's MMAs are
-    # issued, so one stage deadlocks a K of two tiles or more (and with one K tile, a second
-    # stage loads the next tile's operands under this one's epilogue).
+    # Two stages at least: a ping-pong consumer frees a stage only once the next K tile's
+    # MMAs are issued, so one stage deadlocks a K of two tiles or more; a cooperative one
+    # frees it at once but would leave the producer nothing to load ahead (and with one K
+    # tile, a second stage loads the next tile's operands under this one's epilogue).
     k_tiles = ceil_div(shape["k"], tile_k)
     smem_epilogue, epilogue_bytes = epilogue_smem(given)
     if given.epilogue_warps and budget - epilogue_bytes < 2 * stage_bytes:

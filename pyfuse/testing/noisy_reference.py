@@ -348,14 +348,13 @@ def _undetermined_jump(expr: Expr, env: Env, exact: Env, noisy_inputs: bool) -> 
         noisy, true = env.tensor(inp), exact.tensor(inp)
         floor = JITTER * np.abs(true) if noisy_inputs else 0.0
         part = _ROUNDING[expr.op]
-        if inp.dtype != dtypes.float64:
+        flushes = inp.dtype != dtypes.float64
+        if flushes:
             # A subnormal this run flushed: the kernel has it or 0, nothing beyond either.
-            flushed = (noisy == 0) & _flushable(true)
-            noisy = np.where(flushed, true, noisy)
-            jumps = _reaches_jump(part, noisy, true, floor)
+            noisy = np.where((noisy == 0) & _flushable(true), true, noisy)
+        jumps = _reaches_jump(part, noisy, true, floor)
+        if flushes:
             jumps = jumps | (_flushable(true) & (part(true) != 0))
-        else:
-            jumps = _reaches_jump(part, noisy, true, floor)
         return np.broadcast_to(jumps, expr.output.shape)
     if isinstance(expr, UnaryOp) and expr.op in _PERIODIC and noisy_inputs:
         (inp,) = expr.tensor_inputs
@@ -382,12 +381,13 @@ def _undetermined_jump(expr: Expr, env: Env, exact: Env, noisy_inputs: bool) -> 
         quotient = x0 / y0
         floor = 2 * JITTER * np.abs(quotient) if noisy_inputs else 0.0
         part = _QUOTIENT_PART[expr.op]
-        if common != dtypes.float64:
+        flushes = common != dtypes.float64
+        if flushes:
             # A dividend this run flushed: the kernel's quotient is the exact one or 0 (below).
             x = np.where((x == 0) & _flushable(x0), x0, x)
         with np.errstate(divide="ignore", invalid="ignore"):
             jumps = _reaches_jump(part, x / y, quotient, floor)
-        if common != dtypes.float64:
+        if flushes:
             # A float32 subnormal operand may be flushed to 0 by the kernel's ``.ftz`` math
             # before the division (CPU fuzzer, seed 901: a softmax's subnormal // -0.75 is
             # -1 in NumPy and -0 on the GPU, whose ex2.approx.ftz gave 0): the quotient of
