@@ -83,6 +83,7 @@ class _MatmulLowering(MatmulEpilogueLowering):
     def __init__(self, plan: KernelPlan, name: str, target: TargetInfo) -> None:
         super().__init__(plan, name)
         self.target = target
+        self.aligned_inputs = target.vector_bytes >= 16
         fields = MatmulParams.__dataclass_fields__
         values: dict[str, Any] = {key: plan.params[key] for key in fields}
         self.matmul = MatmulParams(**values)

@@ -15,6 +15,10 @@ Guarantees:
   ``StageStore`` for a TMA-stored output, per output);
 - reads of a bias or row scale become reads of its per-tile shared copy
   (:mod:`matmul_vectors`) in the consumers' part;
+- in a paired epilogue, a read of an input whose contiguous axis is the output's N axis (a
+  residual) is one 2-element ``VectorLoad`` per pair (made by the pair's first copy, its
+  second element read by the second copy), at a column clamped to ``N - 2`` when unguarded:
+  half the loads and addresses, and no load straddles the ragged edge;
 - with a handoff tensor (:mod:`matmul_handoff`), the consumers' statements compute it and
   stage it (``StageStore`` 0), and the late statements compute the rest from
   ``handoff_value`` and stage the output the same way.
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 from pyfuse.ir import dtypes
 from pyfuse.ir import kernel_ir as k
+from pyfuse.ir.dtypes import DType
 from pyfuse.ir.exprs import Expr, LoadStoreKind, LoadStoreOp, MmaOp
 from pyfuse.ir.id_model import IdMappingMode
 from pyfuse.ir.iterdomain import IdTransform, IterDomain, Merge, Split
@@ -70,6 +75,16 @@ class MatmulEpilogueLowering(_Lowering):
         self.paired = self.sizes["n"] % 2 == 0 and all(
             self._columns_adjacent(out) for out in self.fusion.outputs
         )
+        # Whether every input base address is 16-byte aligned (set by the kernel's lowering
+        # from the target's alignment class): what a pair load of an input needs.
+        self.aligned_inputs = False
+        # Pair loads (module docstring): the first copy's loads in read order, and how many
+        # of them the second copy has taken; statements a read needs before its expr.
+        self.pair_loads: list[k.Buffer] = []
+        self.pair_loads_taken = 0
+        self.pair_loads_made = 0  # in the whole kernel: unique register names
+        self.pending: list[k.Stmt] = []
+        self.clamp_pair = False  # while a pair load's index is built: col clamped to N - 2
 
     def _columns_adjacent(self, out: TensorView) -> bool:
         """Whether accumulator columns ``col`` and ``col + 1`` (``col`` even) land in adjacent
@@ -156,8 +171,9 @@ class MatmulEpilogueLowering(_Lowering):
         }
         if self.unguarded:
             for role in ("m", "n"):
-                last = k.const(self.sizes[role] - 1, self.index_dtype)
-                by_role[role] = k.Binary("min", by_role[role], last, self.index_dtype)
+                last = self.sizes[role] - (2 if role == "n" and self.clamp_pair else 1)
+                limit = k.const(last, self.index_dtype)
+                by_role[role] = k.Binary("min", by_role[role], limit, self.index_dtype)
         for role, combined in by_role.items():
             axes = [a for a, r in zip(self.reference.logical, self.roles, strict=True) if r == role]
             remaining: k.KExpr = combined
@@ -185,7 +201,47 @@ class MatmulEpilogueLowering(_Lowering):
             return k.Load(buffer, k.const(0, self.index_dtype), val.dtype)
         value = super()._read(expr, val, consumer_index, by_position, compute_dtype)
         # A bias or a row scale: read from the tile's copy in shared memory.
-        return value if self.vectors is None else self.vectors.read(value)
+        if self.vectors is not None:
+            shared = self.vectors.read(value)
+            if shared is not value:
+                return shared
+        if isinstance(val, TensorView) and self._pair_loadable(val):
+            return self._pair_read(expr, val, by_position, compute_dtype)
+        return value
+
+    def _pair_loadable(self, tv: TensorView) -> bool:
+        """A paired epilogue's read of input ``tv`` can load both columns at once: its
+        contiguous axis is N, every other stride is even and its base is aligned, so the
+        pair is one aligned 4- or 8-byte vector."""
+        if not (self.paired and self.aligned_inputs and self.fusion.is_input(tv)):
+            return False
+        if tv.alias_of is not None or tv.dtype.itemsize not in (2, 4) or tv.dtype.is_bool:
+            return False
+        strides = self._strides(tv)
+        return all(stride % 2 == 0 for _, stride in strides[:-1]) and self._columns_adjacent(tv)
+
+    def _pair_read(
+        self, expr: Expr, tv: TensorView, by_position: dict[int, k.KExpr], compute_dtype: DType
+    ) -> k.KExpr:
+        """The first copy loads the pair (at its even column, clamped to ``N - 2``) and
+        reads element 0; the second copy reads element 1 of the same load."""
+        if self.suffix_current:
+            pair = self.pair_loads[self.pair_loads_taken]
+            self.pair_loads_taken += 1
+            return k.Load(pair, k.const(1, self.index_dtype), tv.dtype)
+        self.clamp_pair = True
+        try:
+            consumer_index = self._logical_index(expr.output, self._reference_indices({}))
+            single = super()._read(expr, tv, consumer_index, by_position, compute_dtype)
+        finally:
+            self.clamp_pair = False
+        assert isinstance(single, k.Load)
+        zero = k.const(0, self.index_dtype)
+        pair = k.Buffer(f"T{tv.name}_pair{self.pair_loads_made}", tv.dtype, MemoryType.LOCAL, 2)
+        self.pair_loads_made += 1
+        self.pair_loads.append(pair)
+        self.pending += [k.Alloc(pair), k.VectorLoad(pair, zero, single.buffer, single.index, 2)]
+        return k.Load(pair, zero, tv.dtype)
 
     def _buffer_index(self, tv: TensorView, by_position: dict[int, k.KExpr]) -> k.KExpr:
         # Epilogue values are one register per accumulator element: the element loop is the
@@ -216,6 +272,8 @@ class MatmulEpilogueLowering(_Lowering):
         come after, vectorized when paired)."""
         self.col_current, self.element_current = col, element
         self.suffix_current = suffix
+        if not suffix:
+            self.pair_loads, self.pair_loads_taken = [], 0
         body: list[k.Stmt] = []
         results: dict[int, k.Buffer] = {}
         self.results_current = results
@@ -223,6 +281,8 @@ class MatmulEpilogueLowering(_Lowering):
             out = expr.output
             consumer_index = self._logical_index(out, self._reference_indices({}))
             value = self._value(expr, consumer_index, {})
+            body += self.pending
+            self.pending = []
             if self.fusion.is_output(out):
                 buffer = k.Buffer(f"T{out.name}_out{suffix}", out.dtype, MemoryType.LOCAL, 1)
                 results[id(out)] = buffer

@@ -46,10 +46,9 @@ PARAMS = {
     "256x128": P(tile_m=256, tile_n=128),
     "128x192_epilogue_warps": P(tile_m=128, tile_n=192, epilogue_warps=True),
 }
-# The residual epilogue's per-element loads (two clamped 64-bit addresses a pair) still
-# spill 24-52 B where a warpgroup holds two 64-row blocks (ping-pong, or 256x128 tiles);
-# loading the residual tile by TMA is the way out (issue 18, item 3).
-KNOWN_SPILLS = {("residual_row_scale", "pingpong"), ("residual_row_scale", "256x128")}
+# Kernels known to spill (strict xfails). The residual epilogue spilled 24-52 B where a
+# warpgroup holds two 64-row blocks until its reads became one pair load per column pair.
+KNOWN_SPILLS: set[tuple[str, str]] = set()
 # The gate/up pair's tiles whose two accumulators crowd the registers (matmul_params).
 CROWDED = {("gate_up", "64x256"), ("gate_up", "256x128"), ("gate_up", "128x192_epilogue_warps")}
 

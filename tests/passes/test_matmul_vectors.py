@@ -1,6 +1,7 @@
 """Epilogue inputs read along one tile axis (passes/matmul_vectors): a bias along N or a row
 scale along M becomes a per-tile shared-memory copy loaded by TMA, read by the epilogue with
-``ld.shared``; any other epilogue input stays a global load. The kernels run on the Hopper
+``ld.shared``; any other epilogue input stays a global load (a residual's, one per pair of
+columns). The kernels run on the Hopper
 simulator in tests/testing/test_ptx_sim.py (sim_cases.py)."""
 
 from __future__ import annotations
@@ -45,11 +46,10 @@ def _epilogue_loads(loop: k.MatmulMainLoop) -> list[k.Load]:
 
 
 def _global_reads(loop: k.MatmulMainLoop) -> set[str]:
-    return {
-        load.buffer.name
-        for load in _epilogue_loads(loop)
-        if load.buffer.memory == MemoryType.GLOBAL
-    }
+    """The global buffers the epilogue reads, by element or by pair (a residual)."""
+    loads = {load.buffer for load in _epilogue_loads(loop)}
+    loads |= {s.source for s in k.walk(loop.epilogue) if isinstance(s, k.VectorLoad)}
+    return {buffer.name for buffer in loads if buffer.memory == MemoryType.GLOBAL}
 
 
 def test_a_bias_is_loaded_once_per_tile_and_read_from_shared_memory() -> None:
@@ -139,3 +139,18 @@ def test_a_vector_that_does_not_fit_beside_the_stages_stays_global() -> None:
     assert [vector.role for vector in loop.vectors] == ["n"]
     assert len(_global_reads(loop)) == 1
     assert kernel.smem_bytes <= HOPPER.max_smem_per_block
+
+
+def test_a_residual_is_read_a_column_pair_at_a_time() -> None:
+    # N = 136 is ragged in a 256-column tile: the unguarded epilogue clamps the pair's first
+    # column to N - 2, so the 4-byte load stays aligned and inside the row.
+    _, loop = _main_loop(
+        lambda a, b, r, s: (a @ b.T + r) * s,
+        [S((300, 64), bf16), S((136, 64), bf16), S((300, 136), bf16), S((300, 1), bf16)],
+    )
+    assert loop.pair_col is not None and loop.stores
+    pairs = [s for s in k.walk(loop.epilogue) if isinstance(s, k.VectorLoad)]
+    assert [(p.width, p.source.memory) for p in pairs] == [(2, MemoryType.GLOBAL)]
+    assert str(pairs[0].source_index) == "((min(row, 299) * 136) + min(col, 134))"
+    elements = [load for load in _epilogue_loads(loop) if load.buffer is pairs[0].source]
+    assert elements == []  # the second column reads the pair's other register
