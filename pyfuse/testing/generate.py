@@ -344,7 +344,8 @@ def _matmul(b: Builder) -> int | None:
 
 
 def _epilogue(b: Builder, product: int, a: int) -> int | None:
-    """gelu / relu / a bias / the A operand again (``(a @ w) * a`` when the shapes allow)."""
+    """gelu / relu / a bias or residual / the A operand again (``(a @ w) * a`` when the
+    shapes allow)."""
     shape = b.shape_of(product)
     roll = b.rng.random()
     if roll < 0.3:
@@ -352,8 +353,11 @@ def _epilogue(b: Builder, product: int, a: int) -> int | None:
         return b.op(name, template, [product]) or product
     if roll < 0.6 and broadcasts(b.shape_of(a), shape):
         return b.op("mul", "({0} * {1})", [product, a]) or product
-    bias = b.new_input(shape[-1:], short_name(b.dtype_of(product)))
-    return b.op("add", b.pick(("({0} + {1})", "pf.gelu({0} + {1})")), [product, bias]) or product
+    # A bias along N, or a residual of the product's whole shape (read a column pair at a
+    # time by the matmul epilogue when N is even).
+    addend_shape = shape if b.chance(0.4) else shape[-1:]
+    addend = b.new_input(addend_shape, short_name(b.dtype_of(product)))
+    return b.op("add", b.pick(("({0} + {1})", "pf.gelu({0} + {1})")), [product, addend]) or product
 
 
 # The composites of pyfuse.frontend.composites, torch's conversions and NumPy ufuncs:
