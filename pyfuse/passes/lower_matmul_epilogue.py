@@ -15,10 +15,11 @@ Guarantees:
   ``StageStore`` for a TMA-stored output, per output);
 - reads of a bias or row scale become reads of its per-tile shared copy
   (:mod:`matmul_vectors`) in the consumers' part;
-- in a paired epilogue, a read of an input whose contiguous axis is the output's N axis (a
-  residual) is one 2-element ``VectorLoad`` per pair (made by the pair's first copy, its
-  second element read by the second copy), at a column clamped to ``N - 2`` when unguarded:
-  half the loads and addresses, and no load straddles the ragged edge;
+- in a paired epilogue, a read of an input (or a view of one at an even offset) whose
+  contiguous axis is the output's N axis (a residual) is one 2-element ``VectorLoad`` per
+  pair (made by the pair's first copy, its second element read by the second copy), at a
+  column clamped to ``N - 2`` when unguarded: half the loads and addresses, and no load
+  straddles the ragged edge;
 - with a handoff tensor (:mod:`matmul_handoff`), the consumers' statements compute it and
   stage it (``StageStore`` 0), and the late statements compute the rest from
   ``handoff_value`` and stage the output the same way.
@@ -37,6 +38,7 @@ from pyfuse.passes.lower import _Lowering
 from pyfuse.passes.matmul_handoff import split_epilogue
 from pyfuse.passes.matmul_vectors import EpilogueVectors
 from pyfuse.passes.plan import KernelPlan
+from pyfuse.passes.skip_intermediates import view_offset
 
 
 class MatmulEpilogueLowering(_Lowering):
@@ -210,15 +212,20 @@ class MatmulEpilogueLowering(_Lowering):
         return value
 
     def _pair_loadable(self, tv: TensorView) -> bool:
-        """A paired epilogue's read of input ``tv`` can load both columns at once: its
-        contiguous axis is N, every other stride is even and its base is aligned, so the
-        pair is one aligned 4- or 8-byte vector."""
-        if not (self.paired and self.aligned_inputs and self.fusion.is_input(tv)):
+        """A paired epilogue's read of input ``tv`` (or of a view of one) can load both
+        columns at once: its contiguous axis is N, every other stride and the view's offset
+        are even and the input's base is aligned, so the pair is one aligned 4- or 8-byte
+        vector."""
+        if not (self.paired and self.aligned_inputs):
             return False
-        if tv.alias_of is not None or tv.dtype.itemsize not in (2, 4) or tv.dtype.is_bool:
+        root = tv
+        while root.alias_of is not None:
+            root = root.alias_of
+        if not self.fusion.is_input(root) or tv.dtype.itemsize not in (2, 4) or tv.dtype.is_bool:
             return False
         strides = self._strides(tv)
-        return all(stride % 2 == 0 for _, stride in strides[:-1]) and self._columns_adjacent(tv)
+        even = all(stride % 2 == 0 for _, stride in strides[:-1]) and view_offset(tv) % 2 == 0
+        return even and self._columns_adjacent(tv)
 
     def _pair_read(
         self, expr: Expr, tv: TensorView, by_position: dict[int, k.KExpr], compute_dtype: DType

@@ -128,4 +128,28 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec], pf.MatmulParams | N
         [S((256, 64), bf16), S((136, 64), bf16), S((136,), pf.float32)],
         P(cluster_m=2, smem_epilogue=False),
     ),
+    # Residuals read a column pair at a time (lower_matmul_epilogue): an f32 one (one .v2
+    # load a pair) in ping-pong tiles, one broadcast over the batch and a view sliced at an
+    # even offset (aliases of an input); at an odd offset, element loads.
+    "f32_residual_pairs_pingpong": (
+        # A bf16 result: the f32 sum of a bf16-rounded product may flip that rounding's tie.
+        lambda a, b, r: pf.cast(a @ b.T + r, bf16),
+        [S((200, 64), bf16), S((136, 64), bf16), S((200, 136), pf.float32)],
+        P(pingpong=True),
+    ),
+    "batched_residual_broadcast": (
+        lambda a, b, r: a @ b + r,
+        [S((2, 72, 64), bf16), S((2, 64, 136), bf16), S((72, 136), bf16)],
+        None,
+    ),
+    "sliced_residual": (
+        lambda a, b, r: a @ b.T + r[:, 2:],
+        [S((150, 64), bf16), S((136, 64), bf16), S((150, 138), bf16)],
+        None,
+    ),
+    "sliced_residual_odd_offset": (
+        lambda a, b, r: a @ b.T + r[:, 1:137],
+        [S((150, 64), bf16), S((136, 64), bf16), S((150, 138), bf16)],
+        None,
+    ),
 }
