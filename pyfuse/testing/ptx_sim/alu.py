@@ -248,10 +248,20 @@ def _arith(instr: Instr, ops: Operands) -> None:
 
 
 def _exact_signed_div(a: Array, b: Array) -> Array:
-    """C's truncating signed division, exact for 64-bit values."""
+    """C's truncating signed division, exact for 64-bit values. The magnitudes are taken as
+    unsigned: ``np.abs`` of INT64_MIN is INT64_MIN, which made ``-1 / INT64_MIN`` -1
+    instead of 0 (the CPU fuzzer, seed 1422)."""
     a64, b64 = a.astype(np.int64), b.astype(np.int64)
-    quotient = np.abs(a64) // np.abs(b64)
-    return np.where((a64 < 0) != (b64 < 0), -quotient, quotient)
+    quotient = _magnitude(a64) // _magnitude(b64)
+    negative = (a64 < 0) != (b64 < 0)
+    return np.where(negative, -quotient, quotient).astype(np.int64)
+
+
+def _magnitude(values: Array) -> Array:
+    """``|values|`` of int64 values as uint64 (2**63 for INT64_MIN): the unsigned negation
+    wraps modulo 2**64."""
+    unsigned = values.astype(np.uint64)
+    return np.where(values < 0, np.negative(unsigned), unsigned)
 
 
 def _logic(instr: Instr, ops: Operands) -> None:
