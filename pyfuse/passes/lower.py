@@ -25,8 +25,8 @@ Guarantees:
   is initialised there, and its cross-thread step (``ThreadReduce``) follows the
   closing of its serial reduction loops, outside any predicate;
 - aliased tensors emit no code: their readers index the aliased input in place;
-- exprs that need no reduction's result come before the first reduction's (a side branch
-  of a row does not hold the row across the reduction).
+- a row's side branches (:func:`~pyfuse.passes.lower_order.side_branches`) come before
+  its reductions, so they do not hold the row's registers across them.
 """
 
 from __future__ import annotations
@@ -62,6 +62,7 @@ from pyfuse.ir.iterdomain import IterDomain, ParallelType
 from pyfuse.ir.records import record
 from pyfuse.ir.tensor import MemoryType, Scalar, TensorView, Val
 from pyfuse.passes.lower_indexing import IndexDerivation, indexes_registers
+from pyfuse.passes.lower_order import side_branches
 from pyfuse.passes.plan import KernelPlan
 from pyfuse.passes.register_budget import check_register_arrays
 
@@ -314,7 +315,7 @@ class _Lowering(IndexDerivation):
         # row (``tril(x)`` beside ``amax(expm1(x))``) is then computed while the row's
         # elements are live for the reduction anyway, instead of holding them in registers
         # across it (76 B spilled at 37 elements a thread: the CPU fuzzer, seed 1421).
-        side = _side_branches(self.exprs)
+        side = side_branches(self.exprs)
         starts = [e for e in self.exprs if id(e) in side]
         starts += [e for e in self.exprs if id(e) not in side]
         for expr in starts:
@@ -608,28 +609,3 @@ def lower(plan: KernelPlan, name: str, id_model: IdModel | None = None) -> k.Ker
         kernel = _Lowering(plan, name, id_model).lower()
     check_register_arrays(kernel, plan.params)
     return kernel
-
-
-def _side_branches(exprs: Sequence[Expr]) -> set[int]:
-    """The ids of the exprs of ``exprs`` (topologically ordered) that neither read a
-    reduction's result (directly or not) nor feed an expr that does: what a kernel with
-    reductions may compute before the first of them. None without a reduction."""
-    if not any(isinstance(expr, ReductionOp) for expr in exprs):
-        return set()
-    tainted: set[int] = set()
-    after: set[int] = set()
-    for expr in exprs:
-        if isinstance(expr, ReductionOp) or any(id(tv) in tainted for tv in expr.tensor_inputs):
-            after.add(id(expr))
-            tainted.update(id(out) for out in expr.outputs)
-    # What the exprs after a reduction read (a layer_norm's weight and its cast) keeps its
-    # place: computed early, it would be held across the reduction instead.
-    feeding: set[int] = set()
-    for expr in reversed(exprs):
-        if id(expr) in after or any(id(out) in feeding for out in expr.outputs):
-            feeding.update(id(tv) for tv in expr.tensor_inputs)
-    return {
-        id(expr)
-        for expr in exprs
-        if id(expr) not in after and not any(id(out) in feeding for out in expr.outputs)
-    }

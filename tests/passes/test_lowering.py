@@ -227,3 +227,20 @@ def test_a_side_output_of_a_row_is_computed_before_the_reduction() -> None:
     require_ptxas()
     resources = assemble(emit_ptx(stage.kernel_ir, HOPPER)).kernels[stage.kernel_ir.name]
     assert resources.spill_store_bytes == 0 and resources.local_bytes == 0
+
+
+def test_side_branches_leave_what_the_reduction_s_consumers_read_in_place() -> None:
+    from pyfuse.passes.lower_order import side_branches
+
+    def fn(x, w):  # type: ignore[no-untyped-def]
+        normed = x - pf.amax(x, -1, keepdim=True)
+        return normed * w.float(), pf.tril(x, -1)
+
+    fusion = pf.fuse(fn).trace(pf.spec((8, 32), f32), pf.spec((32,), bf16))
+    exprs = fusion.exprs()
+    side = side_branches(exprs)
+    names = {expr.op_name for expr in exprs if id(expr) in side}
+    # tril's exprs (an iota mask and a select) are side branches; the weight's cast feeds the
+    # product after the reduction and keeps its place.
+    assert names == {"iota", "sub", "le", "where"}
+    assert side_branches(pf.fuse(lambda x: x + 1).trace(pf.spec((4,), f32)).exprs()) == set()
