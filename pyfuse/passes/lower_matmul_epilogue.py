@@ -86,7 +86,6 @@ class MatmulEpilogueLowering(_Lowering):
         self.pair_loads_taken = 0
         self.pair_loads_made = 0  # in the whole kernel: unique register names
         self.pending: list[k.Stmt] = []
-        self.clamp_pair = False  # while a pair load's index is built: col clamped to N - 2
 
     def _columns_adjacent(self, out: TensorView) -> bool:
         """Whether accumulator columns ``col`` and ``col + 1`` (``col`` even) land in adjacent
@@ -163,7 +162,10 @@ class MatmulEpilogueLowering(_Lowering):
         )
 
     # -- the accumulator's logical indices come from the fragment coordinates ------------------
-    def _reference_indices(self, by_position: dict[int, k.KExpr]) -> dict[int, k.KExpr]:
+    def _reference_indices(
+        self, by_position: dict[int, k.KExpr], pair_load: bool = False
+    ) -> dict[int, k.KExpr]:
+        """``pair_load``: for a column pair's load, ``col`` clamped to ``N - 2`` (unguarded)."""
         del by_position
         index: dict[int, k.KExpr] = {}
         by_role: dict[str, k.KExpr] = {
@@ -173,7 +175,7 @@ class MatmulEpilogueLowering(_Lowering):
         }
         if self.unguarded:
             for role in ("m", "n"):
-                last = self.sizes[role] - (2 if role == "n" and self.clamp_pair else 1)
+                last = self.sizes[role] - (2 if role == "n" and pair_load else 1)
                 limit = k.const(last, self.index_dtype)
                 by_role[role] = k.Binary("min", by_role[role], limit, self.index_dtype)
         for role, combined in by_role.items():
@@ -221,7 +223,7 @@ class MatmulEpilogueLowering(_Lowering):
         root = tv
         while root.alias_of is not None:
             root = root.alias_of
-        if not self.fusion.is_input(root) or tv.dtype.itemsize not in (2, 4) or tv.dtype.is_bool:
+        if not self.fusion.is_input(root) or tv.dtype.itemsize not in (2, 4):
             return False
         strides = self._strides(tv)
         even = all(stride % 2 == 0 for _, stride in strides[:-1]) and view_offset(tv) % 2 == 0
@@ -236,12 +238,9 @@ class MatmulEpilogueLowering(_Lowering):
             pair = self.pair_loads[self.pair_loads_taken]
             self.pair_loads_taken += 1
             return k.Load(pair, k.const(1, self.index_dtype), tv.dtype)
-        self.clamp_pair = True
-        try:
-            consumer_index = self._logical_index(expr.output, self._reference_indices({}))
-            single = super()._read(expr, tv, consumer_index, by_position, compute_dtype)
-        finally:
-            self.clamp_pair = False
+        ref_index = self._reference_indices({}, pair_load=True)
+        consumer_index = self._logical_index(expr.output, ref_index)
+        single = super()._read(expr, tv, consumer_index, by_position, compute_dtype)
         assert isinstance(single, k.Load)
         zero = k.const(0, self.index_dtype)
         pair = k.Buffer(f"T{tv.name}_pair{self.pair_loads_made}", tv.dtype, MemoryType.LOCAL, 2)

@@ -19,7 +19,7 @@ from pyfuse.ir.exprs import Expr, ReductionOp
 def side_branches(exprs: Sequence[Expr]) -> set[int]:
     """The ids of the exprs of ``exprs`` (topologically ordered) that neither read a
     reduction's result (directly or not) nor feed an expr that does: what a kernel with
-    reductions may compute before the first of them. None without a reduction."""
+    reductions may compute before the first of them (none without a reduction)."""
     if not any(isinstance(expr, ReductionOp) for expr in exprs):
         return set()
     tainted: set[int] = set()
