@@ -3,6 +3,8 @@
 # logs under $OUT (what comes back: at most 8 files, so folders are packed into one archive).
 #
 #   bash tools/device_run.sh tests [SECONDS]     pytest -m gpu (a time limit, default 420 s)
+#   bash tools/device_run.sh core [SECONDS]      the matmul and lowering-case GPU files only, the
+#                                                first step of a short lease (default 100 s)
 #   bash tools/device_run.sh fuzz SEED SECONDS [SHRINK]
 #                                                the fuzzer's GPU mode for SECONDS, then (with
 #                                                SHRINK) SHRINK seconds to shrink each failure
@@ -26,6 +28,12 @@ case "$step" in
       >"$out/pytest_gpu.log" 2>&1
     echo "pytest -m gpu: exit $?"
     grep -E "passed|failed|^FAILED|^ERROR" "$out/pytest_gpu.log" | tail -40
+    ;;
+  core)
+    timeout "${1:-100}" python3 -m pytest -m gpu -q -p no:cacheprovider -rf \
+      tests/gpu/test_gpu_matmul.py tests/gpu/test_gpu_correct_lowering.py >"$out/pytest_core.log" 2>&1
+    echo "pytest -m gpu (matmul, lowering cases): exit $?"
+    grep -E "passed|skipped|failed|^FAILED|^ERROR" "$out/pytest_core.log" | tail -20
     ;;
   fuzz)
     seed=${1:-7}
