@@ -19,21 +19,22 @@ export PYTHONPATH=. PYTHONUNBUFFERED=1 PYFUSE_BENCH_COMMIT="${PYFUSE_BENCH_COMMI
 out=${OUT:-/tmp/pyfuse-device-out}
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader >>"$out/gpu.txt" 2>&1
+# gpu_tests LIMIT NAME [PYTEST ARG ...]: pytest -m gpu under a time limit, its log pytest_NAME.log
+gpu_tests() {
+  local limit=$1 name=$2
+  shift 2
+  timeout "$limit" python3 -m pytest -m gpu -q -p no:cacheprovider -rf "$@" >"$out/pytest_$name.log" 2>&1
+  echo "pytest -m gpu ($name): exit $?"
+  grep -E "passed|skipped|failed|^FAILED|^ERROR" "$out/pytest_$name.log" | tail -40
+}
 step=${1:-tests}
 shift || true
 case "$step" in
   tests)
-    limit=${1:-420}
-    timeout "$limit" python3 -m pytest -m gpu -q -p no:cacheprovider -rf --durations=10 \
-      >"$out/pytest_gpu.log" 2>&1
-    echo "pytest -m gpu: exit $?"
-    grep -E "passed|failed|^FAILED|^ERROR" "$out/pytest_gpu.log" | tail -40
+    gpu_tests "${1:-420}" gpu --durations=10
     ;;
   core)
-    timeout "${1:-100}" python3 -m pytest -m gpu -q -p no:cacheprovider -rf \
-      tests/gpu/test_gpu_matmul.py tests/gpu/test_gpu_correct_lowering.py >"$out/pytest_core.log" 2>&1
-    echo "pytest -m gpu (matmul, lowering cases): exit $?"
-    grep -E "passed|skipped|failed|^FAILED|^ERROR" "$out/pytest_core.log" | tail -20
+    gpu_tests "${1:-100}" core tests/gpu/test_gpu_matmul.py tests/gpu/test_gpu_correct_lowering.py
     ;;
   fuzz)
     seed=${1:-7}
