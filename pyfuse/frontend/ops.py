@@ -24,6 +24,7 @@ from pyfuse.errors import FusionError
 from pyfuse.frontend.arguments import Dims, check_scalars_fit, reduction_dims, scalar_value
 from pyfuse.frontend.location import user_op
 from pyfuse.frontend.tensor_methods import TensorMethods, ValuesAndIndices, tensor_method
+from pyfuse.ir import layout_ops
 from pyfuse.ir import ops as ir_ops
 from pyfuse.ir.dtypes import DType
 from pyfuse.ir.exprs import BinaryOpType, ReductionOpType, UnaryOpType
@@ -534,7 +535,7 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     -1)``. It runs as a kernel of its own that reads each tensor from memory."""
     if isinstance(tensors, Tensor) or not isinstance(tensors, Sequence):
         raise FusionError("cat takes a list or tuple of tensors")
-    return Tensor(ir_ops.cat([_tensor(t, "each tensor of cat") for t in tensors], dim))
+    return Tensor(layout_ops.cat([_tensor(t, "each tensor of cat") for t in tensors], dim))
 
 
 @user_op("stack")
@@ -548,7 +549,7 @@ def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     if len(shapes) > 1:
         raise FusionError(f"stack needs tensors of one shape, got {sorted(shapes)}")
     axis = dim + views[0].ndim + 1 if dim < 0 else dim
-    return Tensor(ir_ops.cat([ir_ops.unsqueeze(tv, axis) for tv in views], axis))
+    return Tensor(layout_ops.cat([ir_ops.unsqueeze(tv, axis) for tv in views], axis))
 
 
 @tensor_method
@@ -558,7 +559,7 @@ def slice_axes(
 ) -> Tensor:
     """Elements ``starts[d] + steps[d] * i`` (``i < counts[d]``) of every axis ``d``: what
     ``x[...]`` traces (a view of an input is read in place)."""
-    return Tensor(ir_ops.slice_axes(_tensor(x), starts, steps, counts))
+    return Tensor(layout_ops.slice_axes(_tensor(x), starts, steps, counts))
 
 
 @tensor_method
@@ -580,28 +581,28 @@ def squeeze(x: Tensor, dim: Dims = None) -> Tensor:
 @user_op("permute")
 def permute(x: Tensor, dims: Sequence[int]) -> Tensor:
     """The axes of ``x`` reordered (torch.permute): ``pf.permute(x, (2, 0, 1))``."""
-    return Tensor(ir_ops.permute(_tensor(x), tuple(dims)))
+    return Tensor(layout_ops.permute(_tensor(x), tuple(dims)))
 
 
 @user_op("transpose")
 def transpose(x: Tensor, dim0: int, dim1: int) -> Tensor:
     """``x`` with axes ``dim0`` and ``dim1`` swapped (torch.transpose):
     ``pf.transpose(x, 0, 1)``."""
-    return Tensor(ir_ops.transpose(_tensor(x), dim0, dim1))
+    return Tensor(layout_ops.transpose(_tensor(x), dim0, dim1))
 
 
 @user_op("t")
 def t(x: Tensor) -> Tensor:
     """``x.T``: reverses the axes (a transpose for 2-D, like torch)."""
     tv = _tensor(x)
-    return Tensor(ir_ops.permute(tv, tuple(reversed(range(tv.ndim)))))
+    return Tensor(layout_ops.permute(tv, tuple(reversed(range(tv.ndim)))))
 
 
 @user_op("reshape")
 def reshape(x: Tensor, shape: Sequence[int]) -> Tensor:
     """``x`` viewed with ``shape``, one size may be -1 (torch.reshape):
     ``pf.reshape(x, (2, -1))``."""
-    return Tensor(ir_ops.reshape(_tensor(x), tuple(shape)))
+    return Tensor(layout_ops.reshape(_tensor(x), tuple(shape)))
 
 
 # ---- matmul ---------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ tests). The reduction scheduler then takes the result like any other reduction.
 
 from __future__ import annotations
 
-from pyfuse.ir import dtypes
+from pyfuse.ir import dtypes, layout_ops
 from pyfuse.ir import ops as ir_ops
 from pyfuse.ir.exprs import BinaryOpType, LinearOp, MatmulOp, MmaOp, ReductionOpType
 from pyfuse.ir.fusion import Fusion
@@ -56,7 +56,7 @@ def decompose_matmuls(fusion: Fusion) -> int:
                 if a2.shape[-1] == 1:  # K = 1: b2 is [..., 1, N]
                     result = _outer(a2, ir_ops.squeeze(b2, b2.ndim - 2), out.dtype)
                 else:
-                    result = _contract(a2, ir_ops.transpose(b2, -1, -2), out.dtype)
+                    result = _contract(a2, layout_ops.transpose(b2, -1, -2), out.dtype)
                 if a.ndim == 1:
                     result = ir_ops.squeeze(result, result.ndim - 2)
                 if b.ndim == 1:

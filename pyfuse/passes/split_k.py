@@ -29,7 +29,7 @@ B — the parts would be a second batch run —, dtypes wgmma does not take).
 
 from __future__ import annotations
 
-from pyfuse.ir import dtypes
+from pyfuse.ir import dtypes, layout_ops
 from pyfuse.ir import ops as ir_ops
 from pyfuse.ir.exprs import BinaryOpType, Expr, LinearOp, MatmulOp, PermuteOp, ReductionOpType
 from pyfuse.ir.fusion import Fusion
@@ -158,7 +158,7 @@ def _split(fusion: Fusion, expr: MatmulOp | LinearOp, parts: int, target: Target
                 "input), so its K cannot be split as a view"
             )
         if b_k_last:  # the weight's view is [S, N, K/S]: put K/S before N, as matmul wants
-            b_view = ir_ops.transpose(b_view, -1, -2)
+            b_view = layout_ops.transpose(b_view, -1, -2)
         partial = ir_ops.matmul(a_view, b_view, out_dtype=dtypes.float32)  # no bf16 round
         result = ir_ops.reduce(ReductionOpType.SUM, partial, -3)
         if bias is not None:
@@ -197,19 +197,19 @@ def _k_view(operand: TensorView, *, k_last: bool, parts: int) -> TensorView | No
     *batch, rows, cols = stored.shape
     if stored_k_last:
         k = cols
-        view = ir_ops.reshape(stored, [*batch, rows, parts, k // parts])  # [.., X, S, K/S]
+        view = layout_ops.reshape(stored, [*batch, rows, parts, k // parts])  # [.., X, S, K/S]
         lead = len(batch)
         # -> [.., S, X, K/S] (stored [X, K]) or [.., S, K/S, X] (stored is the transpose).
         order = [lead + 1, lead, lead + 2] if not transposed else [lead + 1, lead + 2, lead]
     else:
         k = rows
-        view = ir_ops.reshape(stored, [*batch, parts, k // parts, cols])  # [.., S, K/S, X]
+        view = layout_ops.reshape(stored, [*batch, parts, k // parts, cols])  # [.., S, K/S, X]
         lead = len(batch)
         order = [lead, lead + 1, lead + 2] if not transposed else [lead, lead + 2, lead + 1]
     perm = [*range(lead), *order]
     if perm == list(range(len(perm))):
         return view
-    return ir_ops.permute(view, perm)
+    return layout_ops.permute(view, perm)
 
 
 def _stored(operand: TensorView) -> tuple[TensorView | None, bool]:

@@ -18,6 +18,7 @@ reductions reduce different axes, so the segmenter gives each its own kernel: th
 
 from __future__ import annotations
 
+from pyfuse.ir import layout_ops
 from pyfuse.ir import ops as ir_ops
 from pyfuse.ir.exprs import ReductionOp
 from pyfuse.ir.fusion import Fusion
@@ -73,11 +74,11 @@ def split_long_reductions(fusion: Fusion, target: TargetInfo) -> int:
         kept_shape = [e for e, f in zip(shape, all_flags, strict=True) if not f]
         with fusion, source_location(expr.source):
             if trailing:
-                view = ir_ops.reshape(source, [*kept_shape, parts, reduced // parts])
+                view = layout_ops.reshape(source, [*kept_shape, parts, reduced // parts])
                 partial = ir_ops.reduce(expr.op, view, -1)
                 result = ir_ops.reduce(expr.op, partial, -1)
             else:
-                view = ir_ops.reshape(source, [parts, reduced // parts, *kept_shape])
+                view = layout_ops.reshape(source, [parts, reduced // parts, *kept_shape])
                 partial = ir_ops.reduce(expr.op, view, 1)
                 result = ir_ops.reduce(expr.op, partial, 0)
             result = ir_ops.cast(result, expr.output.dtype)

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pyfuse.ir import dtypes, ops
+from pyfuse.ir import dtypes, layout_ops, ops
 from pyfuse.ir.dtypes import DType
 from pyfuse.ir.exprs import (
     BinaryOp,
@@ -304,7 +304,7 @@ def _transposed_last_two(fusion: Fusion, tv: TensorView) -> TensorView:
     for use in fusion.uses_in_fusion(source):
         if isinstance(use, PermuteOp) and list(use.perm) == perm:
             return use.output
-    return ops.permute(source, perm)
+    return layout_ops.permute(source, perm)
 
 
 def _finalize(

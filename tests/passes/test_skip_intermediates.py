@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import pyfuse as pf
-from pyfuse.ir import dtypes, ops
+from pyfuse.ir import dtypes, layout_ops, ops
 from pyfuse.ir.exprs import MmaOp, UnaryOpType
 from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.interpreter import evaluate
@@ -64,7 +64,7 @@ def squeeze_chain(x: TensorView) -> list[TensorView]:
 
 
 def permute_chain(x: TensorView) -> list[TensorView]:
-    return [ops.permute(x, [1, 0])]
+    return [layout_ops.permute(x, [1, 0])]
 
 
 def broadcast_squeeze_chain(x: TensorView) -> list[TensorView]:
@@ -122,7 +122,7 @@ def test_permute_keeps_the_inputs_physical_order() -> None:
     fusion = Fusion()
     with fusion:
         x = fusion.add_input(make_tensor((5, 7), F32))
-        y = ops.permute(x, [1, 0])
+        y = layout_ops.permute(x, [1, 0])
         fusion.add_output(ops.unary(UnaryOpType.NEG, y))
     skip_checked(fusion)
     # y is [7, 5]; in memory the 5-axis is outer, as in x.
@@ -150,8 +150,8 @@ def test_longer_chain_and_expand_and_reshape_view() -> None:
     fusion = Fusion()
     with fusion:
         x = fusion.add_input(make_tensor((4, 6), F32))
-        flat = ops.reshape(x, [24])
-        split = ops.reshape(flat, [2, 12])
+        flat = layout_ops.reshape(x, [24])
+        split = layout_ops.reshape(flat, [2, 12])
         wide = ops.broadcast_to(ops.broadcast(split, [False, True, False]), [2, 3, 12])
         fusion.add_output(ops.unary(UnaryOpType.EXP, wide))
     aliased = skip_checked(fusion)
@@ -193,7 +193,7 @@ def test_tensor_with_several_uses_is_aliased_and_continues() -> None:
     fusion = Fusion()
     with fusion:
         x = fusion.add_input(make_tensor((5, 7), F32))
-        t = ops.permute(x, [1, 0])
+        t = layout_ops.permute(x, [1, 0])
         b = ops.broadcast(t, [False, False, True])
         fusion.add_output(ops.unary(UnaryOpType.NEG, t))
         fusion.add_output(ops.unary(UnaryOpType.EXP, b))
@@ -222,7 +222,7 @@ def test_op_with_its_own_allocation_is_a_real_transpose() -> None:
     fusion = Fusion()
     with fusion:
         x = fusion.add_input(make_tensor((5, 7), F32))
-        y = ops.permute(x, [1, 0])
+        y = layout_ops.permute(x, [1, 0])
         y.set_allocation(y.logical)  # a scheduler asked for the transposed layout
         fusion.add_output(ops.unary(UnaryOpType.NEG, y))
     assert skip_checked(fusion) == []
@@ -256,7 +256,7 @@ def _operand_chain(name: str, x: TensorView) -> TensorView:
     if name == "squeeze":
         return ops.squeeze(ops.broadcast(x, [False, True, False]), 1)
     if name == "permute":
-        return ops.permute(ops.permute(x, [1, 0]), [1, 0])
+        return layout_ops.permute(layout_ops.permute(x, [1, 0]), [1, 0])
     return ops.squeeze(ops.broadcast(x, [True, False, False]), 0)
 
 
