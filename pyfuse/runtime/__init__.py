@@ -11,11 +11,13 @@ the symbolic Tensor and the ops), which calls into it and which it never imports
    ``cache`` (the cubin cache and the JIT thread);
 2. ``arrays`` (argument kinds, the call key, ``DeviceArray``), ``diagnose`` (errors in the
    user's terms);
-3. ``launch`` (targets, launch plans, kernels loaded per device, ``Compiled.__call__``);
+3. ``launch`` (targets, launch plans, kernels loaded per device, ``Compiled.__call__``),
+   ``repeat_call`` (the warm call's shortcut for a call like the last);
 4. ``compiled`` (``pf.Compiled``, ``pf.Kernel``: the artifacts, importing nothing of the
    compiler);
 5. ``variant_cache`` (whole compile results on disk);
-6. ``compile`` (the compile driver: the pass pipeline and the PTX emitter);
+6. ``compile`` (the compile driver: the pass pipeline and the PTX emitter), ``autotune``
+   (timing matmul candidates; the winners on disk);
 7. ``calls`` (``FusedFunction.__call__`` and ``.compile``: signatures, the in-memory
    compile cache, bind and launch).
 

@@ -49,8 +49,8 @@ class DeviceArray:
     Returned for inputs that are neither torch tensors nor CuPy arrays. It exposes
     ``__cuda_array_interface__`` (v3, with the stream that wrote it), ``shape``, ``dtype``
     (a NumPy dtype; ``ml_dtypes.bfloat16`` for bf16), byte ``strides``, and
-    :meth:`numpy` to copy it to the host. The memory is freed when the object is collected;
-    ``keepalive`` holds other device memory (a launch's intermediates) until then.
+    :meth:`numpy` to copy it to the host. The memory is freed when the object is collected,
+    with that of the launch's intermediates that made it.
     """
 
     def __init__(
@@ -60,7 +60,6 @@ class DeviceArray:
         *,
         device: int = 0,
         stream: int = 0,
-        keepalive: Sequence[object] = (),
     ) -> None:
         from pyfuse.backend_ptx import driver
 
@@ -73,7 +72,8 @@ class DeviceArray:
         self.nbytes = self.size * dtype.itemsize
         self.strides = tuple(s * dtype.itemsize for s in contiguous_strides(self.shape))
         self.pointer = driver.mem_alloc(self.nbytes, device=device)
-        self._keepalive = tuple(keepalive)
+        # Other device memory (a launch's intermediates) kept until this array goes.
+        self._keepalive: tuple[object, ...] = ()
         self._finalizer = weakref.finalize(self, _release, self.pointer)
         # At exit the context may already be gone; the process's memory goes with it.
         self._finalizer.atexit = False
@@ -129,7 +129,7 @@ class ArgumentError(Exception):
 
 
 class LoadedKernels(Protocol):
-    """A compiled variant's kernels loaded on one device (``runtime.Loaded``)."""
+    """A compiled variant's kernels loaded on one device (``runtime.launch.Loaded``)."""
 
     device: int
     # One kernel whose parameters are the buffers in order: ``direct(buffers, stream)``
@@ -140,7 +140,7 @@ class LoadedKernels(Protocol):
 
 
 class LaunchPlan(Protocol):
-    """Per-variant facts the kinds allocate from (``runtime.Plan``)."""
+    """Per-variant facts the kinds allocate from (``runtime.launch.Plan``)."""
 
     @property
     def outputs(self) -> tuple[tuple[tuple[int, ...], DType], ...]: ...
@@ -299,18 +299,16 @@ def _fast_allocator(torch: Any) -> Callable[..., Any] | None:
     allocate = getattr(guards, "_empty_strided_cuda", None)
     if allocate is None or torch.cuda.device_count() != 1:
         return None
-    return allocate  # type: ignore[no-any-return]
+    fast: Callable[..., Any] = allocate
+    return fast
 
 
 def _first_array(arrays: Sequence[object]) -> Any:
     """The first argument that is not a Python number (the one that decided the kind)."""
     for array in arrays:
-        if type(array) not in _NUMBER_TYPES:
+        if kind_of(array) is not NUMBER:
             return array
     raise ArgumentError("no array among the arguments")
-
-
-_NUMBER_TYPES = frozenset({bool, int, float})
 
 
 def _torch_stream_handle(device: int) -> int:

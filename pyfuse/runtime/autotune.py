@@ -17,7 +17,7 @@ warning: tuning never changes results.
 The candidates (:func:`candidates`) vary only the fields the user left ``None``: tile shapes
 (128x256, 128x128, 256x128, 128x192, 64x256, 64x128, within what the output needs, and the
 widths that fill the waves best, :func:`filling_widths`), ping-pong, the epilogue warps,
-the grid swizzle, the cluster, and split-K for grids that leave most SMs idle.
+the grid swizzle, the cluster, split-K for grids that leave most SMs idle, and stream-K.
 
 The record is ``<cache dir>/autotune/<key>.json``: the winner's fields, its time and the
 default's, every trial (by name, and with its resolved params). The key digests the device's

@@ -11,7 +11,8 @@ variant cache (:mod:`pyfuse.runtime.variant_cache`) stores its records with the 
 under its own magic.
 
 ``knobs.cache_enabled()`` False (``PYFUSE_DISABLE_CACHE=1``, or any ``PYFUSE_DUMP``) skips
-the cache: the PTX is loaded and JIT-compiled by the driver directly.
+the cache: nothing is read or written there; a kernel loads the cubin :func:`jit_ahead`
+built for it, or else its PTX, which the driver JIT-compiles as it loads it.
 
 JIT ahead: a first call that compiles a fusion hands each kernel's PTX to
 :func:`jit_ahead` as soon as it is emitted. A background thread (one per kernel) runs the

@@ -44,6 +44,7 @@ from pyfuse.runtime.arrays import ArgumentError, Bound, call_key, describe_argum
 from pyfuse.runtime.guards import guard_for
 from pyfuse.runtime.launch import (
     CompiledRuntime,
+    Number,
     Signature,
     input_error,
     normalized,
@@ -61,7 +62,6 @@ if TYPE_CHECKING:
     # (fusion, default variant, autotune key, compile with params) -> the variant to run
     Tuner = Callable[[Fusion, Any, str | None, Callable[[Any], Any]], Any]
 
-Number = bool | int | float
 _STATE = "_pyfuse_runtime"  # attribute of a FusedFunction holding its _FunctionState
 _STATE_LOCK = threading.Lock()
 

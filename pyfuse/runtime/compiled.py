@@ -80,7 +80,8 @@ class Compiled:
     # For a variant restored from the variant cache: compiles ``fusion`` again and returns
     # the full result, from which the kernel IR and the segmented fusion are taken.
     recompile: Callable[[], Compiled] | None = field(default=None, repr=False)
-    # Set by the runtime the first time the function is called on a GPU.
+    # The GPU side of this variant (``runtime.launch.CompiledRuntime``): set when the runtime
+    # compiles it, or at its first call.
     runtime: Any = field(default=None, repr=False)
 
     def __post_init__(self) -> None:

@@ -29,7 +29,7 @@ import sys
 import tempfile
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
-from types import TracebackType
+from types import FrameType, TracebackType
 
 from pyfuse.errors import InternalError, PyfuseError, ScheduleError
 from pyfuse.ir.exprs import (
@@ -99,10 +99,10 @@ def _frames_innermost_first(tb: TracebackType | None) -> list[Mapping[str, objec
     it) are skipped: reading a running frame's ``f_locals`` keeps a snapshot on the frame,
     holding the exception that holds the frame, a cycle that outlives the call's arrays."""
     running = set()
-    caller = sys._getframe(1)
+    caller: FrameType | None = sys._getframe(1)
     while caller is not None:
         running.add(id(caller))
-        caller = caller.f_back  # type: ignore[assignment]
+        caller = caller.f_back
     frames: list[Mapping[str, object]] = []
     while tb is not None:
         if id(tb.tb_frame) not in running:

@@ -85,12 +85,12 @@ class Slot:
     def read(self) -> object:
         if self.kind == CELL:
             try:
-                return self.holder.cell_contents  # type: ignore[no-any-return]
+                return self.holder.cell_contents
             except ValueError:
                 return MISSING
         if self.kind == ITEM:
-            return self.holder.get(self.name, MISSING)  # type: ignore[no-any-return]
-        return self.holder.__defaults__  # type: ignore[no-any-return]
+            return self.holder.get(self.name, MISSING)
+        return self.holder.__defaults__
 
     def check_expression(self, index: int) -> str:
         """Python source: is this place's object still ``v[index]``? (``h{index}`` names the
@@ -141,7 +141,8 @@ def _compile_check(slots: tuple[Slot, ...]) -> Callable[[tuple[object, ...]], bo
         "        return False\n"
     )
     exec(compile(source, "<pyfuse guard>", "exec"), namespace)
-    return namespace["check"]  # type: ignore[no-any-return]
+    check: Callable[[tuple[object, ...]], bool] = namespace["check"]
+    return check
 
 
 # ---- values --------------------------------------------------------------------------------

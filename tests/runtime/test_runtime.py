@@ -816,3 +816,15 @@ def test_outputs_come_from_the_fast_allocator_only_on_one_device(
         assert fast == [((3, 5), (5, 1), "float32"), ((3,), (1,), "float32")]
     else:
         assert fast == []
+
+
+def test_a_numpy_scalar_before_the_first_tensor_is_a_number(fake: MemoryDriver, torch: Any) -> None:
+    """Outputs come like the first argument that is not a number; a NumPy float scalar is a
+    number to the call key (``float`` subclass), so it is one here too (two devices: no fast
+    allocator, outputs made from that argument)."""
+    np = pytest.importorskip("numpy")
+    torch.cuda = types.SimpleNamespace(device_count=lambda: 2)
+    fake.expect_params = [ParamKind.PTR] * 2
+    f = pf.fuse(lambda s, y: y * s)
+    out = f(np.float64(2.0), tensor(torch, (4, 8)))
+    assert out.shape == (4, 8)

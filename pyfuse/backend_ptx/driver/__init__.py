@@ -62,7 +62,6 @@ from pyfuse.backend_ptx.driver.modules import (
     load_kernel,
     load_module,
     set_max_dynamic_smem,
-    unload_module,
 )
 
 __all__ = [
@@ -98,6 +97,5 @@ __all__ = [
     "stream_destroy",
     "stream_synchronize",
     "synchronize",
-    "unload_module",
     "use_driver",
 ]

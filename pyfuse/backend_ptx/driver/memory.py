@@ -47,26 +47,21 @@ def mem_free(ptr: int) -> None:
     call(cu, cu.cuMemFree(cu.CUdeviceptr(int(ptr))), "cuMemFree")
 
 
-def memcpy_htod(dst: int, src: Any, nbytes: int | None = None, *, stream: Any = None) -> None:
+def memcpy_htod(dst: int, src: Any, nbytes: int | None = None) -> None:
+    """Copy ``nbytes`` (all of ``src`` by default) from a host buffer to ``dst``; synchronous."""
     cu = driver_module()
     address, size = _host_buffer(src, writable=False, what="memcpy_htod source")
     count = _byte_count(nbytes, size, "memcpy_htod")
-    target = cu.CUdeviceptr(int(dst))
-    if stream is None:
-        call(cu, cu.cuMemcpyHtoD(target, address, count), "cuMemcpyHtoD")
-    else:
-        call(cu, cu.cuMemcpyHtoDAsync(target, address, count, stream), "cuMemcpyHtoDAsync")
+    call(cu, cu.cuMemcpyHtoD(cu.CUdeviceptr(int(dst)), address, count), "cuMemcpyHtoD")
 
 
-def memcpy_dtoh(dst: Any, src: int, nbytes: int | None = None, *, stream: Any = None) -> None:
+def memcpy_dtoh(dst: Any, src: int, nbytes: int | None = None) -> None:
+    """Copy ``nbytes`` (all of ``dst`` by default) from ``src`` into a host buffer;
+    synchronous."""
     cu = driver_module()
     address, size = _host_buffer(dst, writable=True, what="memcpy_dtoh destination")
     count = _byte_count(nbytes, size, "memcpy_dtoh")
-    source = cu.CUdeviceptr(int(src))
-    if stream is None:
-        call(cu, cu.cuMemcpyDtoH(address, source, count), "cuMemcpyDtoH")
-    else:
-        call(cu, cu.cuMemcpyDtoHAsync(address, source, count, stream), "cuMemcpyDtoHAsync")
+    call(cu, cu.cuMemcpyDtoH(address, cu.CUdeviceptr(int(src)), count), "cuMemcpyDtoH")
 
 
 def memset_d8(ptr: int, value: int, nbytes: int) -> None:

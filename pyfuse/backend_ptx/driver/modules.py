@@ -123,11 +123,6 @@ def load_kernel(image: bytes | str, name: str, *, device: int = 0) -> Function:
     return get_function(load_module(image, name, device=device), name)
 
 
-def unload_module(module: Module) -> None:
-    cu = driver_module()
-    call(cu, cu.cuModuleUnload(module.handle), "cuModuleUnload", module.name)
-
-
 def set_max_dynamic_smem(function: Function, nbytes: int) -> None:
     """Opt a function into more than 48 KB of dynamic shared memory (needed per function)."""
     cu = driver_module()
