@@ -177,6 +177,11 @@ class Kind:
         """A runner that allocates outputs of this kind and launches ``loaded``."""
         return DeviceArrayBound(loaded, plan)
 
+    def launch_stream(self, device: int, stream: int | None) -> int:
+        """The stream a bound variant of this kind launches on, for a call whose arrays were
+        written on ``stream`` (the call key's; None: the legacy default stream)."""
+        return 0 if stream is None else stream
+
     def __repr__(self) -> str:
         return f"<array kind {self.name}>"
 
@@ -200,6 +205,9 @@ class TorchKind(Kind):
 
     def bind(self, loaded: LoadedKernels, plan: LaunchPlan) -> Bound:
         return TorchBound(loaded, plan)
+
+    def launch_stream(self, device: int, stream: int | None) -> int:
+        return _torch_stream_handle(device)
 
 
 class DirectParts(NamedTuple):
@@ -329,6 +337,11 @@ class CupyKind(Kind):
 
     def bind(self, loaded: LoadedKernels, plan: LaunchPlan) -> Bound:
         return CupyBound(loaded, plan)
+
+    def launch_stream(self, device: int, stream: int | None) -> int:
+        import cupy
+
+        return int(cupy.cuda.get_current_stream().ptr)
 
 
 class CupyBound:

@@ -244,19 +244,6 @@ def describe(params: MatmulParams) -> str:
 # ---- timing ---------------------------------------------------------------------------------
 
 
-def launch_stream(kind: Any, device: int, stream: int | None) -> int:
-    """The stream a bound variant of ``kind`` launches on (where the events go)."""
-    if kind.name == "torch":
-        import torch
-
-        return int(torch.cuda.current_stream(device).cuda_stream)
-    if kind.name == "cupy":
-        import cupy
-
-        return int(cupy.cuda.get_current_stream().ptr)
-    return 0 if stream is None else stream
-
-
 class _Timer:
     """Times runs of bound variants: CUDA events around each, the L2 flushed before it."""
 

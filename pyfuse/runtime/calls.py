@@ -334,7 +334,7 @@ def _bind_new(
                     bind=lambda variant: runtime_of(variant).bound_for(device, kind),
                     arrays=arrays,
                     pointers=pointers,
-                    stream=autotune.launch_stream(kind, device, stream),
+                    stream=kind.launch_stream(device, stream),
                     call_stream=stream,
                     device=device,
                 )
