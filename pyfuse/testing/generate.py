@@ -375,6 +375,7 @@ _COMPOSITE_UNARY = (
     ("sign", "pf.sign({0})", False, True),
     ("isfinite", "pf.isfinite({0})", False, False),
     ("isnan", "pf.isnan(pf.sqrt({0}))", True, True),
+    ("isinf", "pf.isinf(pf.exp({0} * 100.0))", True, True),
     ("nan_to_num", "pf.nan_to_num(pf.log({0}), 0.0, 5.0, -5.0)", True, True),
     ("exp2", "pf.exp2({0})", False, False),
     ("expm1", "{0}.expm1()", False, False),
