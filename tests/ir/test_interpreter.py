@@ -100,6 +100,13 @@ def _sigmoid(x: Array) -> Array:
     return 1 / (1 + np.exp(-x))
 
 
+def _gelu_tanh(x: Array) -> Array:
+    # Far down the negative tail exp overflows to inf and the quotient is the -0 it tends to.
+    with np.errstate(over="ignore"):
+        values: Array = x / (1 + np.exp(-2 * math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+    return values
+
+
 UNARY_REFERENCE: dict[UnaryOpType, Callable[[Array], Any]] = {
     UnaryOpType.NEG: lambda x: -x,
     UnaryOpType.ABS: np.abs,
@@ -111,9 +118,7 @@ UNARY_REFERENCE: dict[UnaryOpType, Callable[[Array], Any]] = {
     # Written as math.erfc and a sigmoid: no cancellation for x < 0, where the reference
     # keeps relative accuracy too (``1 + erf`` would lose it).
     UnaryOpType.GELU: np.vectorize(lambda v: v * 0.5 * math.erfc(-v / math.sqrt(2))),
-    UnaryOpType.GELU_TANH: lambda x: (
-        x / (1 + np.exp(-2 * math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
-    ),
+    UnaryOpType.GELU_TANH: _gelu_tanh,
     UnaryOpType.SILU: lambda x: x * _sigmoid(x),
     UnaryOpType.SQRT: lambda x: np.sqrt(np.abs(x)),
     UnaryOpType.RSQRT: lambda x: 1 / np.sqrt(np.abs(x)),
