@@ -160,14 +160,19 @@ def _noisy_result(expr: Expr, env: Env, exact: Env, jitter: Jitter, noisy_inputs
         if undetermined is not None and undetermined.any():
             value = np.where(undetermined, _mark(jitter), value).astype(value.dtype)
     if dtype.is_bool and value.size and noisy_inputs:
+        exact_value = np.asarray(exact.tensor(expr.output))
+        # An ordered comparison the run's noise already flipped stays flipped: a mark could
+        # undo it (an argmax's index, moved by the noise, then compared with 0.25: GPU fuzzer,
+        # seed 559). An equality's flip stays the marks' (see _bool_mark).
+        moved = value != exact_value if _is_ordered(expr) else np.zeros(value.shape, bool)
         for undetermined in (
             _near_tie_with_extremum(expr, exact),
             _near_zero(expr, env, exact),
             _compares_a_mark(expr, env, exact, jitter),
         ):
             if undetermined is not None and undetermined.any():
-                exact_value = np.asarray(exact.tensor(expr.output))
-                value = np.where(undetermined, _bool_mark(jitter, exact_value), value)
+                marked = _bool_mark(jitter, exact_value)
+                value = np.where(undetermined & ~moved, marked, value)
     return np.asarray(value)
 
 
@@ -244,11 +249,14 @@ def _compares_a_mark(expr: Expr, env: Env, exact: Env, jitter: Jitter) -> Array 
 
 
 def _near_zero(expr: Expr, env: Env, exact: Env) -> Array | None:
-    """For a float's cast to bool (``x != 0``) and ``x == y``, ``x != y``: where the noise of
-    ``x`` (of ``x - y``), as far as this run moved it and at least JITTER of the operands,
-    reaches 0. The noise moves a value across 0 but never onto it, where a kernel may land
-    exactly (GPU fuzzer, seed 471: a layer_norm of equal values is exactly 0 on the GPU and
-    a few ulps off in the reference, so its cast to bool was True there and False here).
+    """For a float's cast to bool (``x != 0``) and a comparison of floats (``x == y``,
+    ``x < y``, ...): where the noise of ``x`` (of ``x - y``), as far as this run moved it and
+    at least JITTER of the operands, reaches 0. The noise moves a value across 0 but never
+    onto it, where a kernel may land exactly (GPU fuzzer, seed 471: a layer_norm of equal
+    values is exactly 0 on the GPU and a few ulps off in the reference, so its cast to bool
+    was True there and False here; seed 1440: the variance of equal values, exactly 0 on the
+    GPU, compared with ``>=`` to a sum of standard deviations that were not, where every run
+    moved the variance further above it).
     Below float64, an exact value a float32 subnormal away from 0 reaches it too: the GPU's
     ``.ftz`` math flushes it (CPU fuzzer, seed 801: a softmax's subnormals, 0 from
     ``ex2.approx.ftz``, made ``x != 0`` False where the reference had True)."""
@@ -259,7 +267,7 @@ def _near_zero(expr: Expr, env: Env, exact: Env) -> Array | None:
         noisy, true = env.tensor(inp), exact.tensor(inp)
         scale = np.abs(true)
         flushes = inp.dtype != dtypes.float64
-    elif isinstance(expr, BinaryOp) and expr.op in (BinaryOpType.EQ, BinaryOpType.NE):
+    elif isinstance(expr, BinaryOp) and expr.op.is_comparison:
         common = common_dtype(expr.inputs)
         if not common.is_floating:
             return None
@@ -300,6 +308,15 @@ def _bool_mark(jitter: Jitter, exact: Array) -> Array | bool:
         # and 4, while a kernel's 15 did not). The runs with +-1 still give both values.
         return np.asarray(jitter.random(exact.shape) < 0.5)
     return jitter >= 0
+
+
+def _is_ordered(expr: Expr) -> bool:
+    """``<``, ``<=``, ``>`` or ``>=``."""
+    return (
+        isinstance(expr, BinaryOp)
+        and expr.op.is_comparison
+        and expr.op not in (BinaryOpType.EQ, BinaryOpType.NE)
+    )
 
 
 def _is_exact(expr: Expr) -> bool:

@@ -500,6 +500,22 @@ def test_a_cast_to_bool_of_a_value_within_its_noise_of_zero_is_undetermined() ->
     assert _noisy(equal, [y], 1.0)[0].tolist() != _noisy(equal, [y], -1.0)[0].tolist()
 
 
+def test_an_ordered_comparison_within_the_noise_of_a_tie_is_undetermined() -> None:
+    """GPU fuzzer, seed 1440 case 1409: the variance of 13 equal values of exp(35) is exactly
+    0 on the GPU and some ulps squared in the reference; every run moved it further up, past
+    a sum of standard deviations, so ``var >= sum(std)`` was True in all three runs and False
+    on the GPU. Where the noise of ``x - y`` reaches 0 the runs must disagree; a column of
+    spread values stays determined."""
+    fusion = pf.fuse(
+        lambda x: pf.var(pf.exp(x), 0, correction=0) >= pf.sum(pf.std(pf.exp(x), 0))
+    ).trace(pf.spec((13, 2), pf.int32))
+    x = np.stack([np.full(13, 35), np.arange(13) + 10], 1).astype(np.int32)
+    (want,) = evaluate(fusion, [x])
+    runs = [_noisy(fusion, [x], j)[0] for j in (1.0, -1.0, np.random.default_rng(0))]
+    assert any(run[0] != want[0] for run in runs)
+    assert all(run[1] == want[1] for run in runs)
+
+
 def test_a_subnormal_compared_with_zero_is_undetermined() -> None:
     """CPU fuzzer, seed 801: ``max(int, softmax) != 0`` where the softmax's values were
     float32 subnormals, which ``ex2.approx.ftz`` makes 0: the runs must disagree there (in
