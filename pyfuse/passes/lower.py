@@ -26,7 +26,9 @@ Guarantees:
   closing of its serial reduction loops, outside any predicate;
 - aliased tensors emit no code: their readers index the aliased input in place;
 - a row's side branches (:func:`~pyfuse.passes.lower_order.side_branches`) come before
-  its reductions, so they do not hold the row's registers across them.
+  its reductions, and what only the exprs after the reductions read
+  (:func:`~pyfuse.passes.lower_order.only_after_reductions`) right before its first reader,
+  so neither holds registers across the reductions.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ from pyfuse.ir.iterdomain import IterDomain, ParallelType
 from pyfuse.ir.records import record
 from pyfuse.ir.tensor import MemoryType, Scalar, TensorView, Val
 from pyfuse.passes.lower_indexing import IndexDerivation, indexes_registers
-from pyfuse.passes.lower_order import side_branches
+from pyfuse.passes.lower_order import lowering_order
 from pyfuse.passes.plan import KernelPlan
 from pyfuse.passes.register_budget import check_register_arrays
 
@@ -270,60 +272,7 @@ class _Lowering(IndexDerivation):
         )
 
     def _sorted_exprs(self) -> list[Expr]:
-        """A topological order in which the exprs computed inside one loop nest are adjacent:
-        for each expr, first everything its inlined producers need from outside the nest,
-        then the inlined producers themselves, then the expr."""
-        live = {id(e) for e in self.exprs}
-        order: list[Expr] = []
-        emitted: set[int] = set()
-
-        def inlined_group(expr: Expr) -> list[Expr]:
-            group: list[Expr] = []
-            stack = [expr]
-            while stack:
-                current = stack.pop()
-                if id(current) in emitted or current in group:
-                    continue
-                group.append(current)
-                for tv in current.tensor_inputs:
-                    producer = tv.definition
-                    if producer is not None and id(producer) in live and self._shares_loops(tv):
-                        stack.append(producer)
-            return group
-
-        def emit(expr: Expr) -> None:
-            if id(expr) in emitted:
-                return
-            group = inlined_group(expr)
-            members = {id(e) for e in group}
-            for member in group:
-                for tv in member.tensor_inputs:
-                    producer = tv.definition
-                    if (
-                        producer is not None
-                        and id(producer) in live
-                        and id(producer) not in members
-                    ):
-                        emit(producer)
-            for member in self.exprs:  # the group in topological order
-                if id(member) in members and id(member) not in emitted:
-                    emitted.add(id(member))
-                    order.append(member)
-
-        # Start from the exprs whose results are not computed inside a consumer's loops; each
-        # pulls in the exprs inlined into it. Side branches go first: a side output of a
-        # row (``tril(x)`` beside ``amax(expm1(x))``) is then computed while the row's
-        # elements are live for the reduction anyway, instead of holding them in registers
-        # across it (76 B spilled at 37 elements a thread: the CPU fuzzer, seed 1421).
-        side = side_branches(self.exprs)
-        starts = [e for e in self.exprs if id(e) in side]
-        starts += [e for e in self.exprs if id(e) not in side]
-        for expr in starts:
-            if not self._shares_loops(expr.output):
-                emit(expr)
-        for expr in starts:
-            emit(expr)
-        return order
+        return lowering_order(self.exprs, self._shares_loops)
 
     def lower(self) -> k.Kernel:
         top = _Loop(key=0, stmt=None, body=[])
