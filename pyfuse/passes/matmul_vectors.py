@@ -111,7 +111,10 @@ class EpilogueVectors:
             buffer_name=source.name,
             dtype=source.dtype,
             role=role,
-            extent=source.size,
+            # The read is of elements 0 .. size - 1 along the role; the buffer may hold more
+            # elements (a residual broadcast along M, stride 0, is as many as the output) than
+            # its memory spans, and TMA must zero-fill past the span, not read past it.
+            extent=self.sizes[role],
             span=span,
             smem_offset=_align(self.smem_end, SM90.tma_smem_alignment),
         )

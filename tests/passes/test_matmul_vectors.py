@@ -154,3 +154,18 @@ def test_a_residual_is_read_a_column_pair_at_a_time() -> None:
     assert str(pairs[0].source_index) == "((min(row, 299) * 136) + min(col, 134))"
     elements = [load for load in _epilogue_loads(loop) if load.buffer is pairs[0].source]
     assert elements == []  # the second column reads the pair's other register
+
+
+@pytest.mark.parametrize("strides", [(0, 1), (1, 0)])
+def test_a_vector_of_a_broadcast_input_maps_the_memory_it_spans(strides) -> None:  # type: ignore[no-untyped-def]
+    # A (16, 8) input of strides (0, 1) holds 8 elements but 128 by its shape: a map of 128
+    # read 120 elements past the allocation where the tile (64 wide) passed the 8 columns,
+    # instead of zero-filling them (the Hopper simulator saw the TMA load leave every buffer).
+    from pyfuse.testing.run import run_function
+
+    specs = [S((16, 16), bf16), S((16, 8), bf16), S((16, 8), bf16, strides)]
+    _, loop = _main_loop(lambda a, w, r: a @ w + r, specs)
+    (vector,) = loop.vectors
+    assert vector.extent == (8 if strides == (0, 1) else 16)
+    outcome = run_function(lambda a, w, r: a @ w + r, specs)
+    assert outcome.cls == "ok", outcome
