@@ -31,7 +31,10 @@ Guarantees, in place:
   a bf16 ulp, which the fuzzer reported as wrong results against the reference).
 - Ops the pass made dead (the original op, the mul and its casts, a composed permute, elided
   casts) are unlinked from their inputs' uses.
-- Values are preserved up to the order of the K sum: a mul-sum's products are exact.
+- Values are preserved up to the order of the K sum: a mul-sum's products are exact. A mul
+  that rounds them to 16 bits is translated only where the sum is rounded back to 16 bits
+  too (a bf16 tensor's ``(a * b).sum()``), whose rounding hides theirs; with the sum kept
+  in f32 (``(a * b).float().sum()``) it is not.
 
 Not translated (left in place, recorded with the reason in
 :attr:`TranslationResult.untranslated`, so the interpreter path or another scheduler can take
@@ -220,6 +223,10 @@ def match_mul_sum(fusion: Fusion, expr: ReductionOp) -> tuple[TensorView, Tensor
         return None
     if len(mul.tensor_inputs) != 2:
         return None
+    if product.dtype.itemsize < 4 and not _rounded_back(fusion, expr.output, product.dtype):
+        # An MMA's products are exact. Where the sum goes back to the products' 16 bits (a
+        # bf16 tensor's sum), its rounding hides theirs; kept in f32, the sum shows it.
+        return f"the products are rounded to {product.dtype.name} and their sum kept in float32"
     for tv in {id(expr.input): expr.input, id(product): product}.values():
         if len(fusion.uses_in_fusion(tv)) != 1 or fusion.is_output(tv):
             return (
@@ -247,6 +254,21 @@ def match_mul_sum(fusion: Fusion, expr: ReductionOp) -> tuple[TensorView, Tensor
     if all(lhs_has == b_is_lhs for _, lhs_has in one_sided):
         return "no M axis (every one-sided axis belongs to one operand): a matrix-vector product"
     return (rhs, lhs) if b_is_lhs else (lhs, rhs)
+
+
+def _rounded_back(fusion: Fusion, total: TensorView, dtype: DType) -> bool:
+    """Every use of ``total`` casts it to a float of at most ``dtype``'s size."""
+    uses = fusion.uses_in_fusion(total)
+    return (
+        bool(uses)
+        and not fusion.is_output(total)
+        and all(
+            isinstance(use, CastOp)
+            and use.output.dtype.is_floating
+            and use.output.dtype.itemsize <= dtype.itemsize
+            for use in uses
+        )
+    )
 
 
 def _before_f32_cast(tv: TensorView) -> TensorView:

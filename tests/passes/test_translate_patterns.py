@@ -259,6 +259,13 @@ def test_mul_sum_keeps_user_axis_order() -> None:
             [(M, K), (K,)],
             "matrix-vector",
         ),
+        # Products rounded to bf16 before the f32 sum: an MMA would not round them (a
+        # correctness hunt on the CPU found 3 of 4 elements off at 2x2x8).
+        (
+            lambda a, b: (pf.unsqueeze(a, 1) * pf.unsqueeze(b, 0)).float().sum(-1),
+            [(M, K), (N, K)],
+            "rounded to bfloat16 and their sum kept in float32",
+        ),
     ],
 )
 def test_mul_sum_that_is_no_matmul_is_left_alone(
