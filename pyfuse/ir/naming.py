@@ -10,26 +10,32 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import itertools
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterator, Mapping
 
 
 class Namer:
-    """Hands out increasing numbers per kind of value ("tv", "id", "scalar")."""
+    """Hands out increasing numbers per kind of value ("tv", "id", "scalar"); thread-safe.
+    A deep copy (a cloned fusion's) goes on from the same numbers on its own."""
 
-    def __init__(self) -> None:
-        self._counters: dict[str, itertools.count[int]] = {}
+    def __init__(self, counters: Mapping[str, int] | None = None) -> None:
+        self._next: dict[str, int] = dict(counters or {})
+        self._lock = threading.Lock()
 
     def next(self, kind: str) -> int:
-        counter = self._counters.setdefault(kind, itertools.count())
-        return next(counter)
+        with self._lock:
+            number = self._next.get(kind, 0)
+            self._next[kind] = number + 1
+        return number
 
     def counters(self) -> list[tuple[str, int]]:
-        """The next number of each kind, without taking it (an ``itertools.count`` shows its
-        next value only in its repr, ``count(7)``; it is kept for its thread-safe ``next``)."""
-        return [
-            (kind, int(repr(count)[len("count(") : -1])) for kind, count in self._counters.items()
-        ]
+        """The next number of each kind, without taking it."""
+        with self._lock:
+            return list(self._next.items())
+
+    def __deepcopy__(self, memo: dict[int, object]) -> Namer:
+        # A lock cannot be copied (nor could an itertools.count past Python 3.13).
+        return Namer(dict(self.counters()))
 
 
 _GLOBAL_NAMER = Namer()
