@@ -525,8 +525,21 @@ def mean(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
 @user_op("broadcast_to")
 def broadcast_to(x: Tensor, shape: Sequence[int]) -> Tensor:
     """``x`` stretched to ``shape`` without a copy (torch.broadcast_to):
-    ``pf.broadcast_to(row, (4, 7))``."""
-    return Tensor(ir_ops.broadcast_to(_tensor(x), tuple(shape)))
+    ``pf.broadcast_to(row, (4, 7))``; -1 keeps an axis's size (``x.expand(-1, 7)``)."""
+    tv = _tensor(x)
+    shape = tuple(shape)
+    leading = len(shape) - tv.ndim
+    if any(size == -1 for size in shape[: leading if leading > 0 else 0]):
+        raise FusionError(
+            f"broadcast_to: -1 keeps an axis's size, and the new leading axes of {shape} "
+            f"have none (x is {tuple(tv.shape)})"
+        )
+    if leading >= 0:
+        shape = tuple(
+            tv.shape[i - leading] if size == -1 and i >= leading else size
+            for i, size in enumerate(shape)
+        )
+    return Tensor(ir_ops.broadcast_to(tv, shape))
 
 
 @user_op("cat")

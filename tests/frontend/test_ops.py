@@ -119,10 +119,18 @@ def test_metadata_ops() -> None:
         (lambda t: pf.squeeze(pf.unsqueeze(t, 0), 0), x),
         (lambda t: pf.broadcast_to(t, (5, 2, 3, 4)), np.broadcast_to(x, (5, 2, 3, 4))),
         (lambda t: t.T, np.transpose(x)),
+        # -1 keeps an axis's size, as in torch.
+        (lambda t: pf.broadcast_to(t, (5, -1, 3, -1)), np.broadcast_to(x, (5, 2, 3, 4))),
+        (
+            lambda t: pf.unsqueeze(t, 1).expand(-1, 6, -1, -1),
+            np.broadcast_to(x[:, None], (2, 6, 3, 4)),
+        ),
     ]
     for op, want in cases:
         got = pf.fuse(op).reference(x)
         assert np.array_equal(got, want)
+    with pytest.raises(pf.FusionError, match="new leading axes"):
+        pf.fuse(lambda t: t.expand(-1, 2, 3, 4)).trace(pf.spec((2, 3, 4), pf.float32))
 
 
 def test_cast_and_int_ops() -> None:
