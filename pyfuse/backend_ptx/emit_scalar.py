@@ -476,6 +476,11 @@ class ScalarMath:
             arith.mov(ctype, result_reg, 1), arith.mov(ctype, base_reg, x),
             arith.mov(ctype, rest, y),
         )  # fmt: skip
+        negative = None
+        if ctype.startswith("s"):
+            # A negative exponent skips the loop; its result is set after it, as torch's.
+            negative = self._out("pred", lambda p: arith.setp("lt", ctype, p, y, 0))
+            self.kb.emit(arith.mov(ctype, rest, 0).guarded(negative))
         top, done = self.kb.new_label("pow"), self.kb.new_label("pow_done")
         self.kb.place(top)
         finished = self._out("pred", lambda p: arith.setp("eq", ctype, p, rest, 0))
@@ -485,11 +490,22 @@ class ScalarMath:
         self.kb.emit(
             arith.mul(ctype, result_reg, result_reg, base_reg).guarded(odd),
             arith.mul(ctype, base_reg, base_reg, base_reg),
-            # A logical shift: a negative exponent ends after all its bits (NumPy rejects it).
             logic.shr("u" + bits, rest, rest, 1),
             control.bra(top),
         )  # fmt: skip
         self.kb.place(done)
+        if negative is not None:
+            # torch: 0, but 1 for a base of 1 and -1 or 1 (by the exponent's parity) for -1.
+            odd_bit = self._out(ctype, lambda d: logic.and_("b" + bits, d, y, 1))
+            odd = self._out("pred", lambda p: arith.setp("ne", ctype, p, odd_bit, 0))
+            of_minus_one = self._out(ctype, lambda d: arith.selp(ctype, d, -1, 1, odd))
+            one = self._out("pred", lambda p: arith.setp("eq", ctype, p, x, 1))
+            minus_one = self._out("pred", lambda p: arith.setp("eq", ctype, p, x, -1))
+            of_one = self._out(ctype, lambda d: arith.selp(ctype, d, 1, 0, one))
+            special = self._out(
+                ctype, lambda d: arith.selp(ctype, d, of_minus_one, of_one, minus_one)
+            )
+            self.kb.emit(arith.mov(ctype, result_reg, special).guarded(negative))
         return result_reg
 
     def compare(self, op: str, a: Value, b: Value, dtype: DType) -> Value:

@@ -187,8 +187,16 @@ def remainder(a: Array, b: Array) -> Array:
 
 def power(a: Array, b: Array) -> Array:
     """torch.pow: C's ``pow``, except that a float exponent of 0.5 is ``sqrt`` (NaN for
-    -inf, -0 for -0), as torch and NumPy's scalar power take it."""
+    -inf, -0 for -0), as torch and NumPy's scalar power take it; integers to a negative
+    power as torch takes them (0, or +-1 for a base of +-1)."""
     a, b = np.asarray(a), np.asarray(b)
+    if np.result_type(a, b).kind in "iu" and (b < 0).any():
+        # torch's integer pow: a negative exponent gives 0, but 1 for a base of 1 and -1 or
+        # 1 (by the exponent's parity) for a base of -1. (NumPy refuses it.)
+        negative = b < 0
+        result = np.asarray(np.power(a, np.where(negative, 0, b)))
+        special = np.where(a == 1, 1, np.where(a == -1, np.where(b % 2 != 0, -1, 1), 0))
+        return np.asarray(np.where(negative, special, result).astype(result.dtype))
     result = np.asarray(np.power(a, b))
     if result.dtype.kind == "f":
         with np.errstate(invalid="ignore"):

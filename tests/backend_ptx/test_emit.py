@@ -459,6 +459,25 @@ def test_integer_pow_and_selects(assemble_clean: Assemble) -> None:
     assert "[%rd" in ptx and "+-4]" not in ptx  # the dead side of a constant select is not emitted
 
 
+@pytest.mark.parametrize("dtype", [i32, pf.int64, pf.int8])
+def test_integer_pow_with_negative_exponents_is_torch_s(dtype: DType) -> None:
+    # torch gives 0 for a negative exponent, but 1 for a base of 1 and +-1 for -1 by the
+    # exponent's parity; the loop took the exponent's bits as unsigned (5 of 40 elements off
+    # as PTX on the simulator), and the reference refused it as NumPy does.
+    import numpy as np
+
+    from pyfuse.ir.reference_math import power
+    from pyfuse.testing.run import run_function
+
+    want = [1, -1, 1, 0, 0, 9]
+    got = power(np.array([1, -1, -1, 2, 0, 3]), np.array([-3, -3, -2, -1, 2, 2]))
+    assert got.tolist() == want
+    specs = [pf.spec((40,), dtype), pf.spec((40,), dtype)]
+    for fn in (lambda x, y: x**y, lambda x, y: pf.remainder(x, 3) ** (y % 7 - 3)):
+        outcome = run_function(fn, specs)
+        assert outcome.cls == "ok", outcome
+
+
 # ---- constant folding -----------------------------------------------------------------------
 
 
