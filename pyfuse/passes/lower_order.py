@@ -116,14 +116,14 @@ def only_after_reductions(exprs: Sequence[Expr]) -> set[int]:
     computed where their first reader needs them, they are not held across the reductions."""
     if not any(isinstance(expr, ReductionOp) for expr in exprs):
         return set()
-    after = _after_reductions(exprs)
+    after = _reading_reductions(exprs)
     readers: dict[int, list[Expr]] = {}
     for expr in exprs:
         for tv in expr.tensor_inputs:
             readers.setdefault(id(tv), []).append(expr)
     only_after: set[int] = set()
     for expr in reversed(exprs):
-        if id(expr) in after:
+        if id(expr) in after or isinstance(expr, ReductionOp):
             continue
         uses = [use for out in expr.outputs for use in readers.get(id(out), [])]
         if uses and all(id(use) in after or id(use) in only_after for use in uses):
@@ -141,3 +141,16 @@ def _after_reductions(exprs: Sequence[Expr]) -> set[int]:
             after.add(id(expr))
             tainted.update(id(out) for out in expr.outputs)
     return after
+
+
+def _reading_reductions(exprs: Sequence[Expr]) -> set[int]:
+    """The ids of the exprs that read a reduction's result, directly or through other exprs
+    (a reduction of a row before any other is not one of them)."""
+    tainted: set[int] = set()
+    reading: set[int] = set()
+    for expr in exprs:
+        if any(id(tv) in tainted for tv in expr.tensor_inputs):
+            reading.add(id(expr))
+        if id(expr) in reading or isinstance(expr, ReductionOp):
+            tainted.update(id(out) for out in expr.outputs)
+    return reading

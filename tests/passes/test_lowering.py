@@ -279,3 +279,20 @@ def test_an_input_read_only_after_the_reductions_is_loaded_after_them() -> None:
     require_ptxas()
     resources = assemble(emit_ptx(stage.kernel_ir, HOPPER)).kernels[stage.kernel_ir.name]
     assert resources.spill_store_bytes == 0 and resources.local_bytes == 0
+
+
+def test_only_what_the_exprs_after_the_reductions_read_is_deferred() -> None:
+    from pyfuse.ir.exprs import BroadcastOp, ReductionOp
+    from pyfuse.passes.lower_order import only_after_reductions
+
+    fusion = pf.fuse(lambda x, w: pf.rms_norm(x, w)).trace(
+        pf.spec((4, 64), f32), pf.spec((64,), f32)
+    )
+    exprs = fusion.exprs()
+    deferred = [e for e in exprs if id(e) in only_after_reductions(exprs)]
+    # The weight's broadcast waits for the normalized row; what feeds the sum of squares
+    # (the row's square) and the sum itself do not.
+    assert any(isinstance(e, BroadcastOp) and fusion.is_input(e.tensor_inputs[0]) for e in deferred)
+    for expr in deferred:
+        assert not isinstance(expr, ReductionOp)
+        assert not any(isinstance(use, ReductionOp) for use in fusion.uses_in_fusion(expr.output))
