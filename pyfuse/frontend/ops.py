@@ -529,16 +529,14 @@ def broadcast_to(x: Tensor, shape: Sequence[int]) -> Tensor:
     tv = _tensor(x)
     shape = tuple(shape)
     leading = len(shape) - tv.ndim
-    if any(size == -1 for size in shape[: leading if leading > 0 else 0]):
-        raise FusionError(
-            f"broadcast_to: -1 keeps an axis's size, and the new leading axes of {shape} "
-            f"have none (x is {tuple(tv.shape)})"
-        )
-    if leading >= 0:
-        shape = tuple(
-            tv.shape[i - leading] if size == -1 and i >= leading else size
-            for i, size in enumerate(shape)
-        )
+    if leading >= 0:  # else the IR's broadcast_to says why
+        if -1 in shape[:leading]:
+            raise FusionError(
+                f"broadcast_to: -1 keeps an axis's size, and the new leading axes of {shape} "
+                f"have none (x is {tuple(tv.shape)})"
+            )
+        own = zip(shape[leading:], tv.shape, strict=True)
+        shape = shape[:leading] + tuple(mine if size == -1 else size for size, mine in own)
     return Tensor(ir_ops.broadcast_to(tv, shape))
 
 

@@ -57,9 +57,10 @@ def lowering_order(exprs: Sequence[Expr], shares_loops: Callable[[TensorView], b
             for tv in member.tensor_inputs
             if tv.definition is not None and id(tv.definition) in deferred
         }
-        for candidate in exprs:
-            if id(candidate) in wanted and id(candidate) not in members:
-                emit(candidate)
+        if wanted:
+            for candidate in exprs:
+                if id(candidate) in wanted and id(candidate) not in members:
+                    emit(candidate)
         for member in group:
             for tv in member.tensor_inputs:
                 producer = tv.definition
@@ -96,7 +97,9 @@ def side_branches(exprs: Sequence[Expr]) -> set[int]:
     reductions may compute before the first of them (none without a reduction)."""
     if not any(isinstance(expr, ReductionOp) for expr in exprs):
         return set()
-    after = _after_reductions(exprs)
+    after = _reading_reductions(exprs) | {
+        id(expr) for expr in exprs if isinstance(expr, ReductionOp)
+    }
     # What the exprs after a reduction read (a layer_norm's weight and its cast) is not a
     # side branch: computed early, it would be held across the reduction instead.
     feeding: set[int] = set()
@@ -129,18 +132,6 @@ def only_after_reductions(exprs: Sequence[Expr]) -> set[int]:
         if uses and all(id(use) in after or id(use) in only_after for use in uses):
             only_after.add(id(expr))
     return only_after
-
-
-def _after_reductions(exprs: Sequence[Expr]) -> set[int]:
-    """The ids of the reductions and of the exprs that read a result of one, directly or
-    through other exprs."""
-    tainted: set[int] = set()
-    after: set[int] = set()
-    for expr in exprs:
-        if isinstance(expr, ReductionOp) or any(id(tv) in tainted for tv in expr.tensor_inputs):
-            after.add(id(expr))
-            tainted.update(id(out) for out in expr.outputs)
-    return after
 
 
 def _reading_reductions(exprs: Sequence[Expr]) -> set[int]:
