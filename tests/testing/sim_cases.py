@@ -52,6 +52,19 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec], pf.MatmulParams | N
         [S((200, 200), bf16), S((300, 200), bf16)],
         P(tile_m=128, tile_n=256, stages=3),
     ),
+    # 160-wide tiles (the heuristic's where they fill the waves): two and a half 64-column
+    # swizzle atoms of the staged epilogue's store, ragged in N, in 2x1 clusters, and the
+    # epilogue warps' handoff.
+    "tile_128x160_ragged_cluster": (
+        lambda x, w, b: pf.gelu(pf.linear(x, w, b), approximate="tanh"),
+        [S((200, 128), bf16), S((200, 128), bf16), S((200,), bf16)],
+        P(tile_m=128, tile_n=160, cluster_m=2),
+    ),
+    "tile_128x160_epilogue_warps": (
+        lambda x, w, b: pf.gelu(pf.linear(x, w, b), approximate="tanh"),
+        [S((200, 128), bf16), S((328, 128), bf16), S((328,), bf16)],
+        P(tile_m=128, tile_n=160, epilogue_warps=True, persistent=True),
+    ),
     "split_k": (lambda a, b: a @ b.T, [S((128, 512), bf16), S((64, 512), bf16)], P(splitk=2)),
     # Stream-K: nine tiles of eight K tiles over 36 CTAs, each tile in four pieces summed
     # through the workspace (the grid-size tests run it on other CTA counts).
