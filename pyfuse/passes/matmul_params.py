@@ -152,6 +152,9 @@ def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo)
         stream_k=False,
     )
     params = _fit_cluster(given.merged(defaults), given)
+    if (params.grid_swizzle or 1) > m_tiles:
+        # More M tiles walked together than there are would launch CTAs with no tile.
+        params = dataclasses.replace(params, grid_swizzle=m_tiles)
     params = _stream_k(params, given, shape, k_tiles, target)
     _check_params(params, tile_n_limit=SM90.wgmma_n_max, k_tiles=k_tiles)
     _warn_unused(params)

@@ -412,10 +412,10 @@ def test_default_cluster_for_large_matmuls(
         ((256, 8192, 3072), None, (128, 128)),  # 64 default tiles: 128 fill the SMs
         ((32, 4608, 3584), None, (64, 128)),  # M <= 64 keeps 64 rows
         ((3000, 4608, 3584), None, (128, 256)),  # 128x128 only 3% better: the default
-        # 148 tiles of 128x256: 2 waves, the second near empty; 198 of 128x192 fill it more
-        # (H100: 0.94x -> 0.96x cuBLAS); 128x128 took 3 waves
-        ((256, 18944, 3584), None, (128, 192)),
-        ((256, 10240, 8192), None, (128, 192)),  # 80 tiles of 128x256 in one wave; 108
+        # 148 tiles of 128x256: 2 waves, the second near empty; 238 of 128x160 fill both
+        # (H100: 1.06x torch; 128x192's 198 tiles 0.98x); 128x128 took 3 waves
+        ((256, 18944, 3584), None, (128, 160)),
+        ((256, 10240, 8192), None, (128, 160)),  # 80 tiles of 128x256 in one wave; 128
         ((8192, 8192, 8192), None, (128, 256)),  # whole waves: the default
         ((4096, 64, 2048), None, (128, 64)),  # a narrow N keeps its width
         ((256, 8192, 3072), pf.MatmulParams(tile_n=256), (128, 256)),  # the user's tile
@@ -463,3 +463,15 @@ def test_a_requested_cluster_the_heuristics_tile_cannot_split_is_dropped_with_a_
     (stages,) = result.kernels
     assert stages.plan.scheduler == "matmul" and "fallback" not in stages.plan.params
     assert stages.plan.params["cluster_m"] == 1
+
+
+def test_a_grid_swizzle_past_the_m_tiles_launches_no_idle_ctas() -> None:
+    """``grid_swizzle=100`` on a problem of one M tile: the non-persistent grid is N tiles x
+    swizzle wide, so an unclamped swizzle would launch 100 CTAs per N tile, 99 with no work."""
+    params = pf.MatmulParams(grid_swizzle=100, persistent=False)
+    _, result = _run(_linear, [((100, 64), bf16), ((200, 64), bf16)], params)
+    (stages,) = result.kernels
+    (loop,) = stages.kernel_ir.body
+    m_tiles, n_tiles = -(-100 // loop.tile_m), -(-200 // loop.tile_n)
+    assert isinstance(loop, k.MatmulMainLoop) and loop.grid_swizzle == m_tiles < 100
+    assert stages.kernel_ir.grid == (n_tiles * m_tiles, 1, 1)
