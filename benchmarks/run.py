@@ -147,6 +147,42 @@ def case_rms_norm() -> Result:
     return _memory_case("rms_norm 16384x4096 bf16", fused, eager, (x, w), 5e-2)
 
 
+def case_wide_rows() -> list[Result]:
+    """Rows too wide for registers (shared_rows.py keeps them in shared memory): rms_norm and
+    layer_norm of 49152 columns and softmax of 44444, bf16."""
+    import torch
+
+    rows = 2048
+    results = []
+    for cols in (49152, 25000):
+        x = torch.randn(rows, cols, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(cols, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(cols, device="cuda", dtype=torch.bfloat16)
+        rms = pf.fuse(lambda x, w: pf.rms_norm(x, w, 1e-6), name="wide_rms_norm")
+
+        def rms_eager(x: Any, w: Any) -> Any:
+            xf = x.float()
+            scale = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)
+            return (xf * scale * w.float()).to(torch.bfloat16)
+
+        results.append(_memory_case(f"rms_norm {rows}x{cols} bf16", rms, rms_eager, (x, w), 5e-2))
+        norm = pf.fuse(lambda x, w, b: pf.layer_norm(x, w, b, 1e-5), name="wide_layer_norm")
+
+        def norm_eager(x: Any, w: Any, b: Any, cols: int = cols) -> Any:
+            return torch.nn.functional.layer_norm(x, (cols,), w, b, 1e-5)
+
+        name = f"layer_norm {rows}x{cols} bf16"
+        results.append(_memory_case(name, norm, norm_eager, (x, w, b), 5e-2))
+    y = torch.randn(rows, 44444, device="cuda", dtype=torch.bfloat16)
+    softmax = pf.fuse(lambda y: pf.softmax(y, -1), name="wide_softmax")
+
+    def softmax_eager(y: Any) -> Any:
+        return torch.softmax(y.float(), -1).to(torch.bfloat16)
+
+    results.append(_memory_case(f"softmax {rows}x44444 bf16", softmax, softmax_eager, (y,), 1e-2))
+    return results
+
+
 def case_rope() -> Result:
     """Rotary embedding through cat, as transformer code writes it: x * cos + rotate(x) * sin
     with rotate(x) = cat(-x2, x1) on 32x4096x128 bf16 (a cat is a kernel of its own today)."""
@@ -435,6 +471,7 @@ CASES: dict[str, Callable[[], Result | list[Result]]] = {
     "layer_norm": case_layer_norm,
     "rms_norm": case_rms_norm,
     "rope": case_rope,
+    "wide_rows": case_wide_rows,
     "host_overhead": case_host_overhead,
     "cold_call": case_cold_call,
     "gemm": case_gemm_layouts,
