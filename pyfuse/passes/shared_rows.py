@@ -184,8 +184,7 @@ def _recomputable_from(fusion: Fusion, tv: TensorView) -> list[TensorView] | Non
 def _is_per_row(tv: TensorView) -> bool:
     """``tv`` holds one value a row (every loop axis but the block's is a broadcast)."""
     return all(
-        axis.parallel_type.is_block_dim or axis.is_broadcast or axis.extent == 1
-        for axis in tv.loop
+        axis.parallel_type.is_block_dim or axis.is_broadcast or axis.extent == 1 for axis in tv.loop
     )
 
 
@@ -211,9 +210,7 @@ def _downstream(fusion: Fusion, start: TensorView) -> set[int]:
     return seen
 
 
-def _recompute_late_reads(
-    fusion: Fusion, reference: TensorView, projected: _Projection
-) -> None:
+def _recompute_late_reads(fusion: Fusion, reference: TensorView, projected: _Projection) -> None:
     """Give each late read of a recomputed kept tensor a fresh copy of its chain."""
     clones: list[TensorView] = []
     for tv, uses in projected.late:
