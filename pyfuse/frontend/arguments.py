@@ -1,15 +1,22 @@
-"""Reading the arguments of the public ops the way torch does: dims, Python and NumPy numbers.
+"""Reading the arguments of the public ops the way torch does: dims, sizes, flags, dtypes,
+Python and NumPy numbers.
 
-:func:`reduction_dims` reads a ``dim`` argument (negative dims, a 0-d tensor's 0 and -1,
-torch's "Dimension out of range" error), :func:`scalar_value` accepts a NumPy scalar where
-a Python number goes, and :func:`check_scalars_fit` refuses a Python int that the op's
-integer dtype cannot hold, as torch does. Each raises :class:`FusionError`; the op that
-called it adds its name and the user's line. It imports no other frontend module (a traced
-Tensor is recognised by its ``tv``), so every one of them may use it.
+:func:`normalize_dim` reads one ``dim`` and :func:`reduction_dims` a ``dim`` argument of a
+reduction (negative dims, a 0-d tensor's 0 and -1, torch's "Dimension out of range" error);
+:func:`int_argument`, :func:`sizes` and :func:`flag` read an int, a shape and a bool as
+torch's argument parser does (a NumPy integer is an int; a float, a bool where an int goes
+or a string never is); :func:`dtype_argument` a pyfuse dtype. :func:`check_traced` refuses what
+is no traced tensor where one goes, :func:`scalar_value` accepts a NumPy scalar where a
+Python number goes, and :func:`check_scalars_fit` refuses a Python
+int that the op's integer dtype cannot hold, as torch does. Each raises
+:class:`FusionError`; the op that called it adds its name and the user's line. It imports
+no other frontend module (a traced Tensor is recognised by its ``tv``), so every one of
+them may use it.
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Sequence
 from typing import Protocol, runtime_checkable
 
@@ -34,29 +41,115 @@ class _Traced(Protocol):
     tv: TensorView
 
 
-def reduction_dims(x: Ranked, dims: Dims) -> list[int]:
-    """torch's reading of ``dim``: None is every axis, negative dims count from the end, and
-    a 0-d tensor takes 0 and -1 (reducing nothing); FusionError in torch's words otherwise."""
+def _describe(value: object) -> str:
+    return f"{type(value).__name__} {value!r}"
+
+
+def index_value(value: object) -> int | None:
+    """``value`` as a Python int where torch reads it as one: an int or a NumPy integer
+    (anything with ``__index__``); None for a bool (torch refuses ``dim=True``, and Python
+    would read it as 1), a float (``int(1.5)`` would truncate it silently), a string or a
+    traced tensor (whose ``__index__`` refuses: it has no value while tracing)."""
+    if isinstance(value, bool | _Traced) or not hasattr(type(value), "__index__"):
+        return None
+    try:
+        return operator.index(value)  # type: ignore[arg-type]  # it has __index__
+    except TypeError:  # a NumPy bool, or an array of more than one element
+        return None
+
+
+def int_argument(value: object, what: str) -> int:
+    """``value`` read as an int (see :func:`index_value`), or a FusionError naming ``what``."""
+    number = index_value(value)
+    if number is None:
+        raise FusionError(f"{what} must be an int, got {_describe(value)}")
+    return number
+
+
+def normalize_dim(dim: object, rank: int, what: str = "dim") -> int:
+    """One dim of a tensor of ``rank`` dims as an index in ``[0, rank)``: negative dims count
+    from the end, and a 0-d tensor takes 0 and -1 (giving 0); torch's error otherwise."""
+    index = int_argument(dim, what)
+    bound = max(rank, 1)
+    if not -bound <= index < bound:
+        raise FusionError(
+            f"Dimension out of range (expected to be in range of [{-bound}, {bound - 1}], "
+            f"but got {index})"
+        )
+    return index % bound
+
+
+def reduction_dims(x: Ranked, dims: Dims, *, empty_is_all: bool = True) -> list[int]:
+    """torch's reading of a reduction's ``dim``: None is every axis, and so is an empty
+    sequence (torch.sum(x, ()) reduces every axis, pytorch#29137; ``squeeze`` passes
+    ``empty_is_all=False``: it squeezes nothing); negative dims count from the end, and a 0-d
+    tensor takes 0 and -1 (reducing nothing); FusionError in torch's words otherwise."""
     rank = x.ndim
     if dims is None:
         return list(range(rank))
-    if isinstance(dims, _Traced) or not isinstance(dims, int | Iterable):
-        raise FusionError(f"dim must be an int or a sequence of ints, got {type(dims).__name__}")
-    listed = [dims] if isinstance(dims, int) else list(dims)
-    bound = max(rank, 1)
+    if index_value(dims) is not None:
+        listed: list[object] = [dims]
+    elif isinstance(dims, Iterable) and not isinstance(dims, str | _Traced):
+        listed = list(dims)
+    else:
+        raise FusionError(f"dim must be an int or a sequence of ints, got {_describe(dims)}")
+    if not listed and empty_is_all:
+        return list(range(rank))
     normalized: list[int] = []
     for dim in listed:
-        if not isinstance(dim, int) or isinstance(dim, bool):
+        if index_value(dim) is None:
             raise FusionError(f"dim must be an int or a sequence of ints, got {dims!r}")
-        if not -bound <= dim < bound:
-            raise FusionError(
-                f"Dimension out of range (expected to be in range of [{-bound}, {bound - 1}], "
-                f"but got {dim})"
-            )
-        if dim % bound in normalized:
-            raise FusionError(f"dim {dim % bound} appears multiple times in the list of dims")
-        normalized.append(dim % bound)
+        axis = normalize_dim(dim, rank)
+        if axis in normalized:
+            raise FusionError(f"dim {axis} appears multiple times in the list of dims")
+        normalized.append(axis)
     return sorted(normalized) if rank else []
+
+
+def sizes(value: object, what: str = "size") -> tuple[int, ...]:
+    """A shape argument as torch reads one: one int, or a sequence of ints (NumPy integers
+    too). A float is refused rather than truncated (``x.reshape(4.9, 6)`` is no (4, 6));
+    the caller checks the signs (reshape and expand take -1, full does not)."""
+    one = index_value(value)
+    if one is not None:
+        return (one,)
+    if isinstance(value, Iterable) and not isinstance(value, str | _Traced):
+        listed = list(value)
+        read = [index_value(item) for item in listed]
+        if all(number is not None for number in read):
+            return tuple(number for number in read if number is not None)
+    raise FusionError(f"{what} must be an int or a sequence of ints, got {_describe(value)}")
+
+
+def flag(value: object, what: str) -> bool:
+    """A bool argument (``keepdim``): a Python or NumPy bool. Anything else is refused, as
+    torch does: ``keepdim="no"`` is truthy and would keep the dims."""
+    if isinstance(value, bool):
+        return value
+    numpy_bool = getattr(getattr(value, "dtype", None), "kind", None) == "b"
+    if type(value).__module__ == "numpy" and numpy_bool and getattr(value, "ndim", None) == 0:
+        return bool(value)
+    raise FusionError(f"{what} must be a bool, got {_describe(value)}")
+
+
+def dtype_argument(value: object, example: str = "pf.float32") -> DType:
+    """A pyfuse dtype argument, or a FusionError that says which kind of value goes there."""
+    if not isinstance(value, DType):
+        raise FusionError(f"dtype must be a pyfuse dtype such as {example}, got {value!r}")
+    return value
+
+
+def check_traced(value: object, what: str) -> None:
+    """A FusionError unless ``value`` is a traced tensor (the op's argument ``what``), with a
+    hint for the values a user passes there by mistake."""
+    if isinstance(value, _Traced):
+        return
+    hint = ""
+    if hasattr(value, "values") and hasattr(value, "indices"):
+        hint = ": x.max(dim) is a (values, indices) pair, as in torch; use its .values"
+    elif type(value).__module__ == "numpy":
+        hint = ": pass NumPy arrays to the fused function as arguments"
+    raise FusionError(f"{what} must be a traced tensor, got {type(value).__name__}{hint}")
 
 
 def scalar_value(value: object) -> Number | None:

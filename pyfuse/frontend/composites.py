@@ -19,7 +19,16 @@ from collections.abc import Sequence
 
 from pyfuse.errors import FusionError
 from pyfuse.frontend import ops
-from pyfuse.frontend.arguments import Dims, check_scalar_fits, reduction_dims, scalar_value
+from pyfuse.frontend.arguments import (
+    Dims,
+    check_scalar_fits,
+    dtype_argument,
+    flag,
+    normalize_dim,
+    reduction_dims,
+    scalar_value,
+    sizes,
+)
 from pyfuse.frontend.location import user_op
 from pyfuse.frontend.ops import Tensor, TensorLike, cast
 from pyfuse.frontend.tensor_methods import tensor_method
@@ -198,11 +207,11 @@ def isfinite(x: Tensor) -> Tensor:
 @tensor_method
 @user_op("nan_to_num")
 def nan_to_num(
-    x: Tensor, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None
+    x: Tensor, nan: float | None = 0.0, posinf: float | None = None, neginf: float | None = None
 ) -> Tensor:
     """NaN, +inf and -inf replaced by ``nan``, ``posinf`` and ``neginf``; the infinities by
     default by the dtype's largest and lowest finite values (torch.nan_to_num); integers
-    and bools are unchanged: ``pf.nan_to_num(x)``."""
+    and bools are unchanged: ``pf.nan_to_num(x)``; ``nan=None`` is 0, as in torch."""
     if not x.dtype.is_floating:
         return x
     largest = _FLOAT_MAX[x.dtype.name]
@@ -210,7 +219,7 @@ def nan_to_num(
     low = -largest if neginf is None else neginf
     result = ops.where(ops.eq(x, -math.inf), low, x)
     result = ops.where(ops.eq(x, math.inf), high, result)
-    return ops.where(ops.ne(x, x), nan, result)
+    return ops.where(ops.ne(x, x), 0.0 if nan is None else nan, result)
 
 
 @tensor_method
@@ -274,9 +283,7 @@ def _filled(shape: Sequence[int], fill_value: object, dtype: DType | None) -> Te
     value = scalar_value(fill_value)
     if value is None:
         raise FusionError(f"fill_value must be a Python number, got {type(fill_value).__name__}")
-    if dtype is not None and not isinstance(dtype, DType):
-        raise FusionError(f"dtype must be a pyfuse dtype such as pf.float32, got {dtype!r}")
-    dtype = dtype or _fill_dtype(value)
+    dtype = _fill_dtype(value) if dtype is None else dtype_argument(dtype)
     if builtins.any(not isinstance(extent, int) or extent < 0 for extent in shape):
         raise FusionError(f"size must be non-negative ints, got {tuple(shape)}")
     check_scalar_fits(value, dtype)
@@ -289,27 +296,28 @@ def _filled(shape: Sequence[int], fill_value: object, dtype: DType | None) -> Te
 def full(size: int | Sequence[int], fill_value: float, dtype: DType | None = None) -> Tensor:
     """A tensor of ``size`` holding ``fill_value`` (torch.full; the dtype is the value's:
     bool, int64 or float32, unless given): ``pf.full((4, 8), 0.5)``."""
-    shape = (size,) if isinstance(size, int) else tuple(size)
-    return _filled(shape, fill_value, dtype)
+    return _filled(sizes(size), fill_value, dtype)
 
 
 @user_op("full_like")
 def full_like(x: Tensor, fill_value: float, dtype: DType | None = None) -> Tensor:
     """A tensor of ``x``'s shape (and dtype, unless given) holding ``fill_value``
     (torch.full_like): ``pf.full_like(x, -1.0)``."""
-    return _filled(x.shape, fill_value, dtype or x.dtype)
+    return _filled(x.shape, fill_value, x.dtype if dtype is None else dtype)
 
 
 @user_op("zeros_like")
 def zeros_like(x: Tensor, dtype: DType | None = None) -> Tensor:
     """Zeros of ``x``'s shape and dtype (torch.zeros_like): ``pf.zeros_like(x)``."""
-    return _filled(x.shape, False if (dtype or x.dtype).is_bool else 0, dtype or x.dtype)
+    chosen = x.dtype if dtype is None else dtype_argument(dtype)
+    return _filled(x.shape, False if chosen.is_bool else 0, chosen)
 
 
 @user_op("ones_like")
 def ones_like(x: Tensor, dtype: DType | None = None) -> Tensor:
     """Ones of ``x``'s shape and dtype (torch.ones_like): ``pf.ones_like(x)``."""
-    return _filled(x.shape, True if (dtype or x.dtype).is_bool else 1, dtype or x.dtype)
+    chosen = x.dtype if dtype is None else dtype_argument(dtype)
+    return _filled(x.shape, True if chosen.is_bool else 1, chosen)
 
 
 # ---- reductions ------------------------------------------------------------------------------
@@ -320,7 +328,9 @@ def ones_like(x: Tensor, dtype: DType | None = None) -> Tensor:
 def amax(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
     """The largest value over ``dim`` (all by default, or for ``()``), NaN propagating
     (torch.amax): ``pf.amax(x, -1)``."""
-    return ops.max(x, None if dim == () else dim, keepdim)
+    # The dims are read here: pf.max(x, other) of a tensor is the elementwise maximum, which
+    # torch.amax(x, other) is not.
+    return ops.max(x, reduction_dims(x, dim), keepdim)
 
 
 @tensor_method
@@ -328,7 +338,7 @@ def amax(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
 def amin(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
     """The smallest value over ``dim`` (all by default, or for ``()``), NaN propagating
     (torch.amin): ``pf.amin(x, (0, 1))``."""
-    return ops.min(x, None if dim == () else dim, keepdim)
+    return ops.min(x, reduction_dims(x, dim), keepdim)
 
 
 @tensor_method
@@ -359,8 +369,11 @@ def _correction(unbiased: bool | None, correction: float | None) -> float:
     if unbiased is not None and correction is not None:
         raise FusionError("give either unbiased or correction, not both")
     if correction is not None:
-        return correction
-    return 0 if unbiased is False else 1
+        value = scalar_value(correction)
+        if value is None or isinstance(value, bool):
+            raise FusionError(f"correction must be a number, got {correction!r}")
+        return value
+    return 0 if unbiased is not None and not flag(unbiased, "unbiased") else 1
 
 
 @tensor_method
@@ -415,6 +428,7 @@ def logsumexp(x: Tensor, dim: Dims, keepdim: bool = False) -> Tensor:
     gives +inf; no elements give -inf: ``pf.logsumexp(x, -1)``."""
     math_x, dtype = _promoted(x)
     dims = reduction_dims(x, dim)
+    keepdim = flag(keepdim, "keepdim")  # read before it picks the result's shape below
     if builtins.any(x.shape[d] == 0 for d in dims):
         return cast(ops.log(ops.sum(ops.exp(math_x), dims, keepdim)), dtype)
     peak = ops.max(math_x, dims, keepdim=True)
@@ -427,7 +441,7 @@ def _shifted_by_max(x: Tensor, dim: int) -> Tensor:
     """``x - max(x, dim)`` in the math dtype; ``x`` itself along an empty dim, whose result
     has no elements (and whose max has no identity)."""
     math_x = cast(x, _math_dtype(x.dtype))
-    if builtins.any(x.shape[d] == 0 for d in reduction_dims(x, dim)):
+    if x.ndim and x.shape[dim] == 0:
         return math_x
     return math_x - ops.max(math_x, dim, keepdim=True)
 
@@ -437,6 +451,8 @@ def _shifted_by_max(x: Tensor, dim: int) -> Tensor:
 def softmax(x: Tensor, dim: int = -1) -> Tensor:
     """``exp(x - max) / sum(exp(x - max))`` along ``dim``, in fp32 for 16-bit inputs
     (torch.softmax; a 0-d tensor gives 1): ``pf.softmax(x, -1)``."""
+    # One int dim, as torch: None would read as every dim here, not as torch's legacy choice.
+    dim = normalize_dim(dim, x.ndim)
     shifted = _shifted_by_max(x, dim)
     numerator = ops.exp(shifted)
     return cast(numerator / ops.sum(numerator, dim, keepdim=True), x.dtype)
@@ -447,6 +463,7 @@ def softmax(x: Tensor, dim: int = -1) -> Tensor:
 def log_softmax(x: Tensor, dim: int) -> Tensor:
     """``x - max - log(sum(exp(x - max)))`` along ``dim`` (torch.log_softmax; a row of -inf
     gives NaN, as in torch): ``pf.log_softmax(x, -1)``."""
+    dim = normalize_dim(dim, x.ndim)
     shifted = _shifted_by_max(x, dim)
     return cast(shifted - ops.log(ops.sum(ops.exp(shifted), dim, keepdim=True)), x.dtype)
 
@@ -465,15 +482,17 @@ def _normalized_dims(x: Tensor, weight: Tensor | None) -> tuple[int, ...]:
     return tuple(range(x.ndim - count, x.ndim))
 
 
-@user_op("layer_norm")
+@user_op("layer_norm", checks_itself=("weight",))  # torch passes a shape there
 def layer_norm(
     x: Tensor, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5
 ) -> Tensor:
     """Normalize over the trailing dims that ``weight`` covers (the last dim without a weight)
     with the biased variance (torch.nn.functional.layer_norm): ``pf.layer_norm(x, w, b)``."""
     dims = _normalized_dims(x, weight)
-    if bias is not None and weight is not None and bias.shape != weight.shape:
-        raise FusionError(f"bias shape {bias.shape} differs from weight shape {weight.shape}")
+    normalized = tuple(x.shape[d] for d in dims)
+    if bias is not None and bias.shape != normalized:
+        # torch's bias has the normalized shape; another one would broadcast over other dims.
+        raise FusionError(f"bias shape {bias.shape} differs from the normalized shape {normalized}")
     math_dtype = _math_dtype(x.dtype)
     math_x = cast(x, math_dtype)
     centered = math_x - ops.mean(math_x, dims, keepdim=True)
@@ -486,7 +505,7 @@ def layer_norm(
     return cast(result, x.dtype)
 
 
-@user_op("rms_norm")
+@user_op("rms_norm", checks_itself=("weight",))
 def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float = 1e-6) -> Tensor:
     """``x * rsqrt(mean(x^2) + eps) * weight`` over the trailing dims ``weight`` covers
     (torch.nn.functional.rms_norm): ``pf.rms_norm(x, w)``."""

@@ -16,7 +16,14 @@ from collections.abc import Sequence
 
 from pyfuse.errors import FusionError
 from pyfuse.frontend import ops
-from pyfuse.frontend.arguments import reduction_dims
+from pyfuse.frontend.arguments import (
+    dtype_argument,
+    flag,
+    int_argument,
+    reduction_dims,
+    scalar_value,
+    sizes,
+)
 from pyfuse.frontend.location import user_op
 from pyfuse.frontend.ops import Tensor
 from pyfuse.frontend.tensor_methods import tensor_method
@@ -31,8 +38,8 @@ Number = int | float
 def iota(shape: int | Sequence[int], dim: int = 0, dtype: DType = dtypes.int64) -> Tensor:
     """A tensor of ``shape`` holding each element's index along ``dim`` (jax.lax's
     broadcasted_iota): ``pf.iota((4, 8), 1)`` is ``[[0, 1, ..., 7]] * 4``."""
-    extents = (shape,) if isinstance(shape, int) else tuple(shape)
-    return Tensor(ir_ops.iota(extents, dim, dtype))
+    extents = sizes(shape, "shape")
+    return Tensor(ir_ops.iota(extents, int_argument(dim, "dim"), dtype_argument(dtype, "pf.int64")))
 
 
 @user_op("arange")
@@ -43,11 +50,15 @@ def arange(
     every bound is an int, float32 otherwise (unless ``dtype``): ``pf.arange(seq_len)``."""
     if end is None:
         start, end = 0, start
+    bounds: list[Number] = []
     for name, value in (("start", start), ("end", end), ("step", step)):
-        if isinstance(value, bool) or not isinstance(value, int | float):
+        number = scalar_value(value)  # a NumPy scalar is a number, as in torch
+        if number is None or isinstance(number, bool):
             raise FusionError(f"arange: {name} must be a Python number, got {value!r}")
-        if not math.isfinite(value):
+        if not math.isfinite(number):
             raise FusionError(f"arange: {name} must be finite, got {value!r}")
+        bounds.append(number)
+    start, end, step = bounds
     if step == 0:
         raise FusionError("arange: step must be nonzero")
     if (end - start) * step < 0:
@@ -56,7 +67,9 @@ def arange(
             f"(start={start}, end={end}, step={step})"
         )
     integral = builtins.all(isinstance(v, int) for v in (start, end, step))
-    chosen = dtype or (dtypes.int64 if integral else dtypes.float32)
+    chosen = (
+        (dtypes.int64 if integral else dtypes.float32) if dtype is None else dtype_argument(dtype)
+    )
     count = max(0, math.ceil((end - start) / step))
     index = Tensor(ir_ops.iota((count,), 0, chosen))
     if step != 1:
@@ -67,8 +80,7 @@ def arange(
 def _triangle(x: Tensor, diagonal: int, lower: bool) -> Tensor:
     if x.ndim < 2:
         raise FusionError(f"needs a tensor of 2 or more dims, got {x.ndim}")
-    if isinstance(diagonal, bool) or not isinstance(diagonal, int):
-        raise FusionError(f"diagonal must be an int, got {diagonal!r}")
+    diagonal = int_argument(diagonal, "diagonal")
     rows, cols = x.shape[-2:]
     offset = ops.sub(iota((rows, cols), 1, dtypes.int32), iota((rows, cols), 0, dtypes.int32))
     keep = ops.le(offset, diagonal) if lower else ops.ge(offset, diagonal)
@@ -96,8 +108,8 @@ def _arg_extremum(x: Tensor, dim: int | None, keepdim: bool, largest: bool) -> T
     smallest value, a NaN counting as both (torch.argmax and torch.argmin)."""
     if x.dtype.is_bool:
         raise FusionError("needs a numeric tensor, got bool (as torch, which has no bool argmax)")
-    if isinstance(dim, bool) or not (dim is None or isinstance(dim, int)):
-        raise FusionError(f"dim must be an int or None, got {dim!r}")
+    dim = None if dim is None else int_argument(dim, "dim")  # one dim, as torch (no tuple)
+    keepdim = flag(keepdim, "keepdim")
     values = x if dim is not None or x.ndim <= 1 else ops.reshape(x, (-1,))
     (axis,) = reduction_dims(values, 0 if dim is None else dim) or [0]
     if values.ndim == 0:

@@ -4,25 +4,30 @@ Every public op runs under :func:`user_op`: it finds the first stack frame outsi
 pyfuse package (the user's line: :func:`~pyfuse.runtime.location.user_location`),
 attributes the exprs it creates to that line, and re-raises any :class:`FusionError` with
 the op's name and that line; arguments that do not fit the op's signature become a
-FusionError too, and any other exception raised inside pyfuse an :class:`InternalError`
+FusionError too, as do arguments annotated ``Tensor`` that are no traced tensor (every op
+reads its tensors' shape and dtype first: a float there would be an AttributeError inside
+pyfuse), and any other exception raised inside pyfuse an :class:`InternalError`
 (:mod:`pyfuse.frontend.trace_errors`; an exception of the user's own code passes unchanged).
 A composite op (softmax) calls other ops; the outermost call's line wins, so the user sees
 their own line, never one inside pyfuse.
 
 What is refused outside any op (``float(x)``, ``x[0]``, an unknown NumPy ufunc) goes through
 :func:`refuse`: a FusionError at the innermost frame outside pyfuse and NumPy. This module
-imports no other frontend module: every one of them may use it.
+imports no other frontend module but :mod:`~pyfuse.frontend.arguments` (which imports
+none): every one of them may use it.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import NoReturn, ParamSpec, TypeVar
 
 from pyfuse.errors import FusionError, PyfuseError
+from pyfuse.frontend.arguments import check_traced
 from pyfuse.ir.naming import current_source, source_location
 from pyfuse.runtime.location import PACKAGE_DIR, user_location
 
@@ -30,16 +35,51 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def user_op(name: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
-    """Decorate a public op: record the user's line and name the op in its errors."""
+# The annotations (strings: every frontend module has ``from __future__ import annotations``)
+# of the parameters that take a traced tensor, or None.
+_TENSOR_ANNOTATIONS = {"Tensor": False, "Tensor | None": True}
+
+
+def _check_tensors(
+    signature: inspect.Signature,
+    tensors: Mapping[str, bool],
+    args: Sequence[object],
+    kwargs: Mapping[str, object],
+) -> None:
+    """A FusionError for a parameter annotated ``Tensor`` given something else."""
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError:
+        return  # calling the op raises it, and user_op reports the signature's words
+    for parameter, value in bound.arguments.items():
+        optional = tensors.get(parameter)
+        if optional is not None and not (optional and value is None):
+            check_traced(value, parameter)
+
+
+def user_op(
+    name: str, checks_itself: Sequence[str] = ()
+) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Decorate a public op: record the user's line and name the op in its errors. The
+    parameters annotated ``Tensor`` are checked to be traced tensors, except those named in
+    ``checks_itself``: the op refuses a wrong value there with a message of its own."""
 
     def decorate(fn: Callable[P, R]) -> Callable[P, R]:
+        signature = inspect.signature(fn)
+        tensors = {
+            parameter.name: _TENSOR_ANNOTATIONS[parameter.annotation]
+            for parameter in signature.parameters.values()
+            if parameter.annotation in _TENSOR_ANNOTATIONS and parameter.name not in checks_itself
+        }
+
         @functools.wraps(fn)
         def traced(*args: P.args, **kwargs: P.kwargs) -> R:
             outer = current_source()
             where = outer if outer is not None else user_location()
             with source_location(where):
                 try:
+                    if tensors:
+                        _check_tensors(signature, tensors, args, kwargs)
                     return fn(*args, **kwargs)
                 except FusionError as error:
                     if outer is not None:

@@ -1,4 +1,5 @@
-"""NumPy's ufuncs on traced tensors: ``np.maximum(x, 0)`` traces ``pf.maximum(x, 0)``.
+"""NumPy on traced tensors: ``np.maximum(x, 0)`` traces ``pf.maximum(x, 0)``; ``np.sum(x)``
+is refused, naming the pf op to use.
 
 :meth:`Tensor.__array_ufunc__ <pyfuse.frontend.tensor_methods.TensorMethods.__array_ufunc__>`
 calls :func:`apply_ufunc` (registered with :func:`~pyfuse.frontend.tensor_methods.tensor_method`;
@@ -9,12 +10,17 @@ propagates NaN (as NumPy's does), ``np.divide`` of integers is true division,
 ``np.sign(nan)`` is 0 (torch's; NumPy gives NaN). NumPy scalars are Python numbers here; a
 NumPy array is not a traced tensor and is refused (pass it to the fused function as an
 argument).
+
+Every other NumPy function (``np.sum``, ``np.where``, ``np.concatenate``...) reaches
+``Tensor.__array_function__``: it answers the ones that read only the shape (``np.shape``,
+``np.ndim``, ``np.size``) and calls :func:`refuse_array_function` for the rest: a
+FusionError at the user's line that names the pf op of that meaning, where there is one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from pyfuse.frontend import bitwise, ops, rounding
 from pyfuse.frontend import composites as pc
@@ -80,6 +86,7 @@ _UFUNCS: dict[str, Callable[..., ops.Tensor]] = {
     "remainder": rounding.remainder,
     "floor_divide": rounding.floor_divide,
     "cos": ops.cos,
+    "matmul": ops.matmul,  # a generalized ufunc: torch.matmul's meaning, batch dims broadcast
     "sign": pc.sign,
     "isnan": pc.isnan,
     "isinf": pc.isinf,
@@ -117,3 +124,53 @@ def apply_ufunc(
             f"np.{name} has no pyfuse op yet; the ufuncs traced are {', '.join(sorted(_UFUNCS))}",
         )
     return op(*(_argument(name, value) for value in inputs))
+
+
+# NumPy functions (by ``__name__``) -> the pf op of the same meaning, named in the refusal.
+_PF_EQUIVALENTS = {
+    "sum": "pf.sum(x, dim)",
+    "mean": "pf.mean(x, dim)",
+    "prod": "pf.prod(x, dim)",
+    "max": "pf.amax(x, dim)",
+    "amax": "pf.amax(x, dim)",
+    "min": "pf.amin(x, dim)",
+    "amin": "pf.amin(x, dim)",
+    "any": "pf.any(x, dim)",
+    "all": "pf.all(x, dim)",
+    "var": "pf.var(x, dim)",
+    "std": "pf.std(x, dim)",
+    "argmax": "pf.argmax(x, dim)",
+    "argmin": "pf.argmin(x, dim)",
+    "where": "pf.where(condition, x, y)",
+    "clip": "pf.clamp(x, min, max)",
+    "round": "pf.round(x)",
+    "around": "pf.round(x)",
+    "transpose": "pf.permute(x, dims) or x.T",
+    "reshape": "pf.reshape(x, shape)",
+    "squeeze": "pf.squeeze(x, dim)",
+    "expand_dims": "pf.unsqueeze(x, dim)",
+    "broadcast_to": "pf.broadcast_to(x, shape)",
+    "concatenate": "pf.cat(tensors, dim)",
+    "stack": "pf.stack(tensors, dim)",
+    "dot": "pf.matmul(a, b)",
+    "tril": "pf.tril(x)",
+    "triu": "pf.triu(x)",
+    "nan_to_num": "pf.nan_to_num(x)",
+    "full_like": "pf.full_like(x, value)",
+    "zeros_like": "pf.zeros_like(x)",
+    "ones_like": "pf.ones_like(x)",
+    "size": "x.shape[axis]",
+}
+
+
+@tensor_method
+def refuse_array_function(func: Any) -> NoReturn:
+    """The FusionError for a NumPy function (not a ufunc) given a traced tensor: it names the
+    pf op of that meaning, where there is one."""
+    name = str(getattr(func, "__name__", func))
+    equivalent = _PF_EQUIVALENTS.get(name)
+    hint = f"use {equivalent}" if equivalent else "compute it with pf ops"
+    refuse(
+        f"np.{name}",
+        f"np.{name} cannot take a traced tensor, which has no values while tracing: {hint}",
+    )

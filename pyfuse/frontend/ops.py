@@ -21,8 +21,17 @@ import builtins
 from collections.abc import Sequence
 
 from pyfuse.errors import FusionError
-from pyfuse.frontend.arguments import Dims, check_scalars_fit, reduction_dims, scalar_value
-from pyfuse.frontend.location import user_op
+from pyfuse.frontend.arguments import (
+    Dims,
+    check_scalars_fit,
+    flag,
+    int_argument,
+    normalize_dim,
+    reduction_dims,
+    scalar_value,
+    sizes,
+)
+from pyfuse.frontend.location import refuse, user_op
 from pyfuse.frontend.tensor_methods import TensorMethods, ValuesAndIndices, tensor_method
 from pyfuse.ir import layout_ops
 from pyfuse.ir import ops as ir_ops
@@ -61,7 +70,14 @@ class Tensor(TensorMethods):
         return self.tv.ndim
 
     def size(self, dim: int | None = None) -> int | tuple[int, ...]:
-        return self.shape if dim is None else self.shape[dim]
+        if dim is None:
+            return self.shape
+        if self.ndim == 0:
+            refuse("size", f"dimension specified as {dim!r} but the tensor has no dimensions")
+        try:
+            return self.shape[normalize_dim(dim, self.ndim)]
+        except FusionError as error:  # not an op: no user_op names it and the user's line
+            refuse("size", error.bare_message)
 
     def __repr__(self) -> str:
         return f"Tensor(T{self.tv.name}, shape={self.shape}, dtype={self.dtype.name})"
@@ -199,11 +215,11 @@ class Tensor(TensorMethods):
         return broadcast_to(self, _shape_args(shape))
 
 
-def _shape_args(values: tuple[int | Sequence[int], ...]) -> tuple[int, ...]:
-    """Accept both ``f(2, 3)`` and ``f((2, 3))`` like torch."""
-    if len(values) == 1 and not isinstance(values[0], int):
-        return tuple(values[0])
-    return tuple(int(v) for v in values)  # type: ignore[arg-type]
+def _shape_args(values: tuple[int | Sequence[int], ...]) -> int | Sequence[int]:
+    """Accept both ``f(2, 3)`` and ``f((2, 3))`` like torch: one argument is the shape itself.
+    The op reads the sizes (:func:`~pyfuse.frontend.arguments.sizes`), so that a bad one is
+    an error naming the op and the user's line."""
+    return values[0] if len(values) == 1 else values  # type: ignore[return-value]
 
 
 TensorLike = Tensor | Number
@@ -480,7 +496,8 @@ def cast(x: Tensor, dtype: DType) -> Tensor:
 def sum(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # noqa: A001
     """Sum over ``dim`` (all by default); ints and bools sum in int64 (torch.sum):
     ``pf.sum(x, -1, keepdim=True)``."""
-    return Tensor(ir_ops.reduce(ReductionOpType.SUM, _tensor(x), reduction_dims(x, dim), keepdim))
+    dims = reduction_dims(x, dim)
+    return Tensor(ir_ops.reduce(ReductionOpType.SUM, _tensor(x), dims, flag(keepdim, "keepdim")))
 
 
 @tensor_method
@@ -488,7 +505,8 @@ def sum(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # noqa: 
 def prod(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
     """The product over ``dim`` (all by default); ints and bools multiply in int64, 16-bit
     floats in float32 (torch.prod, also over several dims): ``pf.prod(x, -1)``."""
-    return Tensor(ir_ops.reduce(ReductionOpType.PROD, _tensor(x), reduction_dims(x, dim), keepdim))
+    dims = reduction_dims(x, dim)
+    return Tensor(ir_ops.reduce(ReductionOpType.PROD, _tensor(x), dims, flag(keepdim, "keepdim")))
 
 
 @user_op("max")
@@ -499,7 +517,8 @@ def max(x: Tensor, dim: Dims | Tensor = None, keepdim: bool = False) -> Tensor: 
     ``pf.amax`` is the same reduction."""
     if isinstance(dim, Tensor):
         return maximum(x, dim)
-    return Tensor(ir_ops.reduce(ReductionOpType.MAX, _tensor(x), reduction_dims(x, dim), keepdim))
+    dims = reduction_dims(x, dim)
+    return Tensor(ir_ops.reduce(ReductionOpType.MAX, _tensor(x), dims, flag(keepdim, "keepdim")))
 
 
 @user_op("min")
@@ -509,25 +528,28 @@ def min(x: Tensor, dim: Dims | Tensor = None, keepdim: bool = False) -> Tensor: 
     ``pf.amin``."""
     if isinstance(dim, Tensor):
         return minimum(x, dim)
-    return Tensor(ir_ops.reduce(ReductionOpType.MIN, _tensor(x), reduction_dims(x, dim), keepdim))
+    dims = reduction_dims(x, dim)
+    return Tensor(ir_ops.reduce(ReductionOpType.MIN, _tensor(x), dims, flag(keepdim, "keepdim")))
 
 
 @user_op("mean")
 def mean(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
     """Mean over ``dim`` of a float tensor; NaN over no elements (torch.mean):
     ``pf.mean(x, -1)``."""
-    return Tensor(ir_ops.mean(_tensor(x), reduction_dims(x, dim), keepdim))
+    return Tensor(ir_ops.mean(_tensor(x), reduction_dims(x, dim), flag(keepdim, "keepdim")))
 
 
 # ---- shape and metadata ---------------------------------------------------------------------
 
 
 @user_op("broadcast_to")
-def broadcast_to(x: Tensor, shape: Sequence[int]) -> Tensor:
+def broadcast_to(x: Tensor, shape: int | Sequence[int]) -> Tensor:
     """``x`` stretched to ``shape`` without a copy (torch.broadcast_to):
     ``pf.broadcast_to(row, (4, 7))``; -1 keeps an axis's size (``x.expand(-1, 7)``)."""
     tv = _tensor(x)
-    shape = tuple(shape)
+    shape = sizes(shape)
+    if builtins.any(size < -1 for size in shape):
+        raise FusionError(f"sizes must be >= 0, or -1 to keep an axis's size, got {shape}")
     leading = len(shape) - tv.ndim
     if leading >= 0:  # else the IR's broadcast_to says why
         if -1 in shape[:leading]:
@@ -546,7 +568,8 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     -1)``. It runs as a kernel of its own that reads each tensor from memory."""
     if isinstance(tensors, Tensor) or not isinstance(tensors, Sequence):
         raise FusionError("cat takes a list or tuple of tensors")
-    return Tensor(layout_ops.cat([_tensor(t, "each tensor of cat") for t in tensors], dim))
+    views = [_tensor(t, "each tensor of cat") for t in tensors]
+    return Tensor(layout_ops.cat(views, int_argument(dim, "dim")))
 
 
 @user_op("stack")
@@ -559,7 +582,7 @@ def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     shapes = {tuple(tv.shape) for tv in views}
     if len(shapes) > 1:
         raise FusionError(f"stack needs tensors of one shape, got {sorted(shapes)}")
-    axis = dim + views[0].ndim + 1 if dim < 0 else dim
+    axis = normalize_dim(dim, views[0].ndim + 1)  # the result's rank: one more
     return Tensor(layout_ops.cat([ir_ops.unsqueeze(tv, axis) for tv in views], axis))
 
 
@@ -577,7 +600,7 @@ def slice_axes(
 @user_op("unsqueeze")
 def unsqueeze(x: Tensor, dim: int) -> Tensor:
     """A new size-1 axis at ``dim`` (torch.unsqueeze): ``pf.unsqueeze(v, 0)``."""
-    return Tensor(ir_ops.unsqueeze(_tensor(x), dim))
+    return Tensor(ir_ops.unsqueeze(_tensor(x), normalize_dim(dim, x.ndim + 1)))
 
 
 @tensor_method
@@ -585,21 +608,24 @@ def unsqueeze(x: Tensor, dim: int) -> Tensor:
 def squeeze(x: Tensor, dim: Dims = None) -> Tensor:
     """Drop size-1 axes (those of ``dim`` only, when given; other sizes stay, like torch):
     ``pf.squeeze(x, 0)``."""
-    dims = None if dim is None else reduction_dims(x, dim)
+    dims = None if dim is None else reduction_dims(x, dim, empty_is_all=False)
     return Tensor(ir_ops.squeeze(_tensor(x), dims))
 
 
 @user_op("permute")
-def permute(x: Tensor, dims: Sequence[int]) -> Tensor:
+def permute(x: Tensor, dims: int | Sequence[int]) -> Tensor:
     """The axes of ``x`` reordered (torch.permute): ``pf.permute(x, (2, 0, 1))``."""
-    return Tensor(layout_ops.permute(_tensor(x), tuple(dims)))
+    return Tensor(layout_ops.permute(_tensor(x), sizes(dims, "dims")))
 
 
 @user_op("transpose")
 def transpose(x: Tensor, dim0: int, dim1: int) -> Tensor:
     """``x`` with axes ``dim0`` and ``dim1`` swapped (torch.transpose):
     ``pf.transpose(x, 0, 1)``."""
-    return Tensor(layout_ops.transpose(_tensor(x), dim0, dim1))
+    tv = _tensor(x)
+    return Tensor(
+        layout_ops.transpose(tv, normalize_dim(dim0, tv.ndim), normalize_dim(dim1, tv.ndim))
+    )
 
 
 @user_op("t")
@@ -610,10 +636,10 @@ def t(x: Tensor) -> Tensor:
 
 
 @user_op("reshape")
-def reshape(x: Tensor, shape: Sequence[int]) -> Tensor:
+def reshape(x: Tensor, shape: int | Sequence[int]) -> Tensor:
     """``x`` viewed with ``shape``, one size may be -1 (torch.reshape):
     ``pf.reshape(x, (2, -1))``."""
-    return Tensor(layout_ops.reshape(_tensor(x), tuple(shape)))
+    return Tensor(layout_ops.reshape(_tensor(x), sizes(shape, "shape")))
 
 
 # ---- matmul ---------------------------------------------------------------------------------
@@ -628,9 +654,21 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
 
 @user_op("linear")
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """``x @ weight.T + bias`` (torch.nn.functional.linear): ``pf.linear(x, w, b)``."""
+    """``x @ weight.T + bias`` (torch.nn.functional.linear): ``pf.linear(x, w, b)``; the bias
+    has shape ``(N,)`` for ``weight [N, K]``, or ``()`` or ``(1,)``, broadcast as in torch."""
+    x_tv, weight_tv = _tensor(x, "x"), _tensor(weight, "weight")
     bias_tv = None if bias is None else _tensor(bias, "bias")
-    return Tensor(ir_ops.linear(_tensor(x, "x"), _tensor(weight, "weight"), bias_tv))
+    if bias_tv is not None and weight_tv.ndim == 2:  # else the IR's linear says what is wrong
+        features = weight_tv.shape[0]
+        if bias_tv.shape not in ((), (1,), (features,)):
+            raise FusionError(
+                f"bias must have shape ({features},), (1,) or () for a weight of shape "
+                f"{weight_tv.shape}, got {bias_tv.shape}"
+            )
+        # The LinearOp takes a bias [N] (its epilogue reads one value per output column):
+        # one value is broadcast to N, and the IR's linear reads a copy of that broadcast.
+        bias_tv = ir_ops.broadcast_to(bias_tv, (features,))
+    return Tensor(ir_ops.linear(x_tv, weight_tv, bias_tv))
 
 
 # ---- IR ops without a public op of their own ------------------------------------------------

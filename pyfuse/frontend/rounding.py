@@ -6,6 +6,7 @@ registry of :mod:`pyfuse.frontend.tensor_methods`. PTX: ``backend_ptx/emit_divid
 from __future__ import annotations
 
 from pyfuse.errors import FusionError
+from pyfuse.frontend.arguments import int_argument
 from pyfuse.frontend.location import user_op
 from pyfuse.frontend.ops import Tensor, TensorLike, _binary, _unary
 from pyfuse.frontend.tensor_methods import tensor_method
@@ -40,7 +41,7 @@ def ceil(x: Tensor) -> Tensor:
 def round(x: Tensor, decimals: int = 0) -> Tensor:  # noqa: A001 - torch's name
     """The nearest integral value, halves to even; integers unchanged (torch.round without
     ``decimals``): ``pf.round(x)``."""
-    if decimals != 0:
+    if int_argument(decimals, "decimals") != 0:
         raise FusionError(f"round(decimals={decimals}) is not supported; only decimals=0")
     return _unary(UnaryOpType.ROUND, x)
 

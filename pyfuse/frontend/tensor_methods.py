@@ -14,12 +14,13 @@ nobody registered is an :class:`InternalError`.
 from __future__ import annotations
 
 import builtins
+import math
 import typing
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeGuard, TypeVar
 
 from pyfuse.errors import InternalError
-from pyfuse.frontend.arguments import Dims, Number
+from pyfuse.frontend.arguments import Dims, Number, index_value
 from pyfuse.frontend.location import refuse
 from pyfuse.ir import dtypes
 from pyfuse.ir.dtypes import DType
@@ -88,6 +89,20 @@ class TensorMethods:
     def __array__(self, *args: object, **kwargs: object) -> NoReturn:
         refuse("numpy", f"{_NO_VALUE}; NumPy functions other than the ufuncs cannot take it")
 
+    def __round__(self: S, ndigits: builtins.int | None = None) -> S:
+        # Python's round(x) is torch's: a tensor of the nearest integral values.
+        return _implementation(self, "round")(self, 0 if ndigits is None else ndigits)
+
+    def __divmod__(self, other: object) -> NoReturn:
+        refuse(
+            "divmod", "divmod() of a traced tensor is not supported (nor in torch): use // and %"
+        )
+
+    def __rdivmod__(self, other: object) -> NoReturn:
+        refuse(
+            "divmod", "divmod() of a traced tensor is not supported (nor in torch): use // and %"
+        )
+
     def __len__(self) -> builtins.int:
         if self.ndim == 0:
             refuse("len", "len() of a 0-d tensor")
@@ -99,9 +114,25 @@ class TensorMethods:
     def __getitem__(self: S, index: object) -> S:
         return _index(self, index)
 
-    # -- NumPy ufuncs: np.exp(x), np.maximum(x, 0) -----------------------------------------------
+    # -- NumPy ufuncs: np.exp(x), np.maximum(x, 0); other NumPy functions: np.sum(x) -----------
     def __array_ufunc__(self: S, ufunc: Any, method: str, *inputs: object, **kwargs: object) -> S:
         return _implementation(self, "apply_ufunc")(ufunc, method, inputs, kwargs)
+
+    def __array_function__(
+        self, func: Any, types: object, args: tuple[object, ...], kwargs: dict[str, object]
+    ) -> object:
+        # Without it NumPy calls the tensor's own methods with NumPy's keywords (np.sum(x)
+        # calls x.sum(axis=None, ...)): a TypeError from inside NumPy. Facts of the shape are
+        # known while tracing; every other function is refused, naming the pf op to use.
+        name = getattr(func, "__name__", "")
+        if len(args) == 1 and args[0] is self and not kwargs:
+            if name == "shape":
+                return self.shape
+            if name == "ndim":
+                return self.ndim
+            if name == "size":
+                return math.prod(self.shape)
+        return _implementation(self, "refuse_array_function")(func)
 
     # -- bitwise operators: logic on bool tensors ----------------------------------------------
     def __and__(self: S, other: S | Number) -> S:
@@ -170,7 +201,8 @@ class TensorMethods:
         return _implementation(self, "cast")(self, dtypes.float64)
 
     def type_as(self: S, other: S) -> S:
-        return _implementation(self, "cast")(self, other.dtype)
+        # Read softly: cast names what is wrong with an ``other`` that is no tensor.
+        return _implementation(self, "cast")(self, getattr(other, "dtype", other))
 
     # -- the ops as methods ----------------------------------------------------------------------
     def abs(self: S) -> S:
@@ -337,7 +369,7 @@ def _index(x: S, index: object) -> S:
     positive steps, ``None`` (a new axis) and ``...``. A slice of an input is read in place
     at an offset (a view); of a computed tensor, from the memory an earlier kernel wrote.
     Tensor indices are refused at the user's line."""
-    items = list(index) if isinstance(index, tuple) else [index]
+    items = [_index_item(item) for item in (index if isinstance(index, tuple) else (index,))]
     for item in items:
         if not (item is None or item is Ellipsis or isinstance(item, slice) or _is_int(item)):
             refuse(
@@ -400,6 +432,23 @@ def _is_int(item: object) -> TypeGuard[int]:
     return isinstance(item, int) and not isinstance(item, bool)
 
 
+def _index_item(item: object) -> object:
+    """One item of an index with its ints as Python ints (a NumPy integer is one, as in torch);
+    a slice bound that is no int is refused here: ``slice.indices`` would raise a TypeError."""
+    if isinstance(item, slice):
+        bounds = (item.start, item.stop, item.step)
+        for bound in bounds:
+            if bound is not None and index_value(bound) is None:
+                refuse(
+                    "getitem",
+                    f"slice bounds must be ints or None, got {type(bound).__name__} {bound!r}",
+                )
+        read = [None if bound is None else index_value(bound) for bound in bounds]
+        return slice(*read)
+    number = index_value(item)
+    return item if number is None else number
+
+
 class ValuesAndIndices(Generic[S]):
     """torch's ``(values, indices)`` of ``x.max(dim)`` and ``x.min(dim)``: ``values`` is the
     reduction, ``indices`` the ``argmax`` (``argmin``) over the same dim, traced when read;
@@ -416,7 +465,7 @@ class ValuesAndIndices(Generic[S]):
 
     @property
     def indices(self) -> S:
-        if not isinstance(self.dim, int) or isinstance(self.dim, builtins.bool):
+        if index_value(self.dim) is None:
             refuse(
                 self.op,
                 f"x.{self.op}(dim) takes one int dim for its indices, as in torch, got "

@@ -455,7 +455,7 @@ USER_ERRORS: list[tuple[Callable[..., Any], pf.Spec, str, str, str]] = [
     (_f_round, X4, "round", "round", "round(decimals=2) is not supported"),
     (_f_indices, X4, "indices", "max", "takes one int dim for its indices"),
     (_f_bitwise_float, X4, "bitwise", "bitwise_and", "needs integer or bool operands"),
-    (_f_np_where, X4, "np.where", "numpy", "NumPy functions other than the ufuncs"),
+    (_f_np_where, X4, "np.where", "np.where", "use pf.where(condition, x, y)"),
     (_f_np_reduce, X4, "np.add.reduce", "np.add", "np.add.reduce is not supported"),
     (_f_array_operand, X4, "array operand", "add", "pass it to the fused function"),
     (_f_iterate, X4, "iterate", "iter", "not supported yet"),

@@ -176,3 +176,66 @@ def test_composites() -> None:
     _close(
         pf.fuse(lambda t, w: pf.rms_norm(t, w, 1e-6)).reference(x, w), want, np.dtype(np.float32)
     )
+
+
+# (x shape, weight shape [N, K], bias shape): torch's F.linear takes a bias of shape (N,),
+# (1,) or (), broadcast to the output's last dim. Ragged sizes, a 1-D input, N = 1 and K = 1.
+LINEAR_BIASES = [
+    ((37, 19), (13, 19), ()),
+    ((37, 19), (13, 19), (1,)),
+    ((37, 19), (13, 19), (13,)),
+    ((2, 5, 7), (3, 7), ()),
+    ((2, 5, 7), (3, 7), (1,)),
+    ((7,), (5, 7), ()),
+    ((9, 4), (1, 4), ()),
+    ((9, 4), (1, 4), (1,)),
+    ((6, 1), (11, 1), (1,)),
+]
+
+
+@pytest.mark.parametrize(("x_shape", "w_shape", "bias_shape"), LINEAR_BIASES)
+def test_linear_bias_broadcasts_like_torch(
+    x_shape: tuple[int, ...], w_shape: tuple[int, int], bias_shape: tuple[int, ...]
+) -> None:
+    def nonzero(shape: tuple[int, ...]) -> np.ndarray:
+        magnitude = RNG.uniform(0.5, 1.5, shape)
+        return (magnitude * RNG.choice([-1.0, 1.0], shape)).astype(np.float32)
+
+    x, w, bias = nonzero(x_shape), nonzero(w_shape), nonzero(bias_shape)
+    fused = pf.fuse(lambda x, w, b: pf.linear(x, w, b))
+    want = x.astype(np.float64) @ w.astype(np.float64).T + bias.astype(np.float64)
+    _close(fused.reference(x, w, bias), want, np.dtype(np.float32))
+    assert fused.trace(x, w, bias).outputs[0].shape == want.shape
+
+
+def test_linear_scalar_bias_stays_in_the_matmul_kernel() -> None:
+    # The bias of one value is broadcast to N before the LinearOp, which the matmul
+    # scheduler's epilogue adds: no kernel of its own, no tensor written in between.
+    fused = pf.fuse(lambda x, w, b: pf.linear(x, w, b))
+    specs = (pf.spec((200, 64), pf.bfloat16), pf.spec((96, 64), pf.bfloat16))
+    for bias_shape in ((), (1,)):
+        compiled = fused.compile(*specs, pf.spec(bias_shape, pf.bfloat16))
+        assert [kernel.scheduler for kernel in compiled.kernels] == ["matmul"]
+        assert compiled.global_intermediates == []
+
+
+@pytest.mark.parametrize(
+    ("bias_shape", "text"),
+    [
+        ((2,), "bias must have shape (6,), (1,) or () for a weight of shape (6, 3), got (2,)"),
+        ((1, 6), "bias must have shape (6,), (1,) or () for a weight of shape (6, 3), got (1, 6)"),
+    ],
+)
+def test_linear_refuses_a_bias_torch_refuses(bias_shape: tuple[int, ...], text: str) -> None:
+    fused = pf.fuse(lambda x, w, b: pf.linear(x, w, b))
+    with pytest.raises(pf.FusionError) as excinfo:
+        fused.trace(
+            pf.spec((4, 3), pf.float32),
+            pf.spec((6, 3), pf.float32),
+            pf.spec(bias_shape, pf.float32),
+        )
+    assert excinfo.value.op == "linear" and text in str(excinfo.value)
+    with pytest.raises(pf.FusionError, match="bias dtype float16 differs"):
+        fused.trace(
+            pf.spec((4, 3), pf.float32), pf.spec((6, 3), pf.float32), pf.spec((), pf.float16)
+        )
