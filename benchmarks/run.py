@@ -148,8 +148,9 @@ def case_rms_norm() -> Result:
 
 
 def case_wide_rows() -> list[Result]:
-    """Rows too wide for registers (shared_rows.py keeps them in shared memory): rms_norm and
-    layer_norm of 49152 columns and softmax of 44444, bf16."""
+    """Rows of 25,000 to 49,152 at 1024 threads, whose kept tensors spill some registers:
+    rms_norm and layer_norm of 49152 and 25000 columns and softmax of 44444, bf16 (keeping
+    them in shared memory instead ran 1.2-1.55x slower: docs/performance.md)."""
     import torch
 
     rows = 2048

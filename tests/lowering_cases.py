@@ -551,23 +551,6 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
         lambda x, w: x @ w.T,
         [S((1, 18944), bf16), S((8, 18944), bf16)],
     ),
-    # rows too wide for a 1024-thread block's registers keep their kept tensors in shared
-    # memory (shared_rows.py): they spilled 12 to 388 B in registers (rms_norm with a
-    # weight at 49152, softmax at 44444, layer_norm at 49152; an f32 input's own cache
-    # goes through a copy, its global vector loads fill registers)
-    "wide_rms_norm_in_shared_memory": (
-        lambda x, w: pf.rms_norm(x, w),
-        [S((2, 49152), f16), S((49152,), f16)],
-    ),
-    "wide_layer_norm_in_shared_memory": (
-        lambda x, w, b: pf.layer_norm(x, w, b),
-        [S((2, 49152), bf16), S((49152,), bf16), S((49152,), bf16)],
-    ),
-    "wide_softmax_in_shared_memory": (lambda y: pf.softmax(y, -1), [S((3, 44444), f16)]),
-    "wide_f32_row_of_an_input_in_shared_memory": (
-        lambda x, w: pf.rms_norm(x, w),
-        [S((2, 44444), f32), S((44444,), f32)],
-    ),
     "odd_layer_norm_long_epilogue": (
         lambda x, r, w: (pf.layer_norm(pf.gelu(x + r) * x, w) * r, x + r),
         [S((2, 12285), f16)] * 2 + [S((12285,), f16)],

@@ -23,7 +23,6 @@ largest tensor that feeds a reduction). Guarantees, on success:
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable
 
 from pyfuse.ir.exprs import (
@@ -52,7 +51,6 @@ from pyfuse.passes.scheduler_utils import (
     upstream,
     vector_width,
 )
-from pyfuse.passes.shared_rows import move_rows_to_shared_memory
 
 NAME = "reduction"
 # Register budget of a persistent row: elements one thread keeps per persistent tensor.
@@ -79,7 +77,6 @@ class ReductionParams:
     vector_width: int
     serial: int  # elements per thread along the reduction (inner) or the column (outer)
     persistent: bool
-    shared_rows: int = 0  # kept tensors held in shared memory (shared_rows.py)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -88,7 +85,7 @@ class ReductionParams:
             "vector_width": self.vector_width,
             "serial": self.serial,
             "persistent": self.persistent,
-        } | ({"shared_rows": self.shared_rows} if self.shared_rows else {})
+        }
 
 
 def _reductions(fusion: Fusion) -> list[ReductionOp]:
@@ -556,11 +553,4 @@ def schedule(
         reference.parallelize(0, ParallelType.BIDX)
         reference.parallelize(1, ParallelType.TIDX)
     replay_everywhere(fusion, reference)
-    if params.kind == "inner" and params.persistent:
-        cols = _extent(reference, flags, True)
-        per_thread = params.serial * params.vector_width
-        shared = move_rows_to_shared_memory(
-            fusion, reference, params.threads, per_thread, cols, target
-        )
-        params = dataclasses.replace(params, shared_rows=shared) if shared else params
     return reference, params
