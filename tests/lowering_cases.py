@@ -551,6 +551,18 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
         lambda x, w: x @ w.T,
         [S((1, 18944), bf16), S((8, 18944), bf16)],
     ),
+    # wide ragged rows at 1024 threads: a 16-bit weight's cast, replayed on the 1-D loops,
+    # was computed for the whole row into a per-thread array (its broadcast's loops have the
+    # block axis too), and spilled 132 to 300 B; broadcast first, it is read in the epilogue
+    # loop (passes/broadcast_first.py)
+    "wide_ragged_layer_norm_with_16_bit_weights": (
+        lambda x, w, b: pf.layer_norm(x, w, b),
+        [S((2, 25000), bf16), S((25000,), bf16), S((25000,), bf16)],
+    ),
+    "wide_ragged_rms_norm_with_a_16_bit_weight": (
+        lambda x, w: pf.rms_norm(x, w),
+        [S((3, 44444), f16), S((44444,), f16)],
+    ),
     "odd_layer_norm_long_epilogue": (
         lambda x, r, w: (pf.layer_norm(pf.gelu(x + r) * x, w) * r, x + r),
         [S((2, 12285), f16)] * 2 + [S((12285,), f16)],

@@ -227,11 +227,13 @@ def schedule_kernel(
     says what the scheduler may use (a fallback plan's limits, passes/fallback.py)."""
     runner = runner or _StageRunner()
     fusion = plan.fusion
+    scheduler = scheduler_named(plan.scheduler)
     with fusion:
+        if scheduler.prepare is not None:
+            scheduler.prepare(fusion, target)
         # Slices are aliased even without aliases: reading in place is how a slice is read.
         skip_intermediates(fusion, slices_only=not attempt.alias_inputs)
         runner.verify(fusion, "skip_intermediates")
-        scheduler = scheduler_named(plan.scheduler)
         given = matmul if attempt.user_params else None
         plan.reference, params = scheduler.schedule(fusion, target, given, attempt.vectorize)
         plan.params.update(params)

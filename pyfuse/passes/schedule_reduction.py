@@ -43,6 +43,7 @@ from pyfuse.ir.iterdomain import ParallelType
 from pyfuse.ir.records import record
 from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.tensor import TensorView
+from pyfuse.passes.broadcast_first import broadcast_first
 from pyfuse.passes.register_budget import STREAMING_ARRAY_WORDS_AT_1024
 from pyfuse.passes.scheduler_utils import (
     cache_inputs_and_outputs,
@@ -497,6 +498,28 @@ def _inner_threads(
         threads *= 2
     serial = -(-vectors // threads)
     return threads, serial
+
+
+# Elements a thread of a 1024-thread persistent row holds per tensor past which its 1-D
+# inputs are broadcast before their casts (broadcast_first.py): the cast of a weight, hoisted
+# into a per-thread array of the whole row, spilled from ragged rows of 25,000 (32 a thread).
+WIDE_ROW_ELEMENTS = 24
+
+
+def prepare(fusion: Fusion, target: TargetInfo) -> None:
+    """Before skip_intermediates: a persistent row of more than WIDE_ROW_ELEMENTS a thread at
+    the block's largest size reads its 1-D inputs at the row's rank (broadcast_first.py).
+    Narrower rows keep their plans (and the golden PTX) as they are."""
+    if not _reductions(fusion):
+        return
+    reference = reference_tensor(fusion)
+    flags = _reduced_flags(fusion, reference, IdModel(fusion))
+    if flags is None or not any(flags) or not _is_inner(reference, flags):
+        return
+    params = choose_params(fusion, reference, flags, target)
+    wide = params.serial * params.vector_width > WIDE_ROW_ELEMENTS
+    if params.persistent and params.threads >= target.max_threads_per_block and wide:
+        broadcast_first(fusion)
 
 
 def schedule(

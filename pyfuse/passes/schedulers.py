@@ -44,6 +44,8 @@ ScheduleStep = Callable[
     [Fusion, TargetInfo, "MatmulParams | None", bool], "tuple[TensorView, dict[str, object]]"
 ]
 LowerStep = Callable[[KernelPlan, str, TargetInfo, "IdModel"], "Kernel"]
+# Rewrites a kernel's fusion before skip_intermediates (for the plan the scheduler will make).
+PrepareStep = Callable[[Fusion, TargetInfo], None]
 
 
 @record(frozen=True)
@@ -56,6 +58,7 @@ class Scheduler:
     lower: LowerStep
     indexes_from_reference: bool
     interpreted: bool
+    prepare: PrepareStep | None = None
 
 
 def _no_cat(decline: DeclineCheck) -> DeclineCheck:
@@ -180,6 +183,7 @@ REDUCTION = Scheduler(
     _simt_lower,
     indexes_from_reference=True,
     interpreted=True,
+    prepare=schedule_reduction.prepare,
 )
 POINTWISE = Scheduler(
     schedule_pointwise.NAME,
