@@ -14,6 +14,8 @@ follow a fusion from math IR to PTX.
     segment               kernels, each with the scheduler that accepts it (where none
                           accepts a kernel with an MMA, the MMAs run as multiply+sum)
     ── scheduling (per kernel) ──────────────────────────────────────────────────────────
+    prepare               the scheduler's rewrite before aliasing, if it has one (reduction:
+                          a wide row's weights broadcast before their casts, broadcast_first)
     skip_intermediates    metadata ops right after inputs become aliases, not copies
     schedule_<name>       loop domains, memory types, caches, parallel types
     inline                inline positions from the IdModel

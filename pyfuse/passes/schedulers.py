@@ -1,7 +1,8 @@
 """The scheduler registry: what each kernel scheduler is to the rest of the compiler.
 
 Every scheduler is one :class:`Scheduler` record: its name, why it declines a segment, how it
-schedules and lowers a kernel it took, and two facts the rest of pyfuse branches on, so that
+schedules and lowers a kernel it took, optionally a ``prepare`` step that rewrites the
+kernel's fusion before skip_intermediates, and two facts the rest of pyfuse branches on, so that
 the segmenter, the pipeline, the fuzzer and the runtime ask the record instead of comparing
 scheduler names:
 
