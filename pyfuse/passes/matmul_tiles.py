@@ -30,10 +30,8 @@ def default_tiles(m: int, n: int, *, single_mma: bool) -> tuple[int, int]:
 # issue rate falls with the tile: fewer MMAs per operand byte loaded). 128x192 fills a wave
 # that 128x256 leaves a third or more empty: the autotuner picked it on the H100 at 256x9216,
 # 256x10240 and 512x4416 (docs/performance.md, "Quotients without a division, 128x192 tiles").
-# 128x160 fills waves that neither 192 nor 128 does: on the H100 it ran 1.06-1.12x faster
-# than the old pick at 256x18944, 256x9216, 3000x1600 and 8192x1600 (K-major B), and the
-# rates implied by 32 shapes timed at each width put it at 0.9 (docs/performance.md,
-# "Tiles 160 wide").
+# 128x160 fills waves that neither 192 nor 128 does (256x18944, 3000x1600), at a rate the
+# public set's shapes timed at each width put at 0.9 (docs/performance.md, "Tiles 160 wide").
 FILL_TILES = (
     (128, 256, 1.0), (128, 192, 0.95), (128, 160, 0.9), (128, 128, 0.9), (64, 256, 0.8),
     (64, 128, 0.7),
