@@ -584,4 +584,25 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
         lambda x: pf.reshape(x * 2.0, (4, 6)) + x,
         [S((2, 3, 4, 1), f32)],
     ),
+    # ragged wide rows at 1024 threads: every unrolled copy of the serial loop kept a guard
+    # and a branch around each element, where only the last copy's can fail; the layer_norm
+    # spilled 52 B (41000 columns, 48 a thread), the f32 one 44 B, the streaming rms_norm of
+    # a residual 12 B (36000 columns, one element per access)
+    "ragged_wide_layer_norm": (
+        lambda x, w, b: pf.layer_norm(x, w, b),
+        [S((2, 41000), bf16), S((41000,), bf16), S((41000,), bf16)],
+    ),
+    "ragged_wide_f32_layer_norm": (
+        lambda x, w, b: pf.layer_norm(x, w, b),
+        [S((1, 44444), f32), S((44444,), f32), S((44444,), f32)],
+    ),
+    "ragged_wide_residual_rms_norm": (
+        lambda x, r, w: (pf.rms_norm(x + r, w), x + r),
+        [S((2, 36000), bf16), S((2, 36000), bf16), S((36000,), bf16)],
+    ),
+    # torch's x.max(dim) takes bools, where argmax refuses them: its indices were refused
+    "max_pair_of_bools": (
+        lambda x: (*x.max(1), x.min(0, keepdim=True).indices),
+        [S((5, 7), pf.bool)],
+    ),
 }

@@ -471,7 +471,12 @@ class ValuesAndIndices(Generic[S]):
                 f"x.{self.op}(dim) takes one int dim for its indices, as in torch, got "
                 f"{self.dim!r}; use pf.a{self.op}(x, dims) for the values over several dims",
             )
-        return _implementation(self.source, f"arg{self.op}")(self.source, self.dim, self.keepdim)
+        source = self.source
+        if source.dtype.is_bool:
+            # torch's x.max(dim) takes bools (its indices: the first True, or the first False
+            # for min), where torch.argmax does not: the indices of the same values as uint8.
+            source = _implementation(source, "cast")(source, dtypes.uint8)
+        return _implementation(source, f"arg{self.op}")(source, self.dim, self.keepdim)
 
     def __getitem__(self, index: int) -> S:
         if index in (0, -2):

@@ -365,6 +365,40 @@ def test_constant_let_and_constant_if_fold() -> None:
     assert "bra" not in ptx and "0f41400000" in ptx  # 12.0 stored, no branch
 
 
+def test_guards_that_cannot_fail_in_an_unrolled_copy_are_dropped(assemble_clean: Assemble) -> None:
+    """A ragged row split [S, T]: ``s * 128 + t < 389`` fails only in the copy s = 3; the
+    other copies are emitted without their compare and branch (a guard on each copy spilled
+    ragged persistent rows at 1024 threads: tests/lowering_cases.py, ragged_wide_*)."""
+    src, dst = gbuf("src"), gbuf("dst")
+    s, v = kir.Var("s", i32, 4), kir.Var("v", i32, 2)
+    column = kir.Binary("add", kir.Binary("mul", s, c(128), i32), TID, i32)
+    inside = kir.Binary("lt", column, c(389), boolean)
+    element = kir.Binary("add", kir.Binary("mul", column, c(2), i32), v, i32)
+    # A remainder and a quotient bound too; a Var of no extent (a Let's) is never bounded.
+    bounded = kir.Binary(
+        "logical_and", inside,
+        kir.Binary("lt", kir.Binary("floordiv", kir.Binary("mod", TID, c(64), i32), c(2), i32),
+                   c(32), boolean), boolean,
+    )  # fmt: skip
+    unknown = kir.Var("unknown", i32)
+    body: list[kir.Stmt] = [
+        kir.For(s, c(4), [
+            kir.For(v, c(2), [
+                kir.If(bounded, [kir.Store(dst, element, kir.Load(src, element, f32))]),
+            ], unroll=True),
+        ], unroll=True),
+        kir.Let(unknown, kir.Cast(kir.Load(src, TID, f32), i32)),
+        kir.If(kir.Binary("lt", unknown, c(1 << 30), boolean),
+               [kir.Store(dst, TID, kir.Const(1.0, f32))]),
+    ]  # fmt: skip
+    ptx = emit_ptx(make_kernel(body, [src, dst]), HOPPER)
+    assemble_clean(ptx)
+    # The last copy's two elements keep their guard; the 6 others and the remainder's go.
+    assert len(re.findall(r"setp\.lt\.s32 %p\d+, %r\d+, 389;", ptx)) == 2
+    assert ptx.count("bra") == 3  # those two, and the one around the unknown value's store
+    assert len(re.findall(r"ld\.global\.nc\.f32", ptx)) == 8 + 1
+
+
 def test_lets_on_both_sides_of_a_branch_share_a_register(assemble_clean: Assemble) -> None:
     dst, v = gbuf("dst"), kir.Var("v", f32)
     lower_half = kir.Binary("lt", TID, c(64), boolean)
