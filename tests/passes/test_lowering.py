@@ -253,7 +253,7 @@ def test_an_input_read_only_after_the_reductions_is_loaded_after_them() -> None:
     from check_utils import require_ptxas
 
     from pyfuse.backend_ptx.emit import emit_ptx
-    from pyfuse.backend_ptx.ptxas import assemble
+    from pyfuse.backend_ptx.ptxas import assemble_least_spilling
     from pyfuse.ir import kernel_ir as k
     from pyfuse.ir.target import HOPPER
 
@@ -277,7 +277,11 @@ def test_an_input_read_only_after_the_reductions_is_loaded_after_them() -> None:
     last_reduce = max(i for i, s in enumerate(body) if isinstance(s, k.ThreadReduce))
     assert y_read > last_reduce
     require_ptxas()
-    resources = assemble(emit_ptx(stage.kernel_ir, HOPPER)).kernels[stage.kernel_ir.name]
+    # The build the runtime keeps: since the emitter drops the guards an unrolled copy cannot
+    # fail, ptxas's default build hoists more of this row's 31 loads and spills 148 B; its
+    # full-register-budget rebuild (108 registers) does not.
+    ptx = emit_ptx(stage.kernel_ir, HOPPER)
+    resources = assemble_least_spilling(ptx).kernels[stage.kernel_ir.name]
     assert resources.spill_store_bytes == 0 and resources.local_bytes == 0
 
 
