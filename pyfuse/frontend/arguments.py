@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeGuard
 
 from pyfuse.errors import FusionError
 from pyfuse.ir import dtypes
@@ -34,11 +34,17 @@ class Ranked(Protocol):
     def ndim(self) -> int: ...
 
 
-@runtime_checkable
 class _Traced(Protocol):
     """What a traced Tensor has (read structurally: this module stands under the Tensor)."""
 
     tv: TensorView
+
+
+def _is_traced(value: object) -> TypeGuard[_Traced]:
+    # What isinstance of a runtime-checkable Protocol tests, without its cost: that check
+    # walked the protocol's attributes on every call, a fifth of the tracing time once every
+    # op checked its tensor arguments.
+    return hasattr(value, "tv")
 
 
 def _describe(value: object) -> str:
@@ -50,7 +56,7 @@ def index_value(value: object) -> int | None:
     (anything with ``__index__``); None for a bool (torch refuses ``dim=True``, and Python
     would read it as 1), a float (``int(1.5)`` would truncate it silently), a string or a
     traced tensor (whose ``__index__`` refuses: it has no value while tracing)."""
-    if isinstance(value, bool | _Traced) or not hasattr(type(value), "__index__"):
+    if isinstance(value, bool) or _is_traced(value) or not hasattr(type(value), "__index__"):
         return None
     try:
         return operator.index(value)  # type: ignore[arg-type]  # it has __index__
@@ -89,7 +95,7 @@ def reduction_dims(x: Ranked, dims: Dims, *, empty_is_all: bool = True) -> list[
         return list(range(rank))
     if index_value(dims) is not None:
         listed: list[object] = [dims]
-    elif isinstance(dims, Iterable) and not isinstance(dims, str | _Traced):
+    elif isinstance(dims, Iterable) and not isinstance(dims, str) and not _is_traced(dims):
         listed = list(dims)
     else:
         raise FusionError(f"dim must be an int or a sequence of ints, got {_describe(dims)}")
@@ -113,7 +119,7 @@ def sizes(value: object, what: str = "size") -> tuple[int, ...]:
     one = index_value(value)
     if one is not None:
         return (one,)
-    if isinstance(value, Iterable) and not isinstance(value, str | _Traced):
+    if isinstance(value, Iterable) and not isinstance(value, str) and not _is_traced(value):
         listed = list(value)
         read = [index_value(item) for item in listed]
         if all(number is not None for number in read):
@@ -142,7 +148,7 @@ def dtype_argument(value: object, example: str = "pf.float32") -> DType:
 def check_traced(value: object, what: str) -> None:
     """A FusionError unless ``value`` is a traced tensor (the op's argument ``what``), with a
     hint for the values a user passes there by mistake."""
-    if isinstance(value, _Traced):
+    if _is_traced(value):
         return
     hint = ""
     if hasattr(value, "values") and hasattr(value, "indices"):

@@ -24,23 +24,33 @@ from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.tensor import TensorView, new_axes_like
 
 
-def broadcast_first(fusion: Fusion) -> int:
-    """Rewrite ``broadcast(op(input))`` as ``op(broadcast(input))`` (see the module doc)."""
-    rewritten = 0
+def candidates(fusion: Fusion) -> list[BroadcastOp]:
+    """The BroadcastOps :func:`broadcast_first` would rewrite (see the module doc)."""
+    found = []
     for expr in fusion.exprs():
         if not isinstance(expr, BroadcastOp):
             continue
         (applied,) = expr.tensor_inputs
         elementwise = applied.definition
-        if not isinstance(elementwise, UnaryOp | CastOp):
-            continue
-        (source,) = elementwise.tensor_inputs
         if (
-            not fusion.is_input(source)
-            or fusion.is_output(applied)
-            or len(fusion.uses_in_fusion(applied)) != 1
+            isinstance(elementwise, UnaryOp | CastOp)
+            and fusion.is_input(elementwise.tensor_inputs[0])
+            and not fusion.is_output(applied)
+            and len(fusion.uses_in_fusion(applied)) == 1
         ):
-            continue
+            found.append(expr)
+    return found
+
+
+def broadcast_first(fusion: Fusion, broadcasts: list[BroadcastOp] | None = None) -> int:
+    """Rewrite ``broadcast(op(input))`` as ``op(broadcast(input))`` (see the module doc), for
+    ``broadcasts`` (by default every one of :func:`candidates`); returns how many."""
+    chosen = candidates(fusion) if broadcasts is None else broadcasts
+    for expr in chosen:
+        (applied,) = expr.tensor_inputs
+        elementwise = applied.definition
+        assert isinstance(elementwise, UnaryOp | CastOp)  # checked by candidates
+        (source,) = elementwise.tensor_inputs
         out = expr.output
         with fusion:
             widened = TensorView(new_axes_like(out.no_reductions), source.dtype)
@@ -53,5 +63,4 @@ def broadcast_first(fusion: Fusion) -> int:
         assert result.definition is not None
         result.definition.source = elementwise.source
         fusion.replace_uses(out, result)
-        rewritten += 1
-    return rewritten
+    return len(chosen)

@@ -44,6 +44,7 @@ from pyfuse.ir.records import record
 from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.tensor import TensorView
 from pyfuse.passes.broadcast_first import broadcast_first
+from pyfuse.passes.broadcast_first import candidates as broadcast_candidates
 from pyfuse.passes.register_budget import STREAMING_ARRAY_WORDS_AT_1024
 from pyfuse.passes.scheduler_utils import (
     cache_inputs_and_outputs,
@@ -510,8 +511,9 @@ def prepare(fusion: Fusion, target: TargetInfo) -> None:
     """Before skip_intermediates: a persistent row of more than WIDE_ROW_ELEMENTS a thread at
     the block's largest size reads its 1-D inputs at the row's rank (broadcast_first.py).
     Narrower rows keep their plans (and the golden PTX) as they are."""
-    if not _reductions(fusion):
-        return
+    broadcasts = broadcast_candidates(fusion)
+    if not broadcasts or not _reductions(fusion):
+        return  # nothing to move: the row's plan is not needed
     reference = reference_tensor(fusion)
     flags = _reduced_flags(fusion, reference, IdModel(fusion))
     if flags is None or not any(flags) or not _is_inner(reference, flags):
@@ -519,7 +521,7 @@ def prepare(fusion: Fusion, target: TargetInfo) -> None:
     params = choose_params(fusion, reference, flags, target)
     wide = params.serial * params.vector_width > WIDE_ROW_ELEMENTS
     if params.persistent and params.threads >= target.max_threads_per_block and wide:
-        broadcast_first(fusion)
+        broadcast_first(fusion, broadcasts)
 
 
 def schedule(
