@@ -2,7 +2,8 @@
 Python and NumPy numbers.
 
 :func:`normalize_dim` reads one ``dim`` and :func:`reduction_dims` a ``dim`` argument of a
-reduction (negative dims, a 0-d tensor's 0 and -1, torch's "Dimension out of range" error);
+reduction (negative dims, a 0-d tensor's 0 and -1, torch's "Dimension out of range" error),
+:func:`reduction_arguments` a reduction's ``dim`` and ``keepdim`` under their NumPy names too;
 :func:`int_argument`, :func:`sizes` and :func:`flag` read an int, a shape and a bool as
 torch's argument parser does (a NumPy integer is an int; a float, a bool where an int goes
 or a string never is); :func:`dtype_argument` a pyfuse dtype. :func:`check_traced` refuses what
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable, Sequence
-from typing import Protocol, TypeGuard
+from typing import Protocol, TypeGuard, TypeVar
 
 from pyfuse.errors import FusionError
 from pyfuse.ir import dtypes
@@ -27,6 +28,8 @@ from pyfuse.ir.tensor import TensorView
 
 Number = bool | int | float
 Dims = int | Sequence[int] | None  # a ``dim`` argument: one axis, several, or all (None)
+Keepdims = bool | None  # ``keepdims``, NumPy's name for ``keepdim``: None where not given
+D = TypeVar("D")  # what a reduction's ``dim`` takes (pf.max's also a tensor)
 
 
 class Ranked(Protocol):
@@ -110,6 +113,31 @@ def reduction_dims(x: Ranked, dims: Dims, *, empty_is_all: bool = True) -> list[
             raise FusionError(f"dim {axis} appears multiple times in the list of dims")
         normalized.append(axis)
     return sorted(normalized) if rank else []
+
+
+def reduction_arguments(
+    dim: D | None, keepdim: object, axis: D | None, keepdims: object
+) -> tuple[D | None, bool]:
+    """A reduction's ``dim`` and ``keepdim`` (read as a flag), given under torch's names or
+    NumPy's, ``axis`` and ``keepdims``, which torch's argument parser accepts for every
+    ``dim`` and ``keepdim`` (``x.sum(axis=1, keepdims=True)``). One argument given under both
+    names is refused, as torch refuses it; a name left at its default counts as not given
+    (``dim=None, axis=1`` reads as ``axis=1``)."""
+    if axis is not None:
+        if dim is not None:
+            raise FusionError(
+                f"dim and axis name one argument (axis is NumPy's name for dim): give one, "
+                f"got dim={dim!r} and axis={axis!r}"
+            )
+        dim = axis
+    if keepdims is None:
+        return dim, flag(keepdim, "keepdim")
+    if keepdim is not False:
+        raise FusionError(
+            f"keepdim and keepdims name one argument (keepdims is NumPy's name for keepdim): "
+            f"give one, got keepdim={keepdim!r} and keepdims={keepdims!r}"
+        )
+    return dim, flag(keepdims, "keepdims")
 
 
 def sizes(value: object, what: str = "size") -> tuple[int, ...]:

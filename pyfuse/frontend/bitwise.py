@@ -12,15 +12,8 @@ from __future__ import annotations
 from pyfuse.errors import FusionError
 from pyfuse.frontend.composites import logical_xor
 from pyfuse.frontend.location import refuse, user_op
-from pyfuse.frontend.ops import (
-    Tensor,
-    TensorLike,
-    _binary,
-    _unary,
-    logical_and,
-    logical_not,
-    logical_or,
-)
+from pyfuse.frontend.ops import _binary, _unary, logical_and, logical_not, logical_or
+from pyfuse.frontend.tensor import Tensor, TensorLike
 from pyfuse.frontend.tensor_methods import tensor_method
 from pyfuse.ir.exprs import BinaryOpType, UnaryOpType
 

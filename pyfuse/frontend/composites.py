@@ -21,16 +21,19 @@ from pyfuse.errors import FusionError
 from pyfuse.frontend import ops
 from pyfuse.frontend.arguments import (
     Dims,
+    Keepdims,
     check_scalar_fits,
     dtype_argument,
     flag,
     normalize_dim,
+    reduction_arguments,
     reduction_dims,
     scalar_value,
     sizes,
 )
 from pyfuse.frontend.location import user_op
-from pyfuse.frontend.ops import Tensor, TensorLike, cast
+from pyfuse.frontend.ops import cast
+from pyfuse.frontend.tensor import Tensor, TensorLike
 from pyfuse.frontend.tensor_methods import tensor_method
 from pyfuse.ir import dtypes
 from pyfuse.ir import ops as ir_ops
@@ -321,31 +324,57 @@ def ones_like(x: Tensor, dtype: DType | None = None) -> Tensor:
 
 
 # ---- reductions ------------------------------------------------------------------------------
+# ``dim`` and ``keepdim`` also go by NumPy's names, ``axis`` and ``keepdims``, as in torch (see
+# :func:`~pyfuse.frontend.arguments.reduction_arguments`).
 
 
 @tensor_method
 @user_op("amax")
-def amax(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
+def amax(
+    x: Tensor,
+    dim: Dims = None,
+    keepdim: bool = False,
+    *,
+    axis: Dims = None,
+    keepdims: Keepdims = None,
+) -> Tensor:
     """The largest value over ``dim`` (all by default, or for ``()``), NaN propagating
     (torch.amax): ``pf.amax(x, -1)``."""
     # The dims are read here: pf.max(x, other) of a tensor is the elementwise maximum, which
     # torch.amax(x, other) is not.
+    dim, keepdim = reduction_arguments(dim, keepdim, axis, keepdims)
     return ops.max(x, reduction_dims(x, dim), keepdim)
 
 
 @tensor_method
 @user_op("amin")
-def amin(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
+def amin(
+    x: Tensor,
+    dim: Dims = None,
+    keepdim: bool = False,
+    *,
+    axis: Dims = None,
+    keepdims: Keepdims = None,
+) -> Tensor:
     """The smallest value over ``dim`` (all by default, or for ``()``), NaN propagating
     (torch.amin): ``pf.amin(x, (0, 1))``."""
+    dim, keepdim = reduction_arguments(dim, keepdim, axis, keepdims)
     return ops.min(x, reduction_dims(x, dim), keepdim)
 
 
 @tensor_method
 @user_op("any")
-def any(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # noqa: A001
+def any(  # noqa: A001 - torch's name
+    x: Tensor,
+    dim: Dims = None,
+    keepdim: bool = False,
+    *,
+    axis: Dims = None,
+    keepdims: Keepdims = None,
+) -> Tensor:
     """True where some element over ``dim`` is nonzero (NaN counts), False over no elements
     (torch.any): ``pf.any(x > 0, -1)``."""
+    dim, keepdim = reduction_arguments(dim, keepdim, axis, keepdims)
     dims = reduction_dims(x, dim)
     truth = x if x.dtype.is_bool else ops.ne(x, 0)
     if builtins.any(x.shape[d] == 0 for d in dims):
@@ -355,9 +384,17 @@ def any(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # noqa: 
 
 @tensor_method
 @user_op("all")
-def all(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # noqa: A001
+def all(  # noqa: A001 - torch's name
+    x: Tensor,
+    dim: Dims = None,
+    keepdim: bool = False,
+    *,
+    axis: Dims = None,
+    keepdims: Keepdims = None,
+) -> Tensor:
     """True where every element over ``dim`` is nonzero, True over no elements (torch.all):
     ``pf.all(mask)``."""
+    dim, keepdim = reduction_arguments(dim, keepdim, axis, keepdims)
     dims = reduction_dims(x, dim)
     truth = x if x.dtype.is_bool else ops.ne(x, 0)
     if builtins.any(x.shape[d] == 0 for d in dims):
@@ -385,12 +422,15 @@ def var(
     keepdim: bool = False,
     *,
     correction: float | None = None,
+    axis: Dims = None,
+    keepdims: Keepdims = None,
 ) -> Tensor:
     """``sum((x - mean)**2) / max(0, N - correction)`` over ``dim`` (torch.var; ``unbiased``
     is the older spelling of correction 1 or 0); NaN or inf when ``N <= correction``, as
     in torch: ``pf.var(x, -1, keepdim=True)``."""
     if isinstance(dim, bool):  # torch.var(x, False): the legacy unbiased flag
         dim, unbiased = None, dim
+    dim, keepdim = reduction_arguments(dim, keepdim, axis, keepdims)
     if not x.dtype.is_floating:
         raise FusionError(f"var and std need a floating tensor, got {x.dtype.name}")
     dims = reduction_dims(x, dim)
@@ -411,24 +451,38 @@ def std(
     keepdim: bool = False,
     *,
     correction: float | None = None,
+    axis: Dims = None,
+    keepdims: Keepdims = None,
 ) -> Tensor:
     """The square root of :func:`var` (torch.std): ``pf.std(x, 0, correction=0)``."""
     if not x.dtype.is_floating:
         raise FusionError(f"var and std need a floating tensor, got {x.dtype.name}")
     math_x = cast(x, _math_dtype(x.dtype))
-    variance = var(math_x, dim, unbiased, keepdim, correction=correction)
+    variance = var(
+        math_x, dim, unbiased, keepdim, correction=correction, axis=axis, keepdims=keepdims
+    )
     return cast(ops.sqrt(variance), x.dtype)
 
 
 @tensor_method
 @user_op("logsumexp")
-def logsumexp(x: Tensor, dim: Dims, keepdim: bool = False) -> Tensor:
-    """``log(sum(exp(x)))`` over ``dim``, stable: the max is subtracted first, and an
-    infinite max is replaced by 0 as torch does, so a row of -inf gives -inf and a +inf
-    gives +inf; no elements give -inf: ``pf.logsumexp(x, -1)``."""
+def logsumexp(
+    x: Tensor,
+    dim: Dims = None,
+    keepdim: bool = False,
+    *,
+    axis: Dims = None,
+    keepdims: Keepdims = None,
+) -> Tensor:
+    """``log(sum(exp(x)))`` over ``dim`` (required, as in torch; or ``axis``), stable: the max
+    is subtracted first, and an infinite max is replaced by 0 as torch does, so a row of -inf
+    gives -inf and a +inf gives +inf; no elements give -inf: ``pf.logsumexp(x, -1)``."""
+    # keepdim is read as a flag here, before it picks the result's shape below.
+    dim, keepdim = reduction_arguments(dim, keepdim, axis, keepdims)
+    if dim is None:
+        raise FusionError("logsumexp() needs dim (or axis), as in torch")
     math_x, dtype = _promoted(x)
     dims = reduction_dims(x, dim)
-    keepdim = flag(keepdim, "keepdim")  # read before it picks the result's shape below
     if builtins.any(x.shape[d] == 0 for d in dims):
         return cast(ops.log(ops.sum(ops.exp(math_x), dims, keepdim)), dtype)
     peak = ops.max(math_x, dims, keepdim=True)

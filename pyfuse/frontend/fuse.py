@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any, overload
 
 from pyfuse.errors import FusionError, InternalError
-from pyfuse.frontend.ops import Tensor
+from pyfuse.frontend.tensor import Tensor
 from pyfuse.frontend.tensor_methods import ValuesAndIndices
 from pyfuse.ir import ops as ir_ops
 from pyfuse.ir.fusion import Fusion

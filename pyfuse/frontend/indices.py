@@ -17,15 +17,17 @@ from collections.abc import Sequence
 from pyfuse.errors import FusionError
 from pyfuse.frontend import ops
 from pyfuse.frontend.arguments import (
+    Keepdims,
     dtype_argument,
     flag,
     int_argument,
+    reduction_arguments,
     reduction_dims,
     scalar_value,
     sizes,
 )
 from pyfuse.frontend.location import user_op
-from pyfuse.frontend.ops import Tensor
+from pyfuse.frontend.tensor import Tensor
 from pyfuse.frontend.tensor_methods import tensor_method
 from pyfuse.ir import dtypes
 from pyfuse.ir import ops as ir_ops
@@ -135,19 +137,36 @@ def _arg_extremum(x: Tensor, dim: int | None, keepdim: bool, largest: bool) -> T
     return first
 
 
+# ``dim`` and ``keepdim`` also go by NumPy's names, ``axis`` and ``keepdims``, as in torch.
 @tensor_method
 @user_op("argmax")
-def argmax(x: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
+def argmax(
+    x: Tensor,
+    dim: int | None = None,
+    keepdim: bool = False,
+    *,
+    axis: int | None = None,
+    keepdims: Keepdims = None,
+) -> Tensor:
     """The int64 index of the largest value along ``dim`` (of the flattened tensor for
     None): the first one on ties, a NaN's if there is one (torch.argmax):
     ``pf.argmax(logits, -1)``."""
+    dim, keepdim = reduction_arguments(dim, keepdim, axis, keepdims)
     return _arg_extremum(x, dim, keepdim, largest=True)
 
 
 @tensor_method
 @user_op("argmin")
-def argmin(x: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
+def argmin(
+    x: Tensor,
+    dim: int | None = None,
+    keepdim: bool = False,
+    *,
+    axis: int | None = None,
+    keepdims: Keepdims = None,
+) -> Tensor:
     """The int64 index of the smallest value along ``dim`` (of the flattened tensor for
     None): the first one on ties, a NaN's if there is one (torch.argmin):
     ``pf.argmin(distances, 1)``."""
+    dim, keepdim = reduction_arguments(dim, keepdim, axis, keepdims)
     return _arg_extremum(x, dim, keepdim, largest=False)

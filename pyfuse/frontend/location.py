@@ -12,9 +12,11 @@ A composite op (softmax) calls other ops; the outermost call's line wins, so the
 their own line, never one inside pyfuse.
 
 What is refused outside any op (``float(x)``, ``x[0]``, an unknown NumPy ufunc) goes through
-:func:`refuse`: a FusionError at the innermost frame outside pyfuse and NumPy. This module
-imports no other frontend module but :mod:`~pyfuse.frontend.arguments` (which imports
-none): every one of them may use it.
+:func:`refuse`: a FusionError at the innermost frame outside pyfuse and NumPy. A Tensor method
+called with arguments that do not fit its signature (``x.transpose(0)``) raises Python's
+TypeError before any op runs: :func:`checked_calls` makes it a FusionError naming the method
+and the user's line. This module imports no other frontend module but
+:mod:`~pyfuse.frontend.arguments` (which imports none): every one of them may use it.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ import inspect
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import NoReturn, ParamSpec, TypeVar
+from types import FrameType
+from typing import Any, NoReturn, ParamSpec, TypeVar
 
 from pyfuse.errors import FusionError, PyfuseError
 from pyfuse.frontend.arguments import check_traced
@@ -33,6 +36,7 @@ from pyfuse.runtime.location import PACKAGE_DIR, user_location
 
 P = ParamSpec("P")
 R = TypeVar("R")
+C = TypeVar("C", bound=type)
 
 
 # The annotations (strings: every frontend module has ``from __future__ import annotations``)
@@ -72,6 +76,25 @@ def _check_tensors(
             check_traced(value, name)
 
 
+@functools.cache
+def _is_pyfuse_file(filename: str) -> bool:
+    """Whether code of ``filename`` is pyfuse's: :func:`user_location`'s test of a frame,
+    remembered per file (its ``abspath`` for every frame of every op cost 6-10% of the
+    tracing time; a relative name is resolved against the working directory once)."""
+    return os.path.abspath(filename).startswith(PACKAGE_DIR + os.sep)
+
+
+def _traced_location() -> str | None:
+    """The user's line of the op being traced: what :func:`user_location` answers (the
+    innermost frame outside pyfuse), with each file's verdict cached, as every op asks it."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if not _is_pyfuse_file(frame.f_code.co_filename):
+            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        frame = frame.f_back
+    return None
+
+
 def user_op(
     name: str, checks_itself: Sequence[str] = ()
 ) -> Callable[[Callable[P, R]], Callable[P, R]]:
@@ -85,7 +108,7 @@ def user_op(
         @functools.wraps(fn)
         def traced(*args: P.args, **kwargs: P.kwargs) -> R:
             outer = current_source()
-            where = outer if outer is not None else user_location()
+            where = outer if outer is not None else _traced_location()
             with source_location(where):
                 try:
                     if tensors:
@@ -140,3 +163,53 @@ def _outside_libraries() -> str | None:
 def refuse(op: str, message: str) -> NoReturn:
     """Raise a FusionError for ``op`` at the user's line."""
     raise FusionError(message, op=op, where=_outside_libraries())
+
+
+def checked_calls(cls: C) -> C:
+    """Make a call of any public method of ``cls`` whose arguments do not fit its signature
+    (``x.sum(1, 2, 3, 4, 5)``, ``x.transpose(0)``, ``x.sum(axes=1)``) a FusionError naming the
+    method, its signature and the user's line, as :func:`user_op` does for the ops. Python
+    raises that TypeError before the method runs, so each method gets a thin wrapper: one
+    call more per method call, and the signature is read only for an error."""
+    for name, member in list(vars(cls).items()):
+        if inspect.isfunction(member) and not name.startswith("_"):
+            setattr(cls, name, _checked_method(member, name))
+    return cls
+
+
+def _checked_method(method: Callable[..., R], name: str) -> Callable[..., R]:
+    @functools.wraps(method)
+    def checked(*args: Any, **kwargs: Any) -> R:
+        try:
+            return method(*args, **kwargs)
+        except TypeError as error:
+            called = error.__traceback__
+            if called is None or called.tb_next is not None or current_source() is not None:
+                # Raised inside the method, or a pyfuse op called it wrongly: that op's
+                # user_op reports a bug of pyfuse's.
+                raise
+            message = _mismatch(method, name, args, kwargs)
+            raise FusionError(message, op=name, where=_outside_libraries()) from None
+
+    return checked
+
+
+def _mismatch(
+    method: Callable[..., object], name: str, args: Sequence[object], kwargs: Mapping[str, object]
+) -> str:
+    """What is wrong with the call ``x.name(*args[1:], **kwargs)``, with the method's
+    signature as the user calls it (no ``self``, no annotations)."""
+    signature = inspect.signature(method)
+    try:
+        signature.bind(*args, **kwargs)
+        reason = "the arguments do not fit"  # bind accepts what the call refused: not expected
+    except TypeError as error:
+        reason = str(error)
+    if reason == "too many positional arguments":
+        reason += f" ({len(args) - 1} given)"
+    shown = [
+        parameter.replace(annotation=inspect.Parameter.empty)
+        for parameter in list(signature.parameters.values())[1:]
+    ]
+    plain = signature.replace(parameters=shown, return_annotation=inspect.Signature.empty)
+    return f"x.{name}{plain}: {reason}"

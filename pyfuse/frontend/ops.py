@@ -1,18 +1,12 @@
-"""The symbolic :class:`Tensor` and the public ops, ``pf.add`` ... ``pf.rms_norm``, as
-called inside a fused function.
+"""The public ops, ``pf.add`` ... ``pf.linear``, as called inside a fused function.
 
-A Tensor wraps one IR :class:`TensorView`; its operators and methods call the ops below, so
-``x @ w.T + b`` and ``pf.add(pf.matmul(x, ...), b)`` trace the same IR. The two live in one
-module because each needs the other: an op wraps its result in a Tensor, a Tensor's
-operator is an op.
-
-Each op unwraps its :class:`Tensor` arguments, calls the IR builder in
-:mod:`pyfuse.ir.ops` and wraps the result. :func:`user_op` gives every error the op's
-name and the user's line. The composites (softmax, layer_norm, clamp, var...) live in
-:mod:`pyfuse.frontend.composites`, traced from these ops; the Tensor methods beyond the
-operators live in :class:`~pyfuse.frontend.tensor_methods.TensorMethods`, the base class,
-which stands under this module: the ops those methods call (``x.float()`` is ``cast``) are
-registered with :func:`~pyfuse.frontend.tensor_methods.tensor_method`.
+Each op unwraps its :class:`~pyfuse.frontend.tensor.Tensor` arguments, calls the IR builder
+in :mod:`pyfuse.ir.ops` and wraps the result. :func:`user_op` gives every error the op's
+name and the user's line. The Tensor's operators and methods call these ops by name, through
+the registry of :mod:`~pyfuse.frontend.tensor_methods` (:func:`tensor_method`), so that
+``x @ w.T + b`` and ``pf.add(pf.matmul(x, ...), b)`` trace the same IR and the Tensor's
+module stands under this one. The composites (softmax, layer_norm, clamp, var...) live in
+:mod:`pyfuse.frontend.composites`, traced from these ops.
 """
 
 from __future__ import annotations
@@ -23,212 +17,33 @@ from collections.abc import Sequence
 from pyfuse.errors import FusionError
 from pyfuse.frontend.arguments import (
     Dims,
+    Keepdims,
     check_scalars_fit,
-    flag,
-    int_argument,
-    normalize_dim,
+    reduction_arguments,
     reduction_dims,
     scalar_value,
-    sizes,
 )
-from pyfuse.frontend.location import refuse, user_op
-from pyfuse.frontend.tensor_methods import TensorMethods, ValuesAndIndices, tensor_method
-from pyfuse.ir import layout_ops
+from pyfuse.frontend.location import user_op
+
+# ``pyfuse/__init__.py`` takes every public op, and the Tensor, from this module: those of
+# shape_ops and tensor are re-exported here.
+from pyfuse.frontend.shape_ops import broadcast_to as broadcast_to
+from pyfuse.frontend.shape_ops import cat as cat
+from pyfuse.frontend.shape_ops import permute as permute
+from pyfuse.frontend.shape_ops import reshape as reshape
+from pyfuse.frontend.shape_ops import squeeze as squeeze
+from pyfuse.frontend.shape_ops import stack as stack
+from pyfuse.frontend.shape_ops import transpose as transpose
+from pyfuse.frontend.shape_ops import unsqueeze as unsqueeze
+from pyfuse.frontend.tensor import Tensor as Tensor
+from pyfuse.frontend.tensor import TensorLike, tensor_view
+from pyfuse.frontend.tensor_methods import ValuesAndIndices, tensor_method
 from pyfuse.ir import ops as ir_ops
 from pyfuse.ir.dtypes import DType
 from pyfuse.ir.exprs import BinaryOpType, ReductionOpType, UnaryOpType
 from pyfuse.ir.tensor import TensorView
-from pyfuse.runtime.location import user_location
 
 Number = bool | int | float
-
-
-class Tensor(TensorMethods):
-    """A symbolic tensor: shape and dtype are known, values are not.
-    ``pf.fuse(lambda x: (x * 2).exp().sum(-1))``: ``x`` is a Tensor while tracing."""
-
-    __slots__ = ("tv",)
-    # Make NumPy defer to our reflected operators (np_array + tensor).
-    __array_priority__ = 1000
-
-    def __init__(self, tv: TensorView) -> None:
-        self.tv = tv
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self.tv.shape
-
-    @property
-    def dtype(self) -> DType:
-        return self.tv.dtype
-
-    @property
-    def ndim(self) -> int:
-        return self.tv.ndim
-
-    def dim(self) -> int:
-        return self.tv.ndim
-
-    def size(self, dim: int | None = None) -> int | tuple[int, ...]:
-        if dim is None:
-            return self.shape
-        if self.ndim == 0:
-            refuse("size", f"dimension specified as {dim!r} but the tensor has no dimensions")
-        try:
-            return self.shape[normalize_dim(dim, self.ndim)]
-        except FusionError as error:  # not an op: no user_op names it and the user's line
-            refuse("size", error.bare_message)
-
-    def __repr__(self) -> str:
-        return f"Tensor(T{self.tv.name}, shape={self.shape}, dtype={self.dtype.name})"
-
-    def __bool__(self) -> bool:
-        raise FusionError(
-            "a traced tensor has no truth value; use pf.where for data-dependent choices",
-            op="bool",
-            where=user_location(),
-        )
-
-    # -- operators ----------------------------------------------------------------------------
-    # Each calls the op of this module by its name (``add`` below is the module's ``add``, not
-    # a method: a class body does not enclose its methods).
-    def __add__(self, other: TensorLike) -> Tensor:
-        return add(self, other)
-
-    def __radd__(self, other: Number) -> Tensor:
-        return add(other, self)
-
-    def __sub__(self, other: TensorLike) -> Tensor:
-        return sub(self, other)
-
-    def __rsub__(self, other: Number) -> Tensor:
-        return sub(other, self)
-
-    def __mul__(self, other: TensorLike) -> Tensor:
-        return mul(self, other)
-
-    def __rmul__(self, other: Number) -> Tensor:
-        return mul(other, self)
-
-    def __truediv__(self, other: TensorLike) -> Tensor:
-        return div(self, other)
-
-    def __rtruediv__(self, other: Number) -> Tensor:
-        return div(other, self)
-
-    def __pow__(self, other: TensorLike) -> Tensor:
-        return pow(self, other)
-
-    def __rpow__(self, other: Number) -> Tensor:
-        return pow(other, self)
-
-    def __matmul__(self, other: Tensor) -> Tensor:
-        return matmul(self, other)
-
-    def __neg__(self) -> Tensor:
-        return neg(self)
-
-    def __abs__(self) -> Tensor:
-        return abs(self)
-
-    def __lt__(self, other: TensorLike) -> Tensor:
-        return lt(self, other)
-
-    def __le__(self, other: TensorLike) -> Tensor:
-        return le(self, other)
-
-    def __gt__(self, other: TensorLike) -> Tensor:
-        return gt(self, other)
-
-    def __ge__(self, other: TensorLike) -> Tensor:
-        return ge(self, other)
-
-    def __eq__(self, other: object) -> Tensor:  # type: ignore[override]
-        return eq(self, other)  # type: ignore[arg-type]
-
-    def __ne__(self, other: object) -> Tensor:  # type: ignore[override]
-        return ne(self, other)  # type: ignore[arg-type]
-
-    __hash__ = object.__hash__
-
-    # -- methods ------------------------------------------------------------------------------
-    @property
-    def T(self) -> Tensor:  # noqa: N802 - torch's name
-        return t(self)
-
-    def to(self, dtype: DType | Tensor) -> Tensor:
-        """``x.to(pf.bfloat16)``, or ``x.to(other)`` for other's dtype (as torch)."""
-        return cast(self, dtype.dtype if isinstance(dtype, Tensor) else dtype)
-
-    def sum(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
-        return sum(self, dim, keepdim)
-
-    # torch's x.max(dim) is a (values, indices) pair; x.max() and x.max(other) are tensors.
-    def max(
-        self, dim: Dims | Tensor = None, keepdim: bool = False
-    ) -> Tensor | ValuesAndIndices[Tensor]:
-        if dim is None or isinstance(dim, Tensor):
-            return max(self, dim, keepdim)
-        return ValuesAndIndices(max(self, dim, keepdim), "max", self, dim, keepdim)
-
-    def min(
-        self, dim: Dims | Tensor = None, keepdim: bool = False
-    ) -> Tensor | ValuesAndIndices[Tensor]:
-        if dim is None or isinstance(dim, Tensor):
-            return min(self, dim, keepdim)
-        return ValuesAndIndices(min(self, dim, keepdim), "min", self, dim, keepdim)
-
-    def mean(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
-        return mean(self, dim, keepdim)
-
-    def exp(self) -> Tensor:
-        return exp(self)
-
-    def log(self) -> Tensor:
-        return log(self)
-
-    def sqrt(self) -> Tensor:
-        return sqrt(self)
-
-    def reshape(self, *shape: int | Sequence[int]) -> Tensor:
-        return reshape(self, _shape_args(shape))
-
-    def view(self, *shape: int | Sequence[int]) -> Tensor:
-        return self.reshape(*shape)
-
-    def permute(self, *dims: int | Sequence[int]) -> Tensor:
-        return permute(self, _shape_args(dims))
-
-    def transpose(self, dim0: int, dim1: int) -> Tensor:
-        return transpose(self, dim0, dim1)
-
-    def unsqueeze(self, dim: int) -> Tensor:
-        return unsqueeze(self, dim)
-
-    def squeeze(self, dim: int | Sequence[int] | None = None) -> Tensor:
-        return squeeze(self, dim)
-
-    def broadcast_to(self, shape: Sequence[int]) -> Tensor:
-        return broadcast_to(self, shape)
-
-    def expand(self, *shape: int | Sequence[int]) -> Tensor:
-        return broadcast_to(self, _shape_args(shape))
-
-
-def _shape_args(values: tuple[int | Sequence[int], ...]) -> int | Sequence[int]:
-    """Accept both ``f(2, 3)`` and ``f((2, 3))`` like torch: one argument is the shape itself.
-    The op reads the sizes (:func:`~pyfuse.frontend.arguments.sizes`), so that a bad one is
-    an error naming the op and the user's line."""
-    return values[0] if len(values) == 1 else values  # type: ignore[return-value]
-
-
-TensorLike = Tensor | Number
-
-
-def _tensor(value: object, what: str = "input") -> TensorView:
-    if isinstance(value, Tensor):
-        return value.tv
-    raise FusionError(f"{what} must be a traced tensor, got {type(value).__name__}")
 
 
 def _operand(value: object) -> TensorView | Number:
@@ -251,7 +66,7 @@ def _operand(value: object) -> TensorView | Number:
 
 
 def _unary(op: UnaryOpType, x: Tensor) -> Tensor:
-    return Tensor(ir_ops.unary(op, _tensor(x)))
+    return Tensor(ir_ops.unary(op, tensor_view(x)))
 
 
 # Ops whose math is not the operands' result type: true division is float, logic is bool.
@@ -270,24 +85,28 @@ def _binary(op: BinaryOpType, lhs: TensorLike, rhs: TensorLike) -> Tensor:
 # ``bf16 * 2.0`` stays bf16); either side may be a Python number.
 
 
+@tensor_method
 @user_op("add")
 def add(lhs: TensorLike, rhs: TensorLike) -> Tensor:
     """``lhs + rhs`` elementwise (torch.add without alpha): ``pf.add(x, 1.0)``."""
     return _binary(BinaryOpType.ADD, lhs, rhs)
 
 
+@tensor_method
 @user_op("sub")
 def sub(lhs: TensorLike, rhs: TensorLike) -> Tensor:
     """``lhs - rhs`` elementwise (torch.sub): ``pf.sub(x, y)``."""
     return _binary(BinaryOpType.SUB, lhs, rhs)
 
 
+@tensor_method
 @user_op("mul")
 def mul(lhs: TensorLike, rhs: TensorLike) -> Tensor:
     """``lhs * rhs`` elementwise (torch.mul): ``pf.mul(x, 0.5)``."""
     return _binary(BinaryOpType.MUL, lhs, rhs)
 
 
+@tensor_method
 @user_op("div")
 def div(lhs: TensorLike, rhs: TensorLike) -> Tensor:
     """True division (integer inputs give a float result, like torch's ``/``): ``pf.div(x, y)``."""
@@ -315,36 +134,42 @@ def minimum(lhs: TensorLike, rhs: TensorLike) -> Tensor:
     return _binary(BinaryOpType.MINIMUM, lhs, rhs)
 
 
+@tensor_method
 @user_op("eq")
 def eq(lhs: TensorLike, rhs: TensorLike) -> Tensor:
     """``lhs == rhs`` as a bool tensor (torch.eq): ``pf.eq(x, 0)``."""
     return _binary(BinaryOpType.EQ, lhs, rhs)
 
 
+@tensor_method
 @user_op("ne")
 def ne(lhs: TensorLike, rhs: TensorLike) -> Tensor:
     """``lhs != rhs`` as a bool tensor, True for NaN (torch.ne): ``pf.ne(x, y)``."""
     return _binary(BinaryOpType.NE, lhs, rhs)
 
 
+@tensor_method
 @user_op("lt")
 def lt(lhs: TensorLike, rhs: TensorLike) -> Tensor:
     """``lhs < rhs`` as a bool tensor (torch.lt): ``pf.lt(x, 0.5)``."""
     return _binary(BinaryOpType.LT, lhs, rhs)
 
 
+@tensor_method
 @user_op("le")
 def le(lhs: TensorLike, rhs: TensorLike) -> Tensor:
     """``lhs <= rhs`` as a bool tensor (torch.le): ``pf.le(x, y)``."""
     return _binary(BinaryOpType.LE, lhs, rhs)
 
 
+@tensor_method
 @user_op("gt")
 def gt(lhs: TensorLike, rhs: TensorLike) -> Tensor:
     """``lhs > rhs`` as a bool tensor (torch.gt): ``pf.gt(x, 0)``."""
     return _binary(BinaryOpType.GT, lhs, rhs)
 
 
+@tensor_method
 @user_op("ge")
 def ge(lhs: TensorLike, rhs: TensorLike) -> Tensor:
     """``lhs >= rhs`` as a bool tensor (torch.ge): ``pf.ge(x, y)``."""
@@ -386,12 +211,14 @@ def abs(x: Tensor) -> Tensor:  # noqa: A001 - torch's name
     return _unary(UnaryOpType.ABS, x)
 
 
+@tensor_method
 @user_op("exp")
 def exp(x: Tensor) -> Tensor:
     """``e ** x`` (torch.exp; integers compute in float32): ``pf.exp(x)``."""
     return _unary(UnaryOpType.EXP, x)
 
 
+@tensor_method
 @user_op("log")
 def log(x: Tensor) -> Tensor:
     """Natural logarithm, NaN below 0 and -inf at 0 (torch.log): ``pf.log(x)``."""
@@ -435,6 +262,7 @@ def silu(x: Tensor) -> Tensor:
     return _unary(UnaryOpType.SILU, x)
 
 
+@tensor_method
 @user_op("sqrt")
 def sqrt(x: Tensor) -> Tensor:
     """Square root, NaN below 0 (torch.sqrt): ``pf.sqrt(x)``."""
@@ -471,12 +299,33 @@ def cos(x: Tensor) -> Tensor:
 
 @user_op("where")
 def where(condition: TensorLike, if_true: TensorLike, if_false: TensorLike) -> Tensor:
-    """``if_true`` where ``condition`` holds, else ``if_false`` (torch.where):
+    """``if_true`` where the bool ``condition`` holds, else ``if_false`` (torch.where):
     ``pf.where(x > 0, x, 0.0)``."""
+    mask = _operand(condition)
+    _check_condition(mask)
     values = (_operand(if_true), _operand(if_false))
     if builtins.any(isinstance(value, TensorView) for value in values):
         check_scalars_fit(values)
-    return Tensor(ir_ops.where(_operand(condition), *values))
+    return Tensor(ir_ops.where(mask, *values))
+
+
+def _check_condition(condition: TensorView | Number) -> None:
+    """torch.where's rule: the condition is a bool tensor (a Python bool here too). Another
+    dtype would be read as ``!= 0``, which torch refuses; its uint8, deprecated, too."""
+    if isinstance(condition, TensorView):
+        if condition.dtype.is_bool:
+            return
+        got = f"a tensor of {condition.dtype.name}"
+        if condition.dtype.name == "uint8":
+            got += " (torch takes uint8 with a deprecation warning; pyfuse does not)"
+    elif isinstance(condition, bool):
+        return
+    else:
+        got = f"{type(condition).__name__} {condition!r}"
+    raise FusionError(
+        f"the condition must be a bool tensor, as in torch, got {got}: compare it "
+        "(x != 0, x > 0.5) or convert it (x.bool())"
+    )
 
 
 @tensor_method
@@ -486,178 +335,124 @@ def cast(x: Tensor, dtype: DType) -> Tensor:
     ``pf.cast(x, pf.bfloat16)``."""
     if not isinstance(dtype, DType):
         raise FusionError(f"dtype must be a pyfuse dtype such as pf.bfloat16, got {dtype!r}")
-    return Tensor(ir_ops.cast(_tensor(x), dtype))
+    return Tensor(ir_ops.cast(tensor_view(x), dtype))
 
 
 # ---- reductions -----------------------------------------------------------------------------
+# ``dim`` and ``keepdim`` also go by NumPy's names, ``axis`` and ``keepdims``, as torch's
+# argument parser accepts them (``x.sum(axis=1, keepdims=True)``); both names at once raise.
 
 
+def _reduce(
+    op: ReductionOpType, x: Tensor, dim: Dims, keepdim: bool, axis: Dims, keepdims: Keepdims
+) -> Tensor:
+    dim, keep = reduction_arguments(dim, keepdim, axis, keepdims)
+    return Tensor(ir_ops.reduce(op, tensor_view(x), reduction_dims(x, dim), keep))
+
+
+@tensor_method
 @user_op("sum")
-def sum(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # noqa: A001
+def sum(  # noqa: A001 - torch's name
+    x: Tensor,
+    dim: Dims = None,
+    keepdim: bool = False,
+    *,
+    axis: Dims = None,
+    keepdims: Keepdims = None,
+) -> Tensor:
     """Sum over ``dim`` (all by default); ints and bools sum in int64 (torch.sum):
     ``pf.sum(x, -1, keepdim=True)``."""
-    dims = reduction_dims(x, dim)
-    return Tensor(ir_ops.reduce(ReductionOpType.SUM, _tensor(x), dims, flag(keepdim, "keepdim")))
+    return _reduce(ReductionOpType.SUM, x, dim, keepdim, axis, keepdims)
 
 
 @tensor_method
 @user_op("prod")
-def prod(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
+def prod(
+    x: Tensor,
+    dim: Dims = None,
+    keepdim: bool = False,
+    *,
+    axis: Dims = None,
+    keepdims: Keepdims = None,
+) -> Tensor:
     """The product over ``dim`` (all by default); ints and bools multiply in int64, 16-bit
     floats in float32 (torch.prod, also over several dims): ``pf.prod(x, -1)``."""
-    dims = reduction_dims(x, dim)
-    return Tensor(ir_ops.reduce(ReductionOpType.PROD, _tensor(x), dims, flag(keepdim, "keepdim")))
+    return _reduce(ReductionOpType.PROD, x, dim, keepdim, axis, keepdims)
 
 
+@tensor_method
 @user_op("max")
-def max(x: Tensor, dim: Dims | Tensor = None, keepdim: bool = False) -> Tensor:  # noqa: A001
+def max(  # noqa: A001 - torch's name
+    x: Tensor,
+    dim: Dims | Tensor = None,
+    keepdim: bool = False,
+    *,
+    axis: Dims = None,
+    keepdims: Keepdims = None,
+) -> Tensor:
     """The largest value over ``dim`` (NaN propagates), or with a tensor second argument the
     elementwise maximum like torch.max(x, other): ``pf.max(x, 1)``. Unlike torch.max(x, dim),
     gives the values only (``x.max(dim)`` gives torch's pair; ``pf.argmax`` the indices);
     ``pf.amax`` is the same reduction."""
     if isinstance(dim, Tensor):
         return maximum(x, dim)
-    dims = reduction_dims(x, dim)
-    return Tensor(ir_ops.reduce(ReductionOpType.MAX, _tensor(x), dims, flag(keepdim, "keepdim")))
+    return _reduce(ReductionOpType.MAX, x, dim, keepdim, axis, keepdims)
 
 
+@tensor_method
 @user_op("min")
-def min(x: Tensor, dim: Dims | Tensor = None, keepdim: bool = False) -> Tensor:  # noqa: A001
+def min(  # noqa: A001 - torch's name
+    x: Tensor,
+    dim: Dims | Tensor = None,
+    keepdim: bool = False,
+    *,
+    axis: Dims = None,
+    keepdims: Keepdims = None,
+) -> Tensor:
     """The smallest value over ``dim`` (NaN propagates), or with a tensor second argument the
     elementwise minimum like torch.min(x, other): ``pf.min(x, 0)``. Values only, as
     ``pf.amin``."""
     if isinstance(dim, Tensor):
         return minimum(x, dim)
-    dims = reduction_dims(x, dim)
-    return Tensor(ir_ops.reduce(ReductionOpType.MIN, _tensor(x), dims, flag(keepdim, "keepdim")))
+    return _reduce(ReductionOpType.MIN, x, dim, keepdim, axis, keepdims)
 
 
+@tensor_method
 @user_op("mean")
-def mean(x: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:
+def mean(
+    x: Tensor,
+    dim: Dims = None,
+    keepdim: bool = False,
+    *,
+    axis: Dims = None,
+    keepdims: Keepdims = None,
+) -> Tensor:
     """Mean over ``dim`` of a float tensor; NaN over no elements (torch.mean):
     ``pf.mean(x, -1)``."""
-    return Tensor(ir_ops.mean(_tensor(x), reduction_dims(x, dim), flag(keepdim, "keepdim")))
-
-
-# ---- shape and metadata ---------------------------------------------------------------------
-
-
-@user_op("broadcast_to")
-def broadcast_to(x: Tensor, shape: int | Sequence[int]) -> Tensor:
-    """``x`` stretched to ``shape`` without a copy (torch.broadcast_to):
-    ``pf.broadcast_to(row, (4, 7))``; -1 keeps an axis's size (``x.expand(-1, 7)``)."""
-    tv = _tensor(x)
-    shape = sizes(shape)
-    if builtins.any(size < -1 for size in shape):
-        raise FusionError(f"sizes must be >= 0, or -1 to keep an axis's size, got {shape}")
-    leading = len(shape) - tv.ndim
-    if leading >= 0:  # else the IR's broadcast_to says why
-        if -1 in shape[:leading]:
-            raise FusionError(
-                f"broadcast_to: -1 keeps an axis's size, and the new leading axes of {shape} "
-                f"have none (x is {tuple(tv.shape)})"
-            )
-        own = zip(shape[leading:], tv.shape, strict=True)
-        shape = shape[:leading] + tuple(mine if size == -1 else size for size, mine in own)
-    return Tensor(ir_ops.broadcast_to(tv, shape))
-
-
-@user_op("cat")
-def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
-    """The tensors joined along ``dim`` in their promoted dtype (torch.cat): ``pf.cat([a, b],
-    -1)``. It runs as a kernel of its own that reads each tensor from memory."""
-    if isinstance(tensors, Tensor) or not isinstance(tensors, Sequence):
-        raise FusionError("cat takes a list or tuple of tensors")
-    views = [_tensor(t, "each tensor of cat") for t in tensors]
-    return Tensor(layout_ops.cat(views, int_argument(dim, "dim")))
-
-
-@user_op("stack")
-def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
-    """The tensors, of one shape, joined along a new axis ``dim`` (torch.stack):
-    ``pf.stack([a, b], 0)``."""
-    if isinstance(tensors, Tensor) or not isinstance(tensors, Sequence) or not tensors:
-        raise FusionError("stack takes a non-empty list or tuple of tensors")
-    views = [_tensor(t, "each tensor of stack") for t in tensors]
-    shapes = {tuple(tv.shape) for tv in views}
-    if len(shapes) > 1:
-        raise FusionError(f"stack needs tensors of one shape, got {sorted(shapes)}")
-    axis = normalize_dim(dim, views[0].ndim + 1)  # the result's rank: one more
-    return Tensor(layout_ops.cat([ir_ops.unsqueeze(tv, axis) for tv in views], axis))
-
-
-@tensor_method
-@user_op("getitem")
-def slice_axes(
-    x: Tensor, starts: Sequence[int], steps: Sequence[int], counts: Sequence[int]
-) -> Tensor:
-    """Elements ``starts[d] + steps[d] * i`` (``i < counts[d]``) of every axis ``d``: what
-    ``x[...]`` traces (a view of an input is read in place)."""
-    return Tensor(layout_ops.slice_axes(_tensor(x), starts, steps, counts))
-
-
-@tensor_method
-@user_op("unsqueeze")
-def unsqueeze(x: Tensor, dim: int) -> Tensor:
-    """A new size-1 axis at ``dim`` (torch.unsqueeze): ``pf.unsqueeze(v, 0)``."""
-    return Tensor(ir_ops.unsqueeze(_tensor(x), normalize_dim(dim, x.ndim + 1)))
-
-
-@tensor_method
-@user_op("squeeze")
-def squeeze(x: Tensor, dim: Dims = None) -> Tensor:
-    """Drop size-1 axes (those of ``dim`` only, when given; other sizes stay, like torch):
-    ``pf.squeeze(x, 0)``."""
-    dims = None if dim is None else reduction_dims(x, dim, empty_is_all=False)
-    return Tensor(ir_ops.squeeze(_tensor(x), dims))
-
-
-@user_op("permute")
-def permute(x: Tensor, dims: int | Sequence[int]) -> Tensor:
-    """The axes of ``x`` reordered (torch.permute): ``pf.permute(x, (2, 0, 1))``."""
-    return Tensor(layout_ops.permute(_tensor(x), sizes(dims, "dims")))
-
-
-@user_op("transpose")
-def transpose(x: Tensor, dim0: int, dim1: int) -> Tensor:
-    """``x`` with axes ``dim0`` and ``dim1`` swapped (torch.transpose):
-    ``pf.transpose(x, 0, 1)``."""
-    tv = _tensor(x)
-    return Tensor(
-        layout_ops.transpose(tv, normalize_dim(dim0, tv.ndim), normalize_dim(dim1, tv.ndim))
-    )
-
-
-@user_op("t")
-def t(x: Tensor) -> Tensor:
-    """``x.T``: reverses the axes (a transpose for 2-D, like torch)."""
-    tv = _tensor(x)
-    return Tensor(layout_ops.permute(tv, tuple(reversed(range(tv.ndim)))))
-
-
-@user_op("reshape")
-def reshape(x: Tensor, shape: int | Sequence[int]) -> Tensor:
-    """``x`` viewed with ``shape``, one size may be -1 (torch.reshape):
-    ``pf.reshape(x, (2, -1))``."""
-    return Tensor(layout_ops.reshape(_tensor(x), sizes(shape, "shape")))
+    dim, keep = reduction_arguments(dim, keepdim, axis, keepdims)
+    return Tensor(ir_ops.mean(tensor_view(x), reduction_dims(x, dim), keep))
 
 
 # ---- matmul ---------------------------------------------------------------------------------
 
 
+@tensor_method
 @user_op("matmul")
 def matmul(a: Tensor, b: Tensor) -> Tensor:
     """torch.matmul semantics: batch axes broadcast; 1-D operands are vectors; the product
     accumulates in fp32: ``pf.matmul(x, w)`` (``x @ w``)."""
-    return Tensor(ir_ops.matmul(_tensor(a, "a"), _tensor(b, "b")))
+    return Tensor(ir_ops.matmul(tensor_view(a, "a"), tensor_view(b, "b")))
 
 
 @user_op("linear")
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``x @ weight.T + bias`` (torch.nn.functional.linear): ``pf.linear(x, w, b)``; the bias
-    has shape ``(N,)`` for ``weight [N, K]``, or ``()`` or ``(1,)``, broadcast as in torch."""
-    x_tv, weight_tv = _tensor(x, "x"), _tensor(weight, "weight")
-    bias_tv = None if bias is None else _tensor(bias, "bias")
+    has shape ``(N,)`` for ``weight [N, K]``, or ``()`` or ``(1,)``, broadcast as in torch. A
+    weight ``[K]`` gives ``x @ weight``, without x's last dim, and a bias ``()``."""
+    x_tv, weight_tv = tensor_view(x, "x"), tensor_view(weight, "weight")
+    bias_tv = None if bias is None else tensor_view(bias, "bias")
+    if weight_tv.ndim == 1:
+        return Tensor(_vector_linear(x_tv, weight_tv, bias_tv))
     if bias_tv is not None and weight_tv.ndim == 2:  # else the IR's linear says what is wrong
         features = weight_tv.shape[0]
         if bias_tv.shape not in ((), (1,), (features,)):
@@ -671,6 +466,28 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     return Tensor(ir_ops.linear(x_tv, weight_tv, bias_tv))
 
 
+def _vector_linear(x: TensorView, weight: TensorView, bias: TensorView | None) -> TensorView:
+    """F.linear of a weight ``[K]``: ``x @ weight`` (a matmul with a vector, as ``x @ v``,
+    which the passes run as a multiply-then-sum), plus the bias of shape ``()`` torch's
+    documentation gives it (torch's own eager call refuses a bias for a 2-D x, pytorch#188891;
+    a 3-D x takes it)."""
+    if bias is not None:
+        if bias.shape != ():
+            raise FusionError(
+                f"bias must have shape () for a weight of shape {weight.shape}, got {bias.shape}"
+            )
+        if bias.dtype != x.dtype:
+            raise FusionError(f"bias dtype {bias.dtype.name} differs from input's {x.dtype.name}")
+    if x.ndim == 0:
+        raise FusionError(f"input must have rank >= 1, got shape {x.shape}")
+    if x.shape[-1] != weight.shape[0]:
+        raise FusionError(
+            f"input's last size {x.shape[-1]} differs from the weight's K = {weight.shape[0]}"
+        )
+    product = ir_ops.matmul(x, weight)
+    return product if bias is None else ir_ops.binary(BinaryOpType.ADD, product, bias)
+
+
 # ---- IR ops without a public op of their own ------------------------------------------------
 # A repro script (``pyfuse.ir.script``) spells these: the builders insert them (keepdim's
 # broadcast, the copy of a returned input, the copy of an expanded tensor), and rebuilding the
@@ -680,16 +497,16 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
 @user_op("broadcast")
 def broadcast(x: Tensor, is_new: Sequence[bool]) -> Tensor:
     """Insert size-1 broadcast axes where ``is_new`` is True (one BroadcastOp)."""
-    return Tensor(ir_ops.broadcast(_tensor(x), [bool(flag) for flag in is_new]))
+    return Tensor(ir_ops.broadcast(tensor_view(x), [bool(flag) for flag in is_new]))
 
 
 @user_op("set_copy")
 def set_copy(x: Tensor) -> Tensor:
     """A copy of ``x`` (a new tensor with the same values and axes)."""
-    return Tensor(ir_ops.set_copy(_tensor(x)))
+    return Tensor(ir_ops.set_copy(tensor_view(x)))
 
 
 @user_op("materialize")
 def materialize(x: Tensor) -> Tensor:
     """A copy of ``x`` whose expanded broadcast axes are real axes."""
-    return Tensor(ir_ops.materialize(_tensor(x)))
+    return Tensor(ir_ops.materialize(tensor_view(x)))

@@ -8,7 +8,8 @@ from __future__ import annotations
 from pyfuse.errors import FusionError
 from pyfuse.frontend.arguments import int_argument
 from pyfuse.frontend.location import user_op
-from pyfuse.frontend.ops import Tensor, TensorLike, _binary, _unary
+from pyfuse.frontend.ops import _binary, _unary
+from pyfuse.frontend.tensor import Tensor, TensorLike
 from pyfuse.frontend.tensor_methods import tensor_method
 from pyfuse.ir.exprs import BinaryOpType, UnaryOpType
 

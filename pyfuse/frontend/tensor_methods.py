@@ -3,12 +3,14 @@ bitwise operators on bools, the ops and composites as methods (``x.clamp(0, 1)``
 ufuncs (``np.maximum(x, 0)``), and clear errors for what a traced tensor cannot do
 (``float(x)``, ``x[0]``, ``x // y``), each naming the user's line.
 
-:class:`TensorMethods` is the base of :class:`~pyfuse.frontend.ops.Tensor`, so this module
-stands under the ops, the composites and the NumPy ufuncs and imports none of them. Its
-methods are declared here with their full signatures; each body calls the function of that
-name which those modules register with :func:`tensor_method` as they are imported
-(``pyfuse/__init__.py`` imports them all, so the table is full before any trace). A name
-nobody registered is an :class:`InternalError`.
+:class:`TensorMethods` is the base of :class:`~pyfuse.frontend.tensor.Tensor`, so this module
+stands under the Tensor, the ops, the composites and the NumPy ufuncs and imports none of
+them. Its methods are declared here with their full signatures; each body calls the function
+of that name which those modules register with :func:`tensor_method` as they are imported
+(``pyfuse/__init__.py`` imports them all, so the table is full before any trace), as the
+Tensor's own operators and methods do. A name nobody registered is an :class:`InternalError`.
+A method called with arguments that do not fit its signature is a FusionError at the user's
+line (:func:`~pyfuse.frontend.location.checked_calls`).
 """
 
 from __future__ import annotations
@@ -16,20 +18,20 @@ from __future__ import annotations
 import builtins
 import math
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeGuard, TypeVar
 
 from pyfuse.errors import InternalError
-from pyfuse.frontend.arguments import Dims, Number, index_value
-from pyfuse.frontend.location import refuse
+from pyfuse.frontend.arguments import Number, index_value
+from pyfuse.frontend.location import checked_calls, refuse
 from pyfuse.ir import dtypes
 from pyfuse.ir.dtypes import DType
 
 S = TypeVar("S", bound="TensorMethods")  # the Tensor, the one subclass
 F = TypeVar("F", bound=Callable[..., "TensorMethods"])
 
-# The functions the methods call, by name: filled by @tensor_method in ops, composites and
-# numpy_ufuncs (each above this module) as they are imported.
+# The functions the methods call, by name: filled by @tensor_method in ops, composites,
+# numpy_ufuncs... (each above this module) as they are imported.
 _IMPLEMENTATIONS: dict[str, Callable[..., TensorMethods]] = {}
 
 
@@ -54,11 +56,24 @@ def _implementation(tensor: S, name: str) -> Callable[..., S]:
         ) from None
 
 
+def shape_arguments(
+    values: tuple[int | Sequence[int], ...], method: str, what: str
+) -> int | Sequence[int]:
+    """The sizes of ``x.reshape(2, 3)`` or ``x.reshape((2, 3))``: one argument is the shape
+    itself, as in torch. The op reads the sizes (:func:`~pyfuse.frontend.arguments.sizes`), so
+    that a bad one is an error naming the op and the user's line; none at all is refused here,
+    as torch does (an empty shape would make a 0-d tensor of a one-element one)."""
+    if not values:
+        refuse(method, f"x.{method}() takes the {what}, as in torch; none was given")
+    return values[0] if len(values) == 1 else values  # type: ignore[return-value]
+
+
 _NO_VALUE = "a traced tensor has no value while tracing; compute with pf ops (pf.where for choices)"
 
 
+@checked_calls
 class TensorMethods:
-    """Methods of :class:`~pyfuse.frontend.ops.Tensor` (see the module doc)."""
+    """Methods of :class:`~pyfuse.frontend.tensor.Tensor` (see the module doc)."""
 
     __slots__ = ()
 
@@ -327,41 +342,11 @@ class TensorMethods:
     def log1p(self: S) -> S:
         return _implementation(self, "log1p")(self)
 
-    def var(self: S, dim: Dims = None, *args: Any, **kwargs: Any) -> S:
-        return _implementation(self, "var")(self, dim, *args, **kwargs)
-
-    def std(self: S, dim: Dims = None, *args: Any, **kwargs: Any) -> S:
-        return _implementation(self, "std")(self, dim, *args, **kwargs)
-
-    def logsumexp(self: S, dim: Dims, keepdim: builtins.bool = False) -> S:
-        return _implementation(self, "logsumexp")(self, dim, keepdim)
-
     def softmax(self: S, dim: builtins.int) -> S:
         return _implementation(self, "softmax")(self, dim)
 
     def log_softmax(self: S, dim: builtins.int) -> S:
         return _implementation(self, "log_softmax")(self, dim)
-
-    def amax(self: S, dim: Dims = None, keepdim: builtins.bool = False) -> S:
-        return _implementation(self, "amax")(self, dim, keepdim)
-
-    def amin(self: S, dim: Dims = None, keepdim: builtins.bool = False) -> S:
-        return _implementation(self, "amin")(self, dim, keepdim)
-
-    def prod(self: S, dim: Dims = None, keepdim: builtins.bool = False) -> S:
-        return _implementation(self, "prod")(self, dim, keepdim)
-
-    def argmax(self: S, dim: builtins.int | None = None, keepdim: builtins.bool = False) -> S:
-        return _implementation(self, "argmax")(self, dim, keepdim)
-
-    def argmin(self: S, dim: builtins.int | None = None, keepdim: builtins.bool = False) -> S:
-        return _implementation(self, "argmin")(self, dim, keepdim)
-
-    def any(self: S, dim: Dims = None, keepdim: builtins.bool = False) -> S:
-        return _implementation(self, "any")(self, dim, keepdim)
-
-    def all(self: S, dim: Dims = None, keepdim: builtins.bool = False) -> S:
-        return _implementation(self, "all")(self, dim, keepdim)
 
 
 def _index(x: S, index: object) -> S:

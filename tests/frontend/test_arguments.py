@@ -179,6 +179,86 @@ def _np_cumsum(x: Any) -> Any:
     return np.cumsum(x)  # line: np.cumsum
 
 
+# torch's NumPy names (axis for dim, keepdims for keepdim): one argument under both names.
+def _sum_dim_and_axis(x: Any) -> Any:
+    return pf.sum(x, 1, axis=0)  # line: dim and axis
+
+
+def _method_dim_and_axis(x: Any) -> Any:
+    return x.mean(dim=1, axis=1)  # line: method dim and axis
+
+
+def _keepdim_and_keepdims(x: Any) -> Any:
+    return x.amax(1, keepdim=True, keepdims=True)  # line: keepdim and keepdims
+
+
+def _keepdims_str(x: Any) -> Any:
+    return pf.any(x > 0, axis=1, keepdims="yes")  # line: keepdims str
+
+
+def _logsumexp_without_dim(x: Any) -> Any:
+    return pf.logsumexp(x)  # line: logsumexp no dim
+
+
+# Tensor methods called with arguments that do not fit their signatures: Python raised its
+# TypeError before any op ran (and an empty shape made a 0-d tensor of one element).
+def _sum_five_dims(x: Any) -> Any:
+    return x.sum(1, 2, 3, 4, 5)  # line: sum arity
+
+
+def _transpose_one_dim(x: Any) -> Any:
+    return x.transpose(0)  # line: transpose arity
+
+
+def _sum_unknown_keyword(x: Any) -> Any:
+    return x.sum(axes=1)  # line: sum keyword
+
+
+def _float_with_argument(x: Any) -> Any:
+    return x.float(1)  # line: float arity
+
+
+def _clip_three_bounds(x: Any) -> Any:
+    return x.clip(0.0, 1.0, 2.0)  # line: clip arity
+
+
+def _size_two_dims(x: Any) -> Any:
+    return x * x.size(0, 1)  # line: size arity
+
+
+def _max_three(x: Any) -> Any:
+    return x.max(1, True, 3).values  # line: max arity
+
+
+def _reshape_nothing(x: Any) -> Any:
+    return x[:1, :1].reshape()  # line: reshape nothing
+
+
+def _view_nothing(x: Any) -> Any:
+    return x[:1, :1].view()  # line: view nothing
+
+
+def _permute_nothing(x: Any) -> Any:
+    return x.permute()  # line: permute nothing
+
+
+def _expand_nothing(x: Any) -> Any:
+    return x.expand()  # line: expand nothing
+
+
+# torch.where takes a bool condition only (uint8 with a deprecation warning; refused here).
+def _where_float(x: Any) -> Any:
+    return pf.where(x, x, 0.0)  # line: where float
+
+
+def _where_uint8(x: Any) -> Any:
+    return pf.where(x.byte(), x, 0.0)  # line: where uint8
+
+
+def _where_int_scalar(x: Any) -> Any:
+    return pf.where(1, x, 0.0)  # line: where int
+
+
 BAD: list[tuple[Callable[..., Any], str, str, str]] = [
     (_transpose_float, "transpose float", "transpose", "dim must be an int, got float 1.5"),
     (_transpose_bool, "transpose bool", "transpose", "dim must be an int, got bool True"),
@@ -222,6 +302,41 @@ BAD: list[tuple[Callable[..., Any], str, str, str]] = [
     (_np_any, "np.any", "np.any", "use pf.any(x, dim)"),
     (_np_concatenate, "np.concatenate", "np.concatenate", "use pf.cat(tensors, dim)"),
     (_np_cumsum, "np.cumsum", "np.cumsum", "compute it with pf ops"),
+    (_sum_dim_and_axis, "dim and axis", "sum", "got dim=1 and axis=0"),
+    (_method_dim_and_axis, "method dim and axis", "mean", "dim and axis name one argument"),
+    (_keepdim_and_keepdims, "keepdim and keepdims", "amax", "keepdim and keepdims name one"),
+    (_keepdims_str, "keepdims str", "any", "keepdims must be a bool, got str 'yes'"),
+    (_logsumexp_without_dim, "logsumexp no dim", "logsumexp", "needs dim (or axis)"),
+    (
+        _sum_five_dims,
+        "sum arity",
+        "sum",
+        "x.sum(dim=None, keepdim=False, *, axis=None, keepdims=None): too many positional "
+        "arguments (5 given)",
+    ),
+    (
+        _transpose_one_dim,
+        "transpose arity",
+        "transpose",
+        "x.transpose(dim0, dim1): missing a required argument: 'dim1'",
+    ),
+    (_sum_unknown_keyword, "sum keyword", "sum", "got an unexpected keyword argument 'axes'"),
+    (_float_with_argument, "float arity", "float", "x.float(): too many positional"),
+    (_clip_three_bounds, "clip arity", "clip", "x.clip(min=None, max=None): too many"),
+    (_size_two_dims, "size arity", "size", "x.size(dim=None): too many positional"),
+    (_max_three, "max arity", "max", "too many positional arguments (3 given)"),
+    (_reshape_nothing, "reshape nothing", "reshape", "x.reshape() takes the shape"),
+    (_view_nothing, "view nothing", "view", "x.view() takes the shape"),
+    (_permute_nothing, "permute nothing", "permute", "x.permute() takes the dims"),
+    (_expand_nothing, "expand nothing", "expand", "x.expand() takes the size"),
+    (
+        _where_float,
+        "where float",
+        "where",
+        "must be a bool tensor, as in torch, got a tensor of float32",
+    ),
+    (_where_uint8, "where uint8", "where", "got a tensor of uint8"),
+    (_where_int_scalar, "where int", "where", "must be a bool tensor, as in torch, got int 1"),
 ]
 
 
@@ -270,6 +385,51 @@ ACCEPTED: dict[str, tuple[Callable[..., Any], Callable[[np.ndarray], Any]]] = {
     "nan_to_num nan=None": (
         lambda x: pf.nan_to_num(pf.log(x), nan=None),
         lambda a: np.nan_to_num(np.log(a)),
+    ),
+    # torch's NumPy names: axis for dim and keepdims for keepdim, in every reduction, as
+    # functions and as methods.
+    "sum axis": (lambda x: pf.sum(x, axis=1), lambda a: a.sum(1)),
+    "x.sum axis keepdims": (
+        lambda x: x.sum(axis=(0, 1), keepdims=True),
+        lambda a: a.sum((0, 1), keepdims=True),
+    ),
+    "sum dim keepdims": (
+        lambda x: pf.sum(x, -1, keepdims=True),
+        lambda a: a.sum(-1, keepdims=True),
+    ),
+    "mean axis": (lambda x: x.mean(axis=0), lambda a: a.mean(0)),
+    "prod axis": (
+        lambda x: pf.prod(x, axis=-1, keepdims=True),
+        lambda a: a.prod(-1, keepdims=True),
+    ),
+    "x.prod axis": (lambda x: x.prod(axis=0), lambda a: a.prod(0)),
+    "amax axis": (lambda x: x.amax(axis=1), lambda a: a.max(1)),
+    "amin axis keepdims": (
+        lambda x: pf.amin(x, axis=0, keepdims=True),
+        lambda a: a.min(0, keepdims=True),
+    ),
+    "max axis": (lambda x: pf.max(x, axis=0), lambda a: a.max(0)),
+    "x.max axis pair": (
+        lambda x: x.max(axis=1, keepdims=True).values * x.max(axis=1, keepdims=True).indices,
+        lambda a: a.max(1, keepdims=True) * a.argmax(1)[:, None],
+    ),
+    "x.min axis pair": (lambda x: x.min(axis=0)[1], lambda a: a.argmin(0)),
+    "any axis": (lambda x: pf.any(x > 1.0, axis=1), lambda a: (a > 1.0).any(1)),
+    "x.all axis keepdims": (
+        lambda x: (x > -1.0).all(axis=0, keepdims=True),
+        lambda a: (a > -1.0).all(0, keepdims=True),
+    ),
+    "var axis": (lambda x: pf.var(x, axis=1), lambda a: a.var(1, ddof=1)),
+    "x.std axis keepdims": (
+        lambda x: x.std(axis=0, correction=0, keepdims=True),
+        lambda a: a.std(0, keepdims=True),
+    ),
+    "logsumexp axis": (lambda x: pf.logsumexp(x, axis=1), lambda a: np.log(np.exp(a).sum(1))),
+    "x.logsumexp axis": (lambda x: x.logsumexp(axis=-1), lambda a: np.log(np.exp(a).sum(-1))),
+    "argmax axis": (lambda x: x.argmax(axis=1), lambda a: a.argmax(1)),
+    "argmin axis keepdims": (
+        lambda x: pf.argmin(x, axis=0, keepdims=True),
+        lambda a: a.argmin(0)[None, :],
     ),
 }
 

@@ -1,15 +1,23 @@
 """Every public op, traced through ``pf.fuse`` and evaluated by ``reference``, against NumPy
-written here (float64 math on the same inputs, then the op's output dtype)."""
+written here (float64 math on the same inputs, then the op's output dtype); the newer forms
+(a vector weight of ``linear``, the reductions by NumPy's names) also through every pass and
+the kernel-IR interpreter."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
+import ml_dtypes
 import numpy as np
 import pytest
 
 import pyfuse as pf
+from pyfuse.ir.target import HOPPER
+from pyfuse.passes import pipeline
+from pyfuse.testing.simulator import run_on_simulator
 
 RNG = np.random.default_rng(1234)
 A = RNG.standard_normal((5, 7)).astype(np.float32)
@@ -239,3 +247,149 @@ def test_linear_refuses_a_bias_torch_refuses(bias_shape: tuple[int, ...], text: 
         fused.trace(
             pf.spec((4, 3), pf.float32), pf.spec((6, 3), pf.float32), pf.spec((), pf.float16)
         )
+
+
+def _kernel_outputs(fn: Callable[..., Any], *arrays: np.ndarray) -> list[np.ndarray]:
+    """``fn``'s outputs as its kernels compute them: every pass, then the kernel-IR
+    interpreter (a matmul kernel's PTX on the simulator)."""
+    fusion = pf.fuse(fn).trace(*arrays)
+    result = pipeline.run(fusion, HOPPER)
+    return run_on_simulator(result, list(arrays), [(tv.shape, tv.dtype) for tv in fusion.outputs])
+
+
+def _within(got: np.ndarray, want: np.ndarray, scale: np.ndarray, rtol: float) -> None:
+    """``got`` (of the wanted shape) within ``rtol`` of the magnitudes a sum adds up, ``scale``:
+    a sum near 0 of large terms is no more exact than its terms."""
+    assert got.shape == want.shape
+    error = np.abs(got.astype(np.float64) - want)
+    assert np.all(error <= rtol * scale + 1e-30), (got, want)
+
+
+# (x shape, bias shape or None): torch.nn.functional.linear with a weight [K] is x @ weight,
+# without x's last dim; its bias then has shape () (torch's documentation).
+LINEAR_VECTOR_CASES = [
+    ((7,), None),
+    ((7,), ()),
+    ((5, 7), None),
+    ((5, 7), ()),
+    ((2, 3, 7), ()),
+    ((1, 7), ()),
+    ((37, 1), ()),
+]
+
+
+@pytest.mark.parametrize(("x_shape", "bias_shape"), LINEAR_VECTOR_CASES)
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16], ids=["f32", "bf16"])
+def test_linear_of_a_vector_weight_is_a_matmul_with_that_vector(
+    x_shape: tuple[int, ...], bias_shape: tuple[int, ...] | None, dtype: Any
+) -> None:
+    rng = np.random.default_rng(sum(x_shape) * 7 + (bias_shape is None))
+    x = rng.standard_normal(x_shape).astype(dtype)
+    w = rng.standard_normal(x_shape[-1]).astype(dtype)
+    arrays = [x, w]
+    want = x.astype(np.float64) @ w.astype(np.float64)
+    scale = np.abs(x.astype(np.float64)) @ np.abs(w.astype(np.float64))
+    if bias_shape is None:
+        fn: Callable[..., Any] = lambda x, w: pf.linear(x, w)  # noqa: E731
+    else:
+        bias = rng.standard_normal(bias_shape).astype(dtype)
+        arrays.append(bias)
+        want = want + bias.astype(np.float64)
+        scale = scale + np.abs(bias.astype(np.float64))
+        fn = lambda x, w, b: pf.linear(x, w, b)  # noqa: E731
+    rtol = 2e-2 if dtype == ml_dtypes.bfloat16 else 2e-6
+    reference = pf.fuse(fn).reference(*arrays)
+    (kernels,) = _kernel_outputs(fn, *arrays)
+    for got in (reference, kernels):
+        assert got.dtype == np.dtype(dtype)
+        _within(got, np.asarray(want), np.asarray(scale), rtol)
+
+
+@pytest.mark.parametrize(
+    ("shapes", "text"),
+    [
+        (((4, 7), (7,), (1,)), "bias must have shape () for a weight of shape (7,), got (1,)"),
+        (((4, 7), (7,), (4,)), "bias must have shape () for a weight of shape (7,), got (4,)"),
+        (((4, 6), (7,), ()), "input's last size 6 differs from the weight's K = 7"),
+        (((), (7,), ()), "input must have rank >= 1, got shape ()"),
+    ],
+)
+def test_linear_of_a_vector_weight_refuses_what_torch_refuses(
+    shapes: tuple[tuple[int, ...], ...], text: str
+) -> None:
+    fused = pf.fuse(lambda x, w, b: pf.linear(x, w, b))
+    with pytest.raises(pf.FusionError) as excinfo:
+        fused.trace(*(pf.spec(shape, pf.float32) for shape in shapes))
+    assert excinfo.value.op == "linear" and text in excinfo.value.bare_message
+    with pytest.raises(pf.FusionError, match="bias dtype float16 differs"):
+        fused.trace(pf.spec((4, 7), pf.float32), pf.spec((7,), pf.float32), pf.spec((), pf.float16))
+
+
+def test_reductions_by_numpy_names_run_in_kernels() -> None:
+    rng = np.random.default_rng(71)
+    x = rng.standard_normal((6, 33)).astype(np.float32)
+
+    def fn(t: pf.Tensor) -> tuple[pf.Tensor, ...]:
+        return (
+            t.sum(axis=1),
+            pf.amax(t, axis=0, keepdims=True),
+            t.mean(axis=(0, 1), keepdims=True),
+            pf.var(t, axis=1),
+            t.argmax(axis=1),
+            pf.any(t > 1.5, axis=0),
+            t.min(axis=0).indices,
+        )
+
+    x64 = x.astype(np.float64)
+    wants = [
+        (x64.sum(1), np.abs(x64).sum(1)),
+        (x64.max(0, keepdims=True), np.abs(x64).max(0, keepdims=True)),
+        (x64.mean(keepdims=True), np.abs(x64).mean(keepdims=True)),
+        (x64.var(1, ddof=1), x64.var(1, ddof=1)),
+    ]
+    outputs = _kernel_outputs(fn, x)
+    for got, (want, scale) in zip(outputs[:4], wants, strict=True):
+        assert got.dtype == np.float32
+        _within(got, want, scale, 1e-5)
+    assert np.array_equal(outputs[4], x.argmax(1))
+    assert np.array_equal(outputs[5], (x > 1.5).any(0))
+    assert np.array_equal(outputs[6], x.argmin(0))
+
+
+NOT_BOOL = [pf.float64, pf.float32, pf.float16, pf.bfloat16, pf.int8, pf.uint8, pf.int16]
+NOT_BOOL += [pf.int32, pf.int64]
+
+
+def _where_with(condition: Any, x: pf.Tensor) -> pf.Tensor:
+    return pf.where(condition, x, -x)  # line: where condition
+
+
+@pytest.mark.parametrize("dtype", NOT_BOOL, ids=lambda dtype: dtype.name)
+def test_where_refuses_a_condition_that_is_no_bool(dtype: pf.DType) -> None:
+    # torch: "where expected condition to be a boolean tensor, but got a tensor with dtype
+    # Float"; a float or int condition read as != 0 would silently differ from torch.
+    with pytest.raises(pf.FusionError) as excinfo:
+        pf.fuse(_where_with).trace(pf.spec((4, 5), dtype), pf.spec((4, 5), pf.float32))
+    error = excinfo.value
+    assert error.op == "where"
+    assert error.where is not None and error.where.endswith(f":{_line_of('where condition')}")
+    assert f"must be a bool tensor, as in torch, got a tensor of {dtype.name}" in str(error)
+    with pytest.raises(pf.FusionError, match=r"got float 0\.5"):
+        pf.fuse(lambda x: _where_with(0.5, x)).trace(pf.spec((4,), pf.float32))
+
+
+def test_where_takes_a_bool_tensor_or_a_python_bool() -> None:
+    rng = np.random.default_rng(29)
+    mask = rng.random((4, 5)) > 0.5
+    x = rng.standard_normal((4, 5)).astype(np.float32)
+    got = pf.fuse(_where_with).reference(mask, x)
+    assert np.array_equal(got, np.where(mask, x, -x))
+    (kernel,) = _kernel_outputs(_where_with, mask, x)
+    assert np.array_equal(kernel, np.where(mask, x, -x))
+    got = pf.fuse(lambda x: _where_with(np.bool_(False), x)).reference(x)
+    assert np.array_equal(got, -x)
+
+
+def _line_of(marker: str) -> int:
+    text = Path(__file__).read_text().splitlines()
+    return next(i for i, line in enumerate(text, start=1) if line.endswith(f"# line: {marker}"))

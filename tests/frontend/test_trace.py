@@ -97,7 +97,7 @@ def test_error_inside_composite_points_at_user_line() -> None:
         (lambda x: pf.sum(x, 3), [((4, 3), "f32")], "sum: dim 3 is out of range"),
         (lambda x: x.reshape(5, 5), [((4, 3), "f32")], "reshape to (5, 5) has 25 elements"),
         (lambda x: pf.gelu(x, approximate="fast"), [((4,), "f32")], "approximate must be"),
-        (lambda x, w: pf.linear(x, w), [((4, 3), "f32"), ((3,), "f32")], "weight must be 2-D"),
+        (lambda x, w: pf.linear(x, w), [((4, 3), "f32"), ((2, 5, 3), "f32")], "must be 2-D"),
         (lambda x: pf.permute(x, (0, 0)), [((4, 3), "f32")], "not a permutation"),
         (lambda x: pf.mean(x), [((4, 3), "i32")], "mean needs a floating tensor"),
         (lambda x: x + "a", [((4,), "f32")], "not a tensor or a number"),
