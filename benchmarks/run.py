@@ -184,6 +184,24 @@ def case_wide_rows() -> list[Result]:
     return results
 
 
+def case_vocab() -> list[Result]:
+    """log_softmax over a vocabulary, bf16: rows past the persistent budget (1024 threads x
+    48), recomputed from the input by one kernel per reduction and one for the output."""
+    import torch
+
+    results = []
+    for rows, cols in ((4096, 128256), (8192, 50257), (16, 128256)):
+        x = torch.randn(rows, cols, device="cuda", dtype=torch.bfloat16)
+        fused = pf.fuse(lambda x: pf.log_softmax(x, -1), name="vocab_log_softmax")
+
+        def eager(x: Any) -> Any:
+            return torch.log_softmax(x, -1)
+
+        name = f"log_softmax {rows}x{cols} bf16"
+        results.append(_memory_case(name, fused, eager, (x,), 5e-2))
+    return results
+
+
 def case_rope() -> Result:
     """Rotary embedding through cat, as transformer code writes it: x * cos + rotate(x) * sin
     with rotate(x) = cat(-x2, x1) on 32x4096x128 bf16 (a cat is a kernel of its own today)."""
@@ -378,6 +396,14 @@ def _a_bt_variants(
 
 Variants = tuple[tuple[str, "pf.MatmulParams | None"], ...]
 
+# The kernels a fused epilogue can run in, measured beside the default.
+_EPILOGUE_VARIANTS: Variants = (
+    (", no cluster", pf.MatmulParams(cluster_m=1)),
+    (", ping-pong", pf.MatmulParams(pingpong=True)),
+    (", epilogue warps", pf.MatmulParams(epilogue_warps=True)),
+    (", epilogue warps, no cluster", pf.MatmulParams(epilogue_warps=True, cluster_m=1)),
+)
+
 
 def _linear_gelu(cases: tuple[tuple[tuple[int, int, int], Variants], ...]) -> list[Result]:
     """linear+bias+gelu(tanh) at each (M, N, K) under each (label, params) variant, against
@@ -404,17 +430,10 @@ def _linear_gelu(cases: tuple[tuple[tuple[int, int, int], Variants], ...]) -> li
 
 
 def case_linear_gelu() -> list[Result]:
-    """linear+bias+gelu(tanh) at 4096x14336x4096 (the default, without a cluster, ping-pong
-    and the epilogue warps) and at 8192^3 (the default, ping-pong and the epilogue warps)."""
-    pingpong = (", ping-pong", pf.MatmulParams(pingpong=True))
-    no_cluster = (", no cluster", pf.MatmulParams(cluster_m=1))
-    epilogue_warps = (", epilogue warps", pf.MatmulParams(epilogue_warps=True))
-    return _linear_gelu(
-        (
-            ((4096, 14336, 4096), (("", None), no_cluster, pingpong, epilogue_warps)),
-            ((8192, 8192, 8192), (("", None), pingpong, epilogue_warps)),
-        )
-    )
+    """linear+bias+gelu(tanh) at 4096x14336x4096 and at 8192^3: the default, without a
+    cluster, ping-pong, and the epilogue warps with and without a cluster."""
+    variants = (("", None), *_EPILOGUE_VARIANTS)
+    return _linear_gelu((((4096, 14336, 4096), variants), ((8192, 8192, 8192), variants)))
 
 
 def case_linear_gelu_decode() -> list[Result]:
@@ -432,7 +451,7 @@ def case_linear_gelu_decode() -> list[Result]:
 
 
 def case_gate_up() -> list[Result]:
-    """The gate/up pair at 4096x14336x4096: the default, ping-pong and the epilogue warps."""
+    """The gate/up pair at 4096x14336x4096: the default and the epilogue variants."""
     import torch
 
     m, n, k = 4096, 14336, 4096
@@ -444,11 +463,7 @@ def case_gate_up() -> list[Result]:
         return torch.nn.functional.silu(x @ w1.T) * (x @ w3.T)
 
     results = []
-    for label, params in (
-        ("", None),
-        (", ping-pong", pf.MatmulParams(pingpong=True)),
-        (", epilogue warps", pf.MatmulParams(epilogue_warps=True)),
-    ):
+    for label, params in (("", None), *_EPILOGUE_VARIANTS):
         fused = pf.fuse(
             lambda x, w1, w3: pf.silu(x @ w1.T) * (x @ w3.T), name="gate_up", matmul=params
         )
@@ -473,6 +488,7 @@ CASES: dict[str, Callable[[], Result | list[Result]]] = {
     "rms_norm": case_rms_norm,
     "rope": case_rope,
     "wide_rows": case_wide_rows,
+    "vocab": case_vocab,
     "host_overhead": case_host_overhead,
     "cold_call": case_cold_call,
     "gemm": case_gemm_layouts,

@@ -30,6 +30,7 @@ from pyfuse.ir.tensor import MemoryType, TensorView, new_axes_like
 from pyfuse.passes import schedule_cat
 from pyfuse.passes.plan import KernelPlan, SegmentedFusion, has_mma
 from pyfuse.passes.schedulers import SCHEDULERS
+from pyfuse.passes.segment_recompute import cost_bytes, recompute_groups
 from pyfuse.passes.skip_intermediates import (
     is_metadata_op,
     is_view_op,
@@ -254,6 +255,30 @@ def _twin_input(tv: TensorView) -> TensorView:
     return twin
 
 
+def _written(
+    fusion: Fusion,
+    group: Sequence[Expr],
+    earlier: Sequence[Sequence[Expr]],
+    later: Sequence[Sequence[Expr]],
+) -> list[TensorView]:
+    """What the kernel of ``group`` writes, between the groups launched before it and those
+    after it: the fusion outputs no earlier group computed, and the tensors a later group
+    reads without computing them. Groups may share pointwise exprs, each kernel computing
+    them again (:mod:`segment_recompute`); disjoint groups write what
+    :func:`_group_outputs` says."""
+    computed_before = {id(e) for g in earlier for e in g}
+    read_later: set[int] = set()
+    for other in later:
+        computed = {id(e.output) for e in other}
+        read_later.update(id(tv) for e in other for tv in e.tensor_inputs if id(tv) not in computed)
+    outputs = []
+    for expr in group:
+        tv = expr.output
+        if (fusion.is_output(tv) and id(expr) not in computed_before) or id(tv) in read_later:
+            outputs.append(tv)
+    return outputs
+
+
 def _group_outputs(fusion: Fusion, group: Sequence[Expr], rest: Sequence[Expr]) -> list[TensorView]:
     """Tensors of ``group`` that are fusion outputs or read by exprs outside it."""
     later_inputs = {id(tv) for e in rest for tv in e.tensor_inputs}
@@ -280,7 +305,27 @@ def segment(fusion: Fusion, target: TargetInfo) -> SegmentedFusion:
         groups = _greedy(fusion, prologue, target) + _greedy(fusion, rest, target)
         return _plans(fusion, groups, target)
     # The whole fusion was just declined: no need to try it again as one group.
-    return _plans(fusion, _greedy(fusion, exprs, target, try_whole=False), target)
+    groups = _greedy(fusion, exprs, target, try_whole=False)
+    recomputed = recompute_groups(fusion, lambda group: _accepted(fusion, group, target))
+    if recomputed is not None and _bytes(fusion, recomputed) < _bytes(fusion, groups):
+        try:
+            return _plans(fusion, recomputed, target, split_declined=False)
+        except ScheduleError:
+            pass  # a kernel of the recomputing groups was declined after all
+    return _plans(fusion, groups, target)
+
+
+def _accepted(fusion: Fusion, group: list[Expr], target: TargetInfo) -> bool:
+    """Whether one scheduler takes ``group`` as a kernel (writing what any other expr reads)."""
+    members = {id(e) for e in group}
+    later = [e for e in fusion.exprs() if id(e) not in members]
+    trial, _, _ = sub_fusion(fusion, group, _group_outputs(fusion, group, later), "trial")
+    return pick_scheduler(trial, target)[0] is not None
+
+
+def _bytes(fusion: Fusion, groups: list[list[Expr]]) -> int:
+    """What the kernels of ``groups`` read and write (segment_recompute.cost_bytes)."""
+    return cost_bytes(groups, lambda i: _written(fusion, groups[i], groups[:i], groups[i + 1 :]))
 
 
 def _matmul_prologue(exprs: list[Expr]) -> list[Expr]:
@@ -415,8 +460,7 @@ def replan(
     """A fresh plan for kernel ``index`` (its scheduler's work on the last one is undone),
     its fusion first rewritten by ``rewrite`` where given; the kernel keeps its arguments."""
     groups = segmented.groups
-    rest = [e for later in groups[index + 1 :] for e in later]
-    outputs = _group_outputs(fusion, groups[index], rest)
+    outputs = _written(fusion, groups[index], groups[:index], groups[index + 1 :])
     name = segmented.kernels[index].fusion.name
     kernel_fusion, _, _ = sub_fusion(fusion, groups[index], outputs, name)
     if rewrite is not None:
@@ -454,7 +498,11 @@ def cut(
     return _plans(fusion, [*groups[:index], *pieces, *groups[index + 1 :]], target)
 
 
-def _plans(fusion: Fusion, groups: list[list[Expr]], target: TargetInfo) -> SegmentedFusion:
+def _plans(
+    fusion: Fusion, groups: list[list[Expr]], target: TargetInfo, split_declined: bool = True
+) -> SegmentedFusion:
+    """The kernels of ``groups``; a group no scheduler takes is split into one kernel per
+    expr, or (``split_declined`` false) raises ScheduleError."""
     kernels: list[KernelPlan] = []
     sources: list[list[tuple[str, int | str]]] = []
     sinks: list[list[tuple[str, int | str]]] = []
@@ -462,8 +510,9 @@ def _plans(fusion: Fusion, groups: list[list[Expr]], target: TargetInfo) -> Segm
     # outputs and intermediates are still allocated, with no elements).
     intermediates: dict[str, TensorView] = {}
     launched: list[list[Expr]] = []  # last first: a kernel only feeding dropped ones drops too
-    for group in reversed(groups):
-        produced = _group_outputs(fusion, group, [e for g in launched for e in g])
+    for index in reversed(range(len(groups))):
+        group = groups[index]
+        produced = _written(fusion, group, groups[:index], launched)
         if any(tv.numel > 0 for tv in produced):
             launched.insert(0, group)
             continue
@@ -472,13 +521,12 @@ def _plans(fusion: Fusion, groups: list[list[Expr]], target: TargetInfo) -> Segm
                 intermediates[f"T{tv.name}"] = tv
     groups = launched
     for number, group in enumerate(groups):
-        rest = [e for later in groups[number + 1 :] for e in later]
-        outputs = _group_outputs(fusion, group, rest)
+        outputs = _written(fusion, group, groups[:number], groups[number + 1 :])
         name = fusion.name if len(groups) == 1 else f"{fusion.name}_{number}"
         kernel_fusion, boundary, originals = sub_fusion(fusion, group, outputs, name)
         chosen, reasons = pick_scheduler(kernel_fusion, target)
         if chosen is None:
-            pieces = _pieces(fusion, group)
+            pieces = _pieces(fusion, group) if split_declined else []
             if len(pieces) > 1:
                 # Declined as planned (a kernel that fed only empty ones lost outputs the
                 # greedy walk counted): one kernel per expr instead.
