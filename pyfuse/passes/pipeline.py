@@ -7,6 +7,7 @@ follow a fusion from math IR to PTX.
     translate_patterns    MatmulOp / LinearOp / mul-sum -> MmaOp, operand broadcasts kept
     decompose_matmuls     matmuls refused for tensor cores (fp32, 1-D, layouts TMA cannot
                           load) -> multiply + sum, a reduction
+    merge_common_reductions  one reduction where the trace made two of the same values
     split_long_reductions few long rows -> two reductions (a grid-wide first pass)
     copy_strided_reshape_inputs  a reshape of a strided input reads a contiguous copy
     fold_empty_reductions a reduction over no elements is its identity (a full tensor)
@@ -59,6 +60,8 @@ from pyfuse.ir.records import record
 from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.verify import verify_fusion
 from pyfuse.passes import inline
+from pyfuse.passes.broadcast_first import broadcasts_before_casts
+from pyfuse.passes.common_reductions import merge_common_reductions
 from pyfuse.passes.decompose_matmul import (
     decompose_matmuls,
     decompose_unschedulable_mmas,
@@ -194,6 +197,7 @@ MATH_PASSES: tuple[tuple[str, MathPass], ...] = (
     ("split_k", _split_k),
     ("translate_patterns", _translate_patterns),
     ("decompose_matmuls", _decompose_matmuls),
+    ("merge_common_reductions", lambda fusion, _: merge_common_reductions(fusion)),
     (
         "split_long_reductions",
         lambda fusion, context: split_long_reductions(fusion, context.target),
@@ -262,6 +266,8 @@ def _build_kernel(
         try:
             if failures:
                 rewrite = None if attempt.tensor_cores else mmas_to_multiply_sum
+                if attempt.broadcasts_first:
+                    rewrite = broadcasts_before_casts
                 plan = replan(fusion, segmented, index, target, rewrite)
             else:
                 plan = segmented.kernels[index]
