@@ -15,6 +15,8 @@ Expects a kernel's fusion before skip_intermediates. Guarantees, in place: each 
 whose input is the only use of a UnaryOp or CastOp of a fusion input (that op's output no
 fusion output) is replaced by that op of a broadcast of the input; values are unchanged (an
 elementwise op commutes with a broadcast). Returns how many were rewritten.
+:func:`broadcasts_before_casts`, a fallback plan's rewrite, does the same through views
+of the input (broadcasts, permutes), until no broadcast follows such an op.
 """
 
 from __future__ import annotations
@@ -22,10 +24,14 @@ from __future__ import annotations
 from pyfuse.ir.exprs import BroadcastOp, CastOp, UnaryOp
 from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.tensor import TensorView, new_axes_like
+from pyfuse.passes.skip_intermediates import is_metadata_op
 
 
-def candidates(fusion: Fusion) -> list[BroadcastOp]:
-    """The BroadcastOps :func:`broadcast_first` would rewrite (see the module doc)."""
+def candidates(fusion: Fusion, through_broadcasts: bool = False) -> list[BroadcastOp]:
+    """The BroadcastOps :func:`broadcast_first` would rewrite (see the module doc); with
+    ``through_broadcasts`` also those whose elementwise op reads a view of an input (a
+    broadcast or permute of it: ``broadcast(cast(broadcast(v)))``, what ``x @ v``
+    decomposes into)."""
     found = []
     for expr in fusion.exprs():
         if not isinstance(expr, BroadcastOp):
@@ -34,12 +40,32 @@ def candidates(fusion: Fusion) -> list[BroadcastOp]:
         elementwise = applied.definition
         if (
             isinstance(elementwise, UnaryOp | CastOp)
-            and fusion.is_input(elementwise.tensor_inputs[0])
+            and _input_or_its_broadcast(fusion, elementwise.tensor_inputs[0], through_broadcasts)
             and not fusion.is_output(applied)
             and len(fusion.uses_in_fusion(applied)) == 1
         ):
             found.append(expr)
     return found
+
+
+def _input_or_its_broadcast(fusion: Fusion, tv: TensorView, through_broadcasts: bool) -> bool:
+    while through_broadcasts and tv.definition is not None and is_metadata_op(tv.definition):
+        tv = tv.definition.tensor_inputs[0]
+    return fusion.is_input(tv)
+
+
+def broadcasts_before_casts(fusion: Fusion) -> int:
+    """A fallback plan's rewrite (passes/fallback.py): every broadcast of an input's cast
+    or unary op, through views of the input too, moved ahead of that op. A reduction
+    whose rows merge several axes cannot loop over a computed tensor that has some of them
+    and lacks others (``cast(v)`` broadcast to ``[1, K]`` beside ``x[B, M, K]``); moved, the
+    op reads a broadcast of the input of the row's full rank. Returns how many."""
+    count = 0
+    while True:  # a chain of broadcasts moves one step a round
+        moved = broadcast_first(fusion, candidates(fusion, through_broadcasts=True))
+        if not moved:
+            return count
+        count += moved
 
 
 def broadcast_first(fusion: Fusion, broadcasts: list[BroadcastOp] | None = None) -> int:

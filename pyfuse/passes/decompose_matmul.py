@@ -21,10 +21,23 @@ from pyfuse.ir.tensor import TensorView
 
 
 def _contract(a: TensorView, b_nk: TensorView, out_dtype: dtypes.DType) -> TensorView:
-    """``a [..., M, K]`` times ``b_nk [..., N, K]`` summed over K, batch axes broadcast."""
+    """``a [..., M, K]`` times ``b_nk [..., N, K]`` summed over K, batch axes broadcast.
+
+    Where N or M is 1 (a matrix times a vector, or a vector times a matrix) the product is
+    taken without the size-1 axis (``[..., M, K] * [..., 1, K]``, one reduction over rows),
+    and the axis is put back on the sum: a size-1 axis in the middle of the product left a
+    broadcast operand the reduction schedule could not loop over, and a bf16 ``x @ v``
+    became 7 to 10 kernels, one storing the whole product."""
     math = dtypes.float32 if out_dtype.itemsize < 4 else out_dtype
-    a_b = ir_ops.unsqueeze(ir_ops.cast(a, math), -2)  # [..., M, 1, K]
-    b_b = ir_ops.unsqueeze(ir_ops.cast(b_nk, math), -3)  # [..., 1, N, K]
+    a_m, b_m = ir_ops.cast(a, math), ir_ops.cast(b_nk, math)
+    if b_nk.shape[-2] == 1:  # N = 1: [..., M, K] * [..., 1, K], summed into [..., M, 1]
+        product = ir_ops.binary(BinaryOpType.MUL, a_m, b_m)
+        return ir_ops.unsqueeze(ir_ops.reduce(ReductionOpType.SUM, product, -1), -1)
+    if a.shape[-2] == 1:  # M = 1: [..., 1, K] * [..., N, K], summed into [..., 1, N]
+        product = ir_ops.binary(BinaryOpType.MUL, a_m, b_m)
+        return ir_ops.unsqueeze(ir_ops.reduce(ReductionOpType.SUM, product, -1), -2)
+    a_b = ir_ops.unsqueeze(a_m, -2)  # [..., M, 1, K]
+    b_b = ir_ops.unsqueeze(b_m, -3)  # [..., 1, N, K]
     product = ir_ops.binary(BinaryOpType.MUL, a_b, b_b)
     return ir_ops.reduce(ReductionOpType.SUM, product, -1)
 
@@ -56,7 +69,11 @@ def decompose_matmuls(fusion: Fusion) -> int:
                 if a2.shape[-1] == 1:  # K = 1: b2 is [..., 1, N]
                     result = _outer(a2, ir_ops.squeeze(b2, b2.ndim - 2), out.dtype)
                 else:
-                    result = _contract(a2, layout_ops.transpose(b2, -1, -2), out.dtype)
+                    # A vector b is [1, K] as it stands (no transpose of its [K, 1]).
+                    b_nk = (
+                        ir_ops.unsqueeze(b, 0) if b.ndim == 1 else layout_ops.transpose(b2, -1, -2)
+                    )
+                    result = _contract(a2, b_nk, out.dtype)
                 if a.ndim == 1:
                     result = ir_ops.squeeze(result, result.ndim - 2)
                 if b.ndim == 1:

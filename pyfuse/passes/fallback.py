@@ -6,15 +6,18 @@ cannot be made. A valid fusion must still run, so the pipeline tries, in order, 
 of :data:`ATTEMPTS` that apply to the kernel, each on a fresh copy of its segment:
 
 1. the scheduler's own choice;
-2. the same scheduler with one element per access (no vectors: nothing assumes alignment
+2. the same, with every broadcast of an input's cast moved ahead of the cast (through
+   broadcasts of the input: ``broadcast_first.broadcasts_before_casts``), so that no
+   computed tensor covers part of a reduction's merged rows (a bf16 ``x[B, M, K] @ v[K]``);
+3. the same scheduler with one element per access (no vectors: nothing assumes alignment
    or divisibility of the innermost extent);
-3. no aliases: metadata ops after inputs are computed, not read in place (their
+4. no aliases: metadata ops after inputs are computed, not read in place (their
    allocation domains are what lowering indexes through);
-4. both;
-5. for a matmul kernel the user gave ``MatmulParams``: the heuristic's params instead (a
+5. both;
+6. for a matmul kernel the user gave ``MatmulParams``: the heuristic's params instead (a
    config the kernel cannot take, such as 128x192 tiles over an N-major B operand, then
    still runs on the tensor cores);
-6. for a matmul kernel: its MMAs as multiply + sum in fp32 (the reduction path, which
+7. for a matmul kernel: its MMAs as multiply + sum in fp32 (the reduction path, which
    needs neither TMA nor wgmma), without vectors or aliases.
 
 When every plan fails, the pipeline cuts the segment into one kernel per expr
@@ -44,10 +47,13 @@ class Attempt:
     vectorize: bool = True
     tensor_cores: bool = True
     user_params: bool = True  # the user's MatmulParams (else the heuristic's)
+    # Broadcasts of inputs moved ahead of their casts (broadcast_first.broadcasts_before_casts)
+    broadcasts_first: bool = False
 
 
 ATTEMPTS = (
     Attempt("default"),
+    Attempt("broadcasts before casts", broadcasts_first=True),
     Attempt("no vectors", vectorize=False),
     Attempt("no aliases", alias_inputs=False),
     Attempt("no aliases or vectors", alias_inputs=False, vectorize=False),
