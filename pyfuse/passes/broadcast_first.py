@@ -16,7 +16,8 @@ whose input is the only use of a UnaryOp or CastOp of a fusion input (that op's 
 fusion output) is replaced by that op of a broadcast of the input; values are unchanged (an
 elementwise op commutes with a broadcast). Returns how many were rewritten.
 :func:`broadcasts_before_casts`, a fallback plan's rewrite, does the same through views
-of the input (broadcasts, permutes), until no broadcast follows such an op.
+of the input (metadata ops: broadcasts, permutes, reshapes...), until no broadcast
+follows such an op.
 """
 
 from __future__ import annotations
@@ -29,9 +30,8 @@ from pyfuse.passes.skip_intermediates import is_metadata_op
 
 def candidates(fusion: Fusion, through_broadcasts: bool = False) -> list[BroadcastOp]:
     """The BroadcastOps :func:`broadcast_first` would rewrite (see the module doc); with
-    ``through_broadcasts`` also those whose elementwise op reads a view of an input (a
-    broadcast or permute of it: ``broadcast(cast(broadcast(v)))``, what ``x @ v``
-    decomposes into)."""
+    ``through_broadcasts`` also those whose elementwise op reads a view of an input (metadata
+    ops of it, ``skip_intermediates.is_metadata_op``: ``broadcast(cast(broadcast(v)))``)."""
     found = []
     for expr in fusion.exprs():
         if not isinstance(expr, BroadcastOp):
@@ -40,7 +40,7 @@ def candidates(fusion: Fusion, through_broadcasts: bool = False) -> list[Broadca
         elementwise = applied.definition
         if (
             isinstance(elementwise, UnaryOp | CastOp)
-            and _input_or_its_broadcast(fusion, elementwise.tensor_inputs[0], through_broadcasts)
+            and _views_an_input(fusion, elementwise.tensor_inputs[0], through_broadcasts)
             and not fusion.is_output(applied)
             and len(fusion.uses_in_fusion(applied)) == 1
         ):
@@ -48,7 +48,7 @@ def candidates(fusion: Fusion, through_broadcasts: bool = False) -> list[Broadca
     return found
 
 
-def _input_or_its_broadcast(fusion: Fusion, tv: TensorView, through_broadcasts: bool) -> bool:
+def _views_an_input(fusion: Fusion, tv: TensorView, through_broadcasts: bool) -> bool:
     while through_broadcasts and tv.definition is not None and is_metadata_op(tv.definition):
         tv = tv.definition.tensor_inputs[0]
     return fusion.is_input(tv)

@@ -14,8 +14,8 @@ tensors that the reduction scheduler declined).
 Expects the math IR. Guarantees: no two live ReductionOps compute the same values (same
 kind, parameters and output axes, inputs computing the same values: equal by value
 numbering through every expr, constants by value and dtype, floats by their bits), unless
-the later one's output is a fusion output; every use of a dropped reduction reads the kept
-one; values are unchanged.
+both are fusion outputs; every use of a dropped reduction reads the kept
+one (an output slot too, unless both are outputs); values are unchanged.
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ def merge_common_reductions(fusion: Fusion) -> int:
             continue
         first = first_of.setdefault(key, expr.output)
         number[id(expr.output)] = id(first)
-        if first is expr.output or fusion.is_output(expr.output):
-            continue
+        if first is expr.output or (fusion.is_output(expr.output) and fusion.is_output(first)):
+            continue  # (two outputs keep their own tensors; one moves to the kept one's)
         if isinstance(expr, ReductionOp):
             fusion.replace_uses(expr.output, first)
             expr.unlink()

@@ -4,8 +4,11 @@ Expects the fusion after ``translate_patterns``: any MatmulOp or LinearOp still 
 refused for the tensor-core path (fp32 operands, a 1-D operand, a size-1 M, N or K).
 Guarantees: each becomes ``sum_K(a[..., M, 1, K] * b[..., 1, N, K])`` computed in fp32 (fp32
 operands stay fp32-accurate: no tf32) and cast to the op's dtype, plus the bias for a
-LinearOp; the values are those of the original op (checked against the interpreter in
-tests). The reduction scheduler then takes the result like any other reduction.
+LinearOp; where N or M is 1, ``sum_K(a[..., M, K] * b[..., 1, K])`` (or the same with the
+roles swapped) with the size-1 axis put back on the sum, both operands at the product's rank
+before their casts; where K is 1, the outer product. The values are those of the original
+op (checked against the interpreter in tests). The reduction scheduler then takes the
+result like any other reduction.
 """
 
 from __future__ import annotations
@@ -29,6 +32,14 @@ def _contract(a: TensorView, b_nk: TensorView, out_dtype: dtypes.DType) -> Tenso
     broadcast operand the reduction schedule could not loop over, and a bf16 ``x @ v``
     became 7 to 10 kernels, one storing the whole product."""
     math = dtypes.float32 if out_dtype.itemsize < 4 else out_dtype
+    if b_nk.shape[-2] == 1 or a.shape[-2] == 1:
+        # Both operands at the product's rank before their casts: a cast of a lower-rank
+        # vector broadcast after it covers part of the rows, which the reduction schedule
+        # cannot loop over (the fallback plan "broadcasts before casts" would move it).
+        while a.ndim < b_nk.ndim:
+            a = ir_ops.unsqueeze(a, 0)
+        while b_nk.ndim < a.ndim:
+            b_nk = ir_ops.unsqueeze(b_nk, 0)
     a_m, b_m = ir_ops.cast(a, math), ir_ops.cast(b_nk, math)
     if b_nk.shape[-2] == 1:  # N = 1: [..., M, K] * [..., 1, K], summed into [..., M, 1]
         product = ir_ops.binary(BinaryOpType.MUL, a_m, b_m)

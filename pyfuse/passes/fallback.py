@@ -26,7 +26,7 @@ fail raises the first plan's error. The plan taken records on ``KernelPlan.fallb
 which plans failed and why, and ``params["fallback"]`` names it (``Kernel.params`` shows it).
 
 Expects a segment fresh from :func:`pyfuse.passes.segment.replan`. Guarantees: every plan
-computes the segment's values (only the schedule or, for 5, the matmul's accumulation
+computes the segment's values (only the schedule or, for 6 and 7, the matmul's accumulation
 order changes).
 """
 

@@ -13,7 +13,9 @@ follow a fusion from math IR to PTX.
     fold_empty_reductions a reduction over no elements is its identity (a full tensor)
     ── segmentation ─────────────────────────────────────────────────────────────────────
     segment               kernels, each with the scheduler that accepts it (where none
-                          accepts a kernel with an MMA, the MMAs run as multiply+sum)
+                          accepts a kernel with an MMA, the MMAs run as multiply+sum; a
+                          normalization too wide for one kernel: a kernel per reduction,
+                          each recomputing its pointwise inputs, segment_recompute)
     ── scheduling (per kernel) ──────────────────────────────────────────────────────────
     prepare               the scheduler's rewrite before aliasing, if it has one (reduction:
                           a wide row's weights broadcast before their casts, broadcast_first)
@@ -60,7 +62,7 @@ from pyfuse.ir.records import record
 from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.verify import verify_fusion
 from pyfuse.passes import inline
-from pyfuse.passes.broadcast_first import broadcasts_before_casts
+from pyfuse.passes.broadcast_first import broadcasts_before_casts, candidates
 from pyfuse.passes.common_reductions import merge_common_reductions
 from pyfuse.passes.decompose_matmul import (
     decompose_matmuls,
@@ -262,7 +264,11 @@ def _build_kernel(
     that works (passes/fallback.py), or the first plan's error when none does."""
     name = kernel_name(fusion.name, index)
     failures: list[tuple[Attempt, Exception]] = []
+    # (The first plan schedules this fusion in place: ask before it runs.)
+    movable = bool(candidates(segmented.kernels[index].fusion, through_broadcasts=True))
     for attempt in attempts_for(has_mma(segmented.kernels[index].fusion), matmul is not None):
+        if attempt.broadcasts_first and not movable:
+            continue  # nothing to move: the plan would be the first one again
         try:
             if failures:
                 rewrite = None if attempt.tensor_cores else mmas_to_multiply_sum
@@ -350,6 +356,13 @@ def run(
         built = _build_kernel(fusion, segmented, index, target, context.matmul, runner, emit)
         if isinstance(built, Exception):
             first_failure = first_failure or built
+            if segmented.recomputed:
+                # Kernels that share recomputed exprs are not cut (each piece would make
+                # the others write what it reads): the greedy kernels instead.
+                with runner.stage("segment"):
+                    segmented = segment(fusion, target, recompute=False)
+                kernels, index = [], 0
+                continue
             # No plan fits the whole segment: one kernel per expr, and build them all again
             # (the kernels' names and arguments change with the cut).
             with runner.stage("segment"):

@@ -55,3 +55,6 @@ class SegmentedFusion:
     intermediates: dict[str, TensorView]
     # Each kernel's exprs, in the segmented fusion: a failed kernel is cut along them.
     groups: list[list[Expr]] = field(default_factory=list)
+    # Whether groups share exprs that each kernel recomputes (segment_recompute): a failed
+    # kernel of such a segmentation is not cut; the fusion is segmented again without it.
+    recomputed: bool = False

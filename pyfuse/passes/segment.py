@@ -11,7 +11,12 @@ lists each scheduler's reason for the expr that could not be placed.
 Strategy: try the whole fusion; if no scheduler takes it, walk the exprs in
 topological order and grow the current group while some scheduler accepts it,
 starting a new group at the first expr that no scheduler accepts together with the
-group. A pointwise fusion whose outputs have different sizes is cut the same way.
+group. A pointwise fusion whose outputs have different sizes is cut the same way. A chain
+of reductions over pointwise math (a normalization too wide for one kernel) is grouped by
+:mod:`segment_recompute` instead where that moves fewer bytes and recomputes at most
+``MAX_RECOMPUTE_GROWTH`` times the fusion's exprs: its groups share the pointwise exprs
+each kernel recomputes (``SegmentedFusion.recomputed``; the pipeline segments such a
+fusion again without them when one of their kernels fails every plan).
 """
 
 from __future__ import annotations
@@ -109,6 +114,12 @@ def sub_fusion(
         twin = memo[id(tv)]
         assert isinstance(twin, TensorView)
         copied.add_output(materialize_expanded(copied, twin))
+    for expr in exprs:
+        twin = memo[id(expr.output)]
+        assert isinstance(twin, TensorView)
+        if twin.memory_type == MemoryType.GLOBAL and not copied.is_output(twin):
+            # A fusion output this kernel recomputes but another writes (segment_recompute).
+            twin.memory_type = MemoryType.LOCAL
     for position, original in separate_self_mapped_inputs(copied):
         boundary.insert(position, boundary[original])
     return copied, boundary, list(outputs)
@@ -258,15 +269,15 @@ def _twin_input(tv: TensorView) -> TensorView:
 def _written(
     fusion: Fusion,
     group: Sequence[Expr],
-    earlier: Sequence[Sequence[Expr]],
     later: Sequence[Sequence[Expr]],
 ) -> list[TensorView]:
-    """What the kernel of ``group`` writes, between the groups launched before it and those
-    after it: the fusion outputs no earlier group computed, and the tensors a later group
-    reads without computing them. Groups may share pointwise exprs, each kernel computing
-    them again (:mod:`segment_recompute`); disjoint groups write what
-    :func:`_group_outputs` says."""
-    computed_before = {id(e) for g in earlier for e in g}
+    """What the kernel of ``group`` writes, given the groups launched after it: the fusion
+    outputs no later group computes (the last kernel to compute a shared output writes it:
+    the outputs' kernel, not a reduction's, which a full-size output would overload), and
+    the tensors a later group reads without computing them. Groups may share pointwise
+    exprs, each kernel computing them again (:mod:`segment_recompute`); disjoint groups
+    write what :func:`_group_outputs` says."""
+    computed_after = {id(e) for g in later for e in g}
     read_later: set[int] = set()
     for other in later:
         computed = {id(e.output) for e in other}
@@ -274,7 +285,7 @@ def _written(
     outputs = []
     for expr in group:
         tv = expr.output
-        if (fusion.is_output(tv) and id(expr) not in computed_before) or id(tv) in read_later:
+        if (fusion.is_output(tv) and id(expr) not in computed_after) or id(tv) in read_later:
             outputs.append(tv)
     return outputs
 
@@ -290,8 +301,10 @@ def _group_outputs(fusion: Fusion, group: Sequence[Expr], rest: Sequence[Expr]) 
     return outputs
 
 
-def segment(fusion: Fusion, target: TargetInfo) -> SegmentedFusion:
-    """Split ``fusion`` into kernels (see the module docstring)."""
+def segment(fusion: Fusion, target: TargetInfo, recompute: bool = True) -> SegmentedFusion:
+    """Split ``fusion`` into kernels (see the module docstring); ``recompute=False`` leaves
+    out the recomputing groups (what the pipeline asks for when one of their kernels
+    failed every plan)."""
     exprs = fusion.exprs()
     # The whole fusion as the kernel it would be (twin inputs, materialized outputs).
     whole, _, _ = sub_fusion(fusion, exprs, _group_outputs(fusion, exprs, []), "trial")
@@ -306,13 +319,28 @@ def segment(fusion: Fusion, target: TargetInfo) -> SegmentedFusion:
         return _plans(fusion, groups, target)
     # The whole fusion was just declined: no need to try it again as one group.
     groups = _greedy(fusion, exprs, target, try_whole=False)
-    recomputed = recompute_groups(fusion, lambda group: _accepted(fusion, group, target))
-    if recomputed is not None and _bytes(fusion, recomputed) < _bytes(fusion, groups):
+    recomputed = None
+    if recompute:
+        recomputed = recompute_groups(fusion, lambda group: _accepted(fusion, group, target))
+    # Recomputing pays in bytes; past a few copies of each expr it costs more in math and
+    # compile time than it saves (a chain of n normalizations recomputes n^2 exprs).
+    if (
+        recomputed is not None
+        and sum(len(group) for group in recomputed) <= MAX_RECOMPUTE_GROWTH * len(exprs)
+        and _bytes(fusion, recomputed) < _bytes(fusion, groups)
+    ):
         try:
-            return _plans(fusion, recomputed, target, split_declined=False)
+            planned = _plans(fusion, recomputed, target, split_declined=False)
         except ScheduleError:
             pass  # a kernel of the recomputing groups was declined after all
+        else:
+            planned.recomputed = True
+            return planned
     return _plans(fusion, groups, target)
+
+
+# The most exprs the recomputing groups may hold, as a multiple of the fusion's.
+MAX_RECOMPUTE_GROWTH = 3
 
 
 def _accepted(fusion: Fusion, group: list[Expr], target: TargetInfo) -> bool:
@@ -325,7 +353,7 @@ def _accepted(fusion: Fusion, group: list[Expr], target: TargetInfo) -> bool:
 
 def _bytes(fusion: Fusion, groups: list[list[Expr]]) -> int:
     """What the kernels of ``groups`` read and write (segment_recompute.cost_bytes)."""
-    return cost_bytes(groups, lambda i: _written(fusion, groups[i], groups[:i], groups[i + 1 :]))
+    return cost_bytes(groups, lambda i: _written(fusion, groups[i], groups[i + 1 :]))
 
 
 def _matmul_prologue(exprs: list[Expr]) -> list[Expr]:
@@ -460,7 +488,7 @@ def replan(
     """A fresh plan for kernel ``index`` (its scheduler's work on the last one is undone),
     its fusion first rewritten by ``rewrite`` where given; the kernel keeps its arguments."""
     groups = segmented.groups
-    outputs = _written(fusion, groups[index], groups[:index], groups[index + 1 :])
+    outputs = _written(fusion, groups[index], groups[index + 1 :])
     name = segmented.kernels[index].fusion.name
     kernel_fusion, _, _ = sub_fusion(fusion, groups[index], outputs, name)
     if rewrite is not None:
@@ -501,8 +529,9 @@ def cut(
 def _plans(
     fusion: Fusion, groups: list[list[Expr]], target: TargetInfo, split_declined: bool = True
 ) -> SegmentedFusion:
-    """The kernels of ``groups``; a group no scheduler takes is split into one kernel per
-    expr, or (``split_declined`` false) raises ScheduleError."""
+    """The kernels of ``groups``; a group no scheduler takes is split into its units (one
+    kernel per expr, an MMA with its operand views), or raises ScheduleError where it is one
+    unit or ``split_declined`` is false."""
     kernels: list[KernelPlan] = []
     sources: list[list[tuple[str, int | str]]] = []
     sinks: list[list[tuple[str, int | str]]] = []
@@ -512,7 +541,7 @@ def _plans(
     launched: list[list[Expr]] = []  # last first: a kernel only feeding dropped ones drops too
     for index in reversed(range(len(groups))):
         group = groups[index]
-        produced = _written(fusion, group, groups[:index], launched)
+        produced = _written(fusion, group, launched)
         if any(tv.numel > 0 for tv in produced):
             launched.insert(0, group)
             continue
@@ -521,7 +550,7 @@ def _plans(
                 intermediates[f"T{tv.name}"] = tv
     groups = launched
     for number, group in enumerate(groups):
-        outputs = _written(fusion, group, groups[:number], groups[number + 1 :])
+        outputs = _written(fusion, group, groups[number + 1 :])
         name = fusion.name if len(groups) == 1 else f"{fusion.name}_{number}"
         kernel_fusion, boundary, originals = sub_fusion(fusion, group, outputs, name)
         chosen, reasons = pick_scheduler(kernel_fusion, target)

@@ -12,7 +12,8 @@ fusion's inputs and the outputs of earlier reductions) and one for the outputs (
 closure of every output that is not a reduction's), consecutive groups merged where one
 scheduler takes them together. A pointwise expr may be in several groups: each kernel
 recomputes it from the inputs, which it reads again, instead of reading a stored copy.
-Only reduction results (one value per row) pass between kernels. :func:`cost_bytes`
+Only reduction results (one value per row) pass between kernels. (Where a kernel of these
+groups fails every plan, the pipeline segments the fusion again without them.) :func:`cost_bytes`
 weighs a grouping by the bytes its kernels read and write, for :mod:`segment` to choose
 between this grouping and the greedy one.
 """

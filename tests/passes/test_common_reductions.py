@@ -76,3 +76,13 @@ def test_inputs_by_identity_and_constants_by_value() -> None:
     rng = np.random.default_rng(3)
     arrays = [rng.standard_normal((2, 4)).astype(np.float32) for _ in range(2)]
     np.testing.assert_allclose(fused.reference(*arrays), 3.0 * arrays[1].sum(-1), rtol=1e-5)
+
+
+def test_merging_does_not_depend_on_the_order_of_the_outputs() -> None:
+    for fn in (
+        lambda x: (pf.softmax(x, -1), pf.amax(x, -1, keepdim=True)),
+        lambda x: (pf.amax(x, -1, keepdim=True), pf.softmax(x, -1)),
+    ):
+        fusion = pf.fuse(fn).trace(pf.spec((4, 32), f32))
+        assert merge_common_reductions(fusion) == 1
+        check_fusion(fn, [pf.spec((4, 32), f32)])

@@ -9,6 +9,7 @@ from sim_utils import check_fusion
 
 import pyfuse as pf
 from pyfuse.ir.target import HOPPER
+from pyfuse.passes import pipeline
 from pyfuse.passes import segment as segment_pass
 from pyfuse.passes.segment_recompute import recompute_groups
 
@@ -92,7 +93,7 @@ def test_groups_share_pointwise_exprs_and_pass_only_reductions() -> None:
     groups = recompute_groups(fusion, lambda group: False)
     assert groups is not None and len(groups) == 3
     for index, group in enumerate(groups):
-        written = segment_pass._written(fusion, group, groups[:index], groups[index + 1 :])
+        written = segment_pass._written(fusion, group, groups[index + 1 :])
         if index < len(groups) - 1:
             assert [tv.numel for tv in written] == [2]
         else:
@@ -115,3 +116,45 @@ def test_merging_takes_what_one_scheduler_accepts() -> None:
     fusion = pf.fuse(lambda x: pf.log_softmax(x, -1)).trace(pf.spec((2, 64), f32))
     groups = recompute_groups(fusion, lambda group: segment_pass._accepted(fusion, group, HOPPER))
     assert groups is not None and len(groups) == 1  # narrow rows: one persistent kernel
+
+
+@pytest.mark.parametrize(
+    ("name", "fn", "inputs", "kernels"),
+    [
+        # The normalized tensor is an output too: the outputs' kernel writes it, and the
+        # reduction kernels that recompute it keep it in registers.
+        ("temperature", lambda x: (x * 0.5, pf.log_softmax(x * 0.5, -1)), 1, 3),
+        ("residual", lambda x, r, w: (x + r, pf.rms_norm(x + r, w)), 3, 2),
+    ],
+)
+def test_a_recomputed_output_is_written_by_the_outputs_kernel(name, fn, inputs, kernels) -> None:  # type: ignore[no-untyped-def]
+    specs = [pf.spec((3, WIDE), f32)] * min(inputs, 2) + [pf.spec((WIDE,), f32)] * (inputs - 2)
+    result = check_fusion(fn, specs, rtol=1e-4, atol=1e-4)
+    assert len(result.kernels) == kernels, name
+    _per_row(result, 3)
+
+
+def test_long_chains_keep_the_greedy_kernels() -> None:
+    # Six normalizations in a row would recompute 6^2 exprs: the greedy grouping is kept
+    # (24 kernels, as before the recomputing groups), and so is a failed recomputing plan's.
+    def fn(x):  # type: ignore[no-untyped-def]
+        y = x
+        for i in range(6):
+            y = pf.tanh(y) - pf.mean(y, i % 2, keepdim=True)
+        return y
+
+    result = pipeline.run(pf.fuse(fn).trace(pf.spec((64, WIDE), f32)), HOPPER)
+    assert len(result.kernels) == 24
+    assert not result.segmented.recomputed
+
+
+def test_a_failed_recomputing_kernel_falls_back_to_the_greedy_kernels() -> None:
+    # The means over rows and over columns merge into a group that a scheduler accepts but
+    # whose row does not fit the registers: the greedy kernels run instead of a cut.
+    result = check_fusion(
+        lambda x: x - pf.mean(x, 0, keepdim=True) - pf.mean(x, 1, keepdim=True),
+        [pf.spec((3, WIDE), f32)],
+        rtol=1e-4,
+        atol=1e-4,
+    )
+    assert len(result.kernels) == 3
