@@ -29,7 +29,7 @@ from pyfuse.ir.tensor import TensorView
 Number = bool | int | float
 Dims = int | Sequence[int] | None  # a ``dim`` argument: one axis, several, or all (None)
 Keepdims = bool | None  # ``keepdims``, NumPy's name for ``keepdim``: None where not given
-D = TypeVar("D")  # what a reduction's ``dim`` takes (pf.max's also a tensor)
+DimArgument = TypeVar("DimArgument")  # what a reduction's ``dim`` takes (pf.max's also a tensor)
 
 
 class Ranked(Protocol):
@@ -116,8 +116,8 @@ def reduction_dims(x: Ranked, dims: Dims, *, empty_is_all: bool = True) -> list[
 
 
 def reduction_arguments(
-    dim: D | None, keepdim: object, axis: D | None, keepdims: object
-) -> tuple[D | None, bool]:
+    dim: DimArgument | None, keepdim: object, axis: DimArgument | None, keepdims: object
+) -> tuple[DimArgument | None, bool]:
     """A reduction's ``dim`` and ``keepdim`` (read as a flag), given under torch's names or
     NumPy's, ``axis`` and ``keepdims``, which torch's argument parser accepts for every
     ``dim`` and ``keepdim`` (``x.sum(axis=1, keepdims=True)``). One argument given under both

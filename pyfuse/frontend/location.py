@@ -26,7 +26,6 @@ import inspect
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from types import FrameType
 from typing import Any, NoReturn, ParamSpec, TypeVar
 
 from pyfuse.errors import FusionError, PyfuseError
@@ -76,25 +75,6 @@ def _check_tensors(
             check_traced(value, name)
 
 
-@functools.cache
-def _is_pyfuse_file(filename: str) -> bool:
-    """Whether code of ``filename`` is pyfuse's: :func:`user_location`'s test of a frame,
-    remembered per file (its ``abspath`` for every frame of every op cost 6-10% of the
-    tracing time; a relative name is resolved against the working directory once)."""
-    return os.path.abspath(filename).startswith(PACKAGE_DIR + os.sep)
-
-
-def _traced_location() -> str | None:
-    """The user's line of the op being traced: what :func:`user_location` answers (the
-    innermost frame outside pyfuse), with each file's verdict cached, as every op asks it."""
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None:
-        if not _is_pyfuse_file(frame.f_code.co_filename):
-            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
-        frame = frame.f_back
-    return None
-
-
 def user_op(
     name: str, checks_itself: Sequence[str] = ()
 ) -> Callable[[Callable[P, R]], Callable[P, R]]:
@@ -108,7 +88,7 @@ def user_op(
         @functools.wraps(fn)
         def traced(*args: P.args, **kwargs: P.kwargs) -> R:
             outer = current_source()
-            where = outer if outer is not None else _traced_location()
+            where = outer if outer is not None else user_location()
             with source_location(where):
                 try:
                     if tensors:
