@@ -62,7 +62,7 @@ from pyfuse.ir.records import record
 from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.verify import verify_fusion
 from pyfuse.passes import inline
-from pyfuse.passes.broadcast_first import broadcasts_before_casts, candidates
+from pyfuse.passes.broadcast_first import broadcasts_before_casts
 from pyfuse.passes.common_reductions import merge_common_reductions
 from pyfuse.passes.decompose_matmul import (
     decompose_matmuls,
@@ -251,6 +251,11 @@ def schedule_kernel(
         return validate(fusion, plan.reference if scheduler.indexes_from_reference else None)
 
 
+def _counting(moved: list[int]) -> Callable[[Fusion], None]:
+    """broadcasts_before_casts as a replan rewrite that appends how many it moved."""
+    return lambda fusion: moved.append(broadcasts_before_casts(fusion))
+
+
 def _build_kernel(
     fusion: Fusion,
     segmented: SegmentedFusion,
@@ -264,16 +269,15 @@ def _build_kernel(
     that works (passes/fallback.py), or the first plan's error when none does."""
     name = kernel_name(fusion.name, index)
     failures: list[tuple[Attempt, Exception]] = []
-    # (The first plan schedules this fusion in place: ask before it runs.)
-    movable = bool(candidates(segmented.kernels[index].fusion, through_broadcasts=True))
     for attempt in attempts_for(has_mma(segmented.kernels[index].fusion), matmul is not None):
-        if attempt.broadcasts_first and not movable:
-            continue  # nothing to move: the plan would be the first one again
         try:
-            if failures:
+            if failures and attempt.broadcasts_first:
+                moved: list[int] = []
+                plan = replan(fusion, segmented, index, target, _counting(moved))
+                if not moved[0]:
+                    continue  # nothing moved: the plan would be the first one again
+            elif failures:
                 rewrite = None if attempt.tensor_cores else mmas_to_multiply_sum
-                if attempt.broadcasts_first:
-                    rewrite = broadcasts_before_casts
                 plan = replan(fusion, segmented, index, target, rewrite)
             else:
                 plan = segmented.kernels[index]

@@ -343,11 +343,18 @@ def segment(fusion: Fusion, target: TargetInfo, recompute: bool = True) -> Segme
 MAX_RECOMPUTE_GROWTH = 3
 
 
-def _accepted(fusion: Fusion, group: list[Expr], target: TargetInfo) -> bool:
-    """Whether one scheduler takes ``group`` as a kernel (writing what any other expr reads)."""
+def _accepted(
+    fusion: Fusion,
+    group: list[Expr],
+    target: TargetInfo,
+    all_exprs: Sequence[Expr] | None = None,
+) -> bool:
+    """Whether one scheduler takes ``group`` as a kernel (writing what any other expr of
+    ``all_exprs``, the fusion's by default, reads; its last expr's output where none is)."""
     members = {id(e) for e in group}
-    later = [e for e in fusion.exprs() if id(e) not in members]
-    trial, _, _ = sub_fusion(fusion, group, _group_outputs(fusion, group, later), "trial")
+    later = [e for e in (all_exprs or fusion.exprs()) if id(e) not in members]
+    outputs = _group_outputs(fusion, group, later) or [group[-1].output]
+    trial, _, _ = sub_fusion(fusion, group, outputs, "trial")
     return pick_scheduler(trial, target)[0] is not None
 
 
@@ -382,23 +389,15 @@ def _greedy(
 ) -> list[list[Expr]]:
     """Groups grown in order while some scheduler accepts them (the whole list, when one
     scheduler takes it: a lone metadata op must not become a copy kernel of its own)."""
-    if exprs and try_whole:
-        members = {id(e) for e in exprs}
-        later = [e for e in fusion.exprs() if id(e) not in members]
-        whole, _, _ = sub_fusion(fusion, exprs, _group_outputs(fusion, exprs, later), "trial")
-        if pick_scheduler(whole, target)[0] is not None:
-            return [list(exprs)]
     all_exprs = fusion.exprs()
+    if exprs and try_whole and _accepted(fusion, exprs, target, all_exprs):
+        return [list(exprs)]
     groups: list[list[Expr]] = []
     current: list[Expr] = []
     for unit in _units(fusion, exprs):
         expr = unit[-1]
         candidate = [*current, *unit]
-        members = {id(e) for e in candidate}
-        later = [e for e in all_exprs if id(e) not in members]
-        outputs = _group_outputs(fusion, candidate, later)
-        trial, _, _ = sub_fusion(fusion, candidate, outputs or [expr.output], "trial")
-        if pick_scheduler(trial, target)[0] is not None:
+        if _accepted(fusion, candidate, target, all_exprs):
             current = candidate
             continue
         if not current:
