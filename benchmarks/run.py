@@ -480,6 +480,40 @@ def case_gate_up() -> list[Result]:
     return results
 
 
+def case_linear_residual() -> list[Result]:
+    """A projection with its bias and the residual stream, ``linear(x, w, b) + r``, at
+    4096x4096x14336 (Llama-3-8B's down projection) and 8192x8192x8192: the residual loaded
+    by TMA into the output's staging buffers (the default) and by a global load per pair of
+    columns, against eager (cuBLAS with the bias, then an add) and torch.compile."""
+    import torch
+
+    def eager(x: Any, w: Any, b: Any, r: Any) -> Any:
+        return torch.nn.functional.linear(x, w, b) + r
+
+    results = []
+    for m, n, k in ((4096, 4096, 14336), (8192, 8192, 8192)):
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / 128
+        b = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+        r = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+        variants: Variants = (
+            ("", None),
+            (", residual by global loads", pf.MatmulParams(tma_residuals=False)),
+            (", ping-pong", pf.MatmulParams(pingpong=True)),
+            (
+                ", ping-pong, residual by global loads",
+                pf.MatmulParams(pingpong=True, tma_residuals=False),
+            ),
+        )
+        for label, params in variants:
+            fused = pf.fuse(
+                lambda x, w, b, r: pf.linear(x, w, b) + r, name="linear_residual", matmul=params
+            )
+            name = f"linear+bias+residual {m}x{n}x{k}{label}"
+            results.append(_matmul_case(name, fused, eager, (x, w, b, r), 2 * m * n * k))
+    return results
+
+
 CASES: dict[str, Callable[[], Result | list[Result]]] = {
     "gelu": case_gelu,
     "bias_gelu": case_bias_gelu,
@@ -497,6 +531,7 @@ CASES: dict[str, Callable[[], Result | list[Result]]] = {
     "linear_gelu": case_linear_gelu,
     "linear_gelu_decode": case_linear_gelu_decode,
     "gate_up": case_gate_up,
+    "linear_residual": case_linear_residual,
 }
 
 

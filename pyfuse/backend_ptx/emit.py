@@ -103,6 +103,7 @@ class _KernelEmitter(MemoryAccess):
         # In a staged matmul epilogue: where each TMA-stored output's pair for this element goes
         # (a shared-memory address, or a word for the chunk's stmatrix).
         self.staging: Mapping[int, StagingTarget] = {}
+        self.staged_reads: Mapping[int, Address] = {}
         # In an unguarded matmul epilogue, values read from the tile's epilogue vectors,
         # kept across its elements (rows 8 apart read the same column's bias): by expression
         # and the registers its variables are bound to. None elsewhere.
@@ -161,6 +162,8 @@ class _KernelEmitter(MemoryAccess):
             self.vector_copy(stmt)
         elif isinstance(stmt, kir.StageStore):
             self.stage_store(stmt)
+        elif isinstance(stmt, kir.StagedLoad):
+            self.staged_load(stmt)
         elif isinstance(stmt, kir.Sync):
             self.kb.emit(control.bar_sync(0))
         elif isinstance(stmt, kir.ThreadReduce):
@@ -189,26 +192,30 @@ class _KernelEmitter(MemoryAccess):
         self.vector_offsets = frozenset(vector.smem_offset for vector in stmt.vectors)
 
         def epilogue(
-            bindings: dict[kir.Var, Reg], element: int, staging: Mapping[int, StagingTarget]
+            bindings: dict[kir.Var, Reg],
+            element: int,
+            staging: Mapping[int, StagingTarget],
+            reads: Mapping[int, Address],
         ) -> None:
             if element == 0:  # a tile's first: the vectors now hold this tile's values
                 self.tile_memo = {} if reuse else None
-            run(bindings, element, staging, stmt.epilogue)
+            run(bindings, element, staging, stmt.epilogue, reads)
 
         def run(
             bindings: dict[kir.Var, Reg],
             element: int,
             staging: Mapping[int, StagingTarget],
             statements: list[kir.Stmt],
+            reads: Mapping[int, Address],
         ) -> None:
             for var, register in bindings.items():
                 self.env[var.name] = register
             self.env[stmt.element.name] = element
             if stmt.pair_element is not None:
                 self.env[stmt.pair_element.name] = element + 1
-            self.staging = staging
+            self.staging, self.staged_reads = staging, reads
             self.block(statements)
-            self.staging = {}
+            self.staging, self.staged_reads = {}, {}
 
         def late_epilogue(
             bindings: dict[kir.Var, Reg], element: int, addresses: Sequence[Address]
@@ -220,7 +227,7 @@ class _KernelEmitter(MemoryAccess):
                 where = Location("shared", address)
                 self.vector_load(where, self.array(handoff), handoff.dtype)
             self.tile_memo = None  # the late part reads no vectors of this tile
-            run(bindings, element, {0: addresses[0]}, stmt.late_epilogue)
+            run(bindings, element, {0: addresses[0]}, stmt.late_epilogue, {})
 
         emit_matmul_main_loop(
             self.kb,

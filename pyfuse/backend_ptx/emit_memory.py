@@ -75,8 +75,10 @@ class MemoryAccess:
     arrays: dict[int, tuple[Reg, ...]]  # LOCAL buffers by id
     tensors: dict[str, Tensor]
     smem: Reg | None
-    # In a staged matmul epilogue: where each TMA-stored output's pair for this element goes.
+    # In a staged matmul epilogue: where each TMA-stored output's pair for this element goes,
+    # and where a residual's pair lies in the staging of the store hosting it.
     staging: Mapping[int, StagingTarget]
+    staged_reads: Mapping[int, Address]
 
     def expr(self, expr: kir.KExpr) -> Value:
         raise NotImplementedError
@@ -260,6 +262,14 @@ class MemoryAccess:
         word = self.kb.reg(RegClass.B32)
         self.kb.emit(arith.pack(word, registers))
         target.put(word)
+
+    def staged_load(self, stmt: kir.StagedLoad) -> None:
+        """A pair of residual columns from its store's staging buffer (matmul_residuals)."""
+        address = self.staged_reads.get(stmt.store)
+        if address is None:
+            raise self.fail(f"StagedLoad of store {stmt.store} outside a staged matmul epilogue")
+        registers = self.array(stmt.target)[: stmt.width]
+        self.vector_load(Location("shared", address), registers, stmt.target.dtype)
 
     def words(self, nbytes: int) -> tuple[tuple[Reg, ...], str]:
         """Registers that carry ``nbytes`` of narrow elements, and their ld/st type."""

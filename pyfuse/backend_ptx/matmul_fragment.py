@@ -30,8 +30,11 @@ from pyfuse.backend_ptx.operands import Address, Reg, RegClass
 from pyfuse.ir.hopper import SM90
 from pyfuse.ir.kernel_ir import MatmulMainLoop, Var
 
-# (bindings, accumulator element, per TMA-stored output where the element's pair is staged)
-EmitEpilogue = Callable[[dict[Var, Reg], int, Mapping[int, StagingTarget]], None]
+# (bindings, accumulator element, per TMA-stored output where the element's pair is staged,
+# per store hosting a residual where the residual's pair is: matmul_residuals)
+EmitEpilogue = Callable[
+    [dict[Var, Reg], int, Mapping[int, StagingTarget], Mapping[int, Address]], None
+]
 # The epilogue warps': (bindings, accumulator element, the pair's address in each handoff
 # tensor's tile; the output goes over the first).
 EmitLateEpilogue = Callable[[dict[Var, Reg], int, Sequence[Address]], None]
@@ -161,14 +164,17 @@ def consumer_epilogue(
             if staging is not None and i % staging.elements_per_chunk == 0:
                 staging.begin_chunk(first=element == 0)
             addresses: Mapping[int, StagingTarget] = {}
+            reads: Mapping[int, Address] = {}
             if staging is not None:
-                addresses = staging.addresses(i)
+                addresses, reads = staging.addresses(i), staging.read_addresses(i)
             elif handoff is not None:
                 addresses = handoff.addresses(i)
-            emit(bindings(block, i), element, addresses)
+            emit(bindings(block, i), element, addresses, reads)
             if staging is not None and (i + step) % staging.elements_per_chunk == 0:
                 last = element + step == stmt.row_blocks * per_block
-                staging.end_chunk(i // staging.elements_per_chunk, batch, block_row, n0, last)
+                chunk = i // staging.elements_per_chunk
+                tile_chunk = element // staging.elements_per_chunk
+                staging.end_chunk(chunk, batch, block_row, n0, last, tile_chunk)
     if handoff is not None:
         handoff.end()
 

@@ -60,6 +60,7 @@ from pyfuse.backend_ptx.abi import ParamKind
 from pyfuse.backend_ptx.emitter import Directives, Param
 from pyfuse.backend_ptx.instructions import mbarrier, wgmma
 from pyfuse.backend_ptx.matmul_handoff import check_handoff
+from pyfuse.backend_ptx.matmul_residuals import check_residuals
 from pyfuse.backend_ptx.matmul_staging import check_stores
 from pyfuse.backend_ptx.matmul_vectors import check_vectors
 from pyfuse.backend_ptx.tensor_maps import MatmulLaunch
@@ -410,6 +411,7 @@ def check_main_loop(
         )
     check_stores(stmt, kernel.smem_bytes)
     check_vectors(stmt, kernel.smem_bytes, lowest)
+    check_residuals(stmt, lowest)
     check_handoff(stmt, kernel.smem_bytes, lowest)
     for param in tensor_map_params:
         if param.kind is not ParamKind.TENSOR_MAP or param not in declared:
@@ -433,19 +435,21 @@ def register_split(
 
 
 def mapped_buffers(stmt: MatmulMainLoop) -> list[str]:
-    """The buffer of each tensor map, in parameter order: the operands', the stores', then
-    the epilogue vectors'."""
+    """The buffer of each tensor map, in parameter order: the operands', the stores', the
+    epilogue vectors', then the residuals'."""
     return (
         [o.buffer_name for o in stmt.operands]
         + [s.buffer_name for s in stmt.stores]
         + [v.buffer_name for v in stmt.vectors]
+        + [r.buffer_name for r in stmt.residuals]
     )
 
 
 def tensor_map_plans(kernel: Kernel) -> list[tma_host.TensorMapPlan]:
     """One tiled-map plan per TMA operand (checked against the smem layout first), then one
-    per TMA-stored output (a box of 64 rows by ``chunk_cols``, swizzled by its row), then
-    one per epilogue vector (one row, unswizzled, its elements copied as raw bits)."""
+    per TMA-stored output (a box of 64 rows by ``chunk_cols``, swizzled by its row), one
+    per epilogue vector (one row, unswizzled, its elements copied as raw bits), then one per
+    residual (its store's box and swizzle)."""
     stmt = find_main_loop(kernel)
     plans = []
     for operand in stmt.operands:
@@ -482,6 +486,18 @@ def tensor_map_plans(kernel: Kernel) -> list[tma_host.TensorMapPlan]:
                 (1, vector.extent),
                 (pitch, 1),
                 (1, vector.span),
+            )
+        )
+    for residual in stmt.residuals:
+        # The store's box and swizzle over the input's memory: a chunk lands where the
+        # store's output for it is written.
+        plans.append(
+            tma_host.plan_tiled(
+                STORE_TYPES[residual.dtype],
+                residual.shape,
+                residual.strides,
+                residual.box,
+                swizzle=SWIZZLES[residual.swizzle_bytes],
             )
         )
     return plans

@@ -26,6 +26,10 @@ tile, or its next tile's main loop). Per chunk, with named barrier ``1 + w`` of 
    chunk waits instead.) One named barrier per chunk, plus one per tile;
 4. before the warpgroup leaves the kernel its leader waits ``cp.async.bulk.wait_group 0``.
 
+With residuals (:mod:`.matmul_residuals`) the buffers are filled by TMA loads first, and the
+waits of steps 1 and 3 give way to theirs: each chunk begins by waiting for its buffer's
+residual, and each store is followed by the refill of its buffer.
+
 **Layout.** A staging buffer is 64 rows of ``S = chunk_cols * itemsize`` bytes (32, 64 or
 128: the tensor map's swizzle), on a 1024-byte boundary. The swizzle XORs the 16-byte chunk
 index (address bits 4..) with address bits 7.. of the row start; for the accumulator
@@ -55,6 +59,7 @@ from collections.abc import Mapping, Sequence
 from pyfuse.backend_ptx.emit_memory import StagingTarget
 from pyfuse.backend_ptx.emitter import KernelBuilder
 from pyfuse.backend_ptx.instructions import arith, control, logic, mbarrier, memory, tma
+from pyfuse.backend_ptx.matmul_residuals import ResidualLoads
 from pyfuse.backend_ptx.operands import Address, Reg, RegClass
 from pyfuse.ir import kernel_ir as kir
 from pyfuse.ir.hopper import SM90
@@ -216,6 +221,11 @@ class Staging:
             kb.emit(arith.mov("u32", offset, 0))
             self.offset.append(offset)
         self.current: list[list[Reg]] = []
+        # Residuals loaded into the buffers (matmul_residuals, set by the template): they
+        # take over the buffer waits; per hosting store, this chunk's pair addresses.
+        self.residuals: ResidualLoads | None = None
+        self.hosts = sorted({residual.store for residual in stmt.residuals})
+        self.reading: dict[int, list[Reg]] = {}
         self.matrix = uses_stmatrix(stmt)
         # stmatrix: per store, per pair of column blocks, this lane's row address (module).
         self.matrix_address: list[list[Reg]] = []
@@ -263,12 +273,24 @@ class Staging:
         """Point the addresses into this chunk's buffers; for the ``first`` chunk of a tile,
         wait for them first (step 1)."""
         kb = self.kb
-        if first:
+        if self.residuals is not None:
+            self.residuals.wait()
+        elif first:
             # The buffer was filled ``buffers`` chunks ago: at most the newer stores still read.
             kb.emit(
                 tma.wait_group(self.buffers - 1, read=True).guarded(self.leader),
                 control.bar_sync(self.barrier, SM90.warpgroup_threads),
             )
+        self.reading = {}
+        for store in self.hosts:
+            if not self.matrix:
+                continue  # the pair addresses are self.current's
+            moved = []
+            for address in self.block_address[store]:
+                register = self.u32()
+                kb.emit(arith.add("u32", register, address, self.offset[store]))
+                moved.append(register)
+            self.reading[store] = moved
         self.current = []
         if self.matrix:
             self.words = [[None] * (2 * self.blocks) for _ in self.stores]
@@ -296,16 +318,31 @@ class Staging:
             for index, store in enumerate(self.stores)
         }
 
-    def end_chunk(self, chunk: int, batch: Reg, row0: Reg, n0: Reg, last: bool) -> None:
-        """Publish chunk ``chunk`` of the 64 rows from ``row0`` to the TMA unit and store it
-        (step 3); unless it is the ``last`` of its tile, free the next chunk's buffers in the
-        same barrier (step 1 for the next chunk)."""
+    def read_addresses(self, element: int) -> Mapping[int, Address]:
+        """Per store hosting a residual, where the residual's pair for accumulator registers
+        ``element``, ``element + 1`` lies in the buffer being filled (its own pair's place)."""
+        block = (element // ELEMENTS_PER_BLOCK) % self.blocks
+        second_row = (element >> 1) & 1
+        reads = {}
+        for store in self.hosts:
+            addresses = self.reading[store] if self.matrix else self.current[store]
+            offset = second_row * 8 * self.stores[store].swizzle_bytes
+            reads[store] = Address(addresses[block], offset)
+        return reads
+
+    def end_chunk(
+        self, chunk: int, batch: Reg, row0: Reg, n0: Reg, last: bool, tile_chunk: int
+    ) -> None:
+        """Publish chunk ``chunk`` of the 64 rows from ``row0`` (the tile's chunk
+        ``tile_chunk``) to the TMA unit and store it (step 3); unless it is the ``last`` of
+        its tile, free the next chunk's buffers in the same barrier (step 1 for the next
+        chunk)."""
         kb, stmt = self.kb, self.stmt
         col0 = self.u32()
         inside, rows_inside = self.pred(), self.pred()
         if self.matrix:
             self._check_stored()
-        if not last:
+        if not last and self.residuals is None:
             # The next chunk's buffer was filled ``buffers - 1`` chunks before this one; this
             # chunk's store is not issued yet, so ``buffers - 2`` newer ones may still read.
             kb.emit(tma.wait_group(self.buffers - 2, read=True).guarded(self.leader))
@@ -325,6 +362,8 @@ class Staging:
             coords = [starts[role] for role in reversed(store.roles)]
             kb.emit(tma.store_tile(self.maps[index], coords, source).guarded(store_now))
         kb.emit(tma.commit_group().guarded(self.leader))
+        if self.residuals is not None:
+            self.residuals.refill(tile_chunk)
         for index, store in enumerate(self.stores):
             offset = self.offset[index]
             if self.buffers == 2:

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from pyfuse.backend_ptx import matmul_handoff, matmul_vectors, smem_desc
+from pyfuse.backend_ptx import matmul_handoff, matmul_residuals, matmul_vectors, smem_desc
 from pyfuse.backend_ptx.abi import ParamKind
 from pyfuse.backend_ptx.emitter import Directives, KernelBuilder, Param
 from pyfuse.backend_ptx.instructions import (
@@ -290,6 +290,7 @@ class _MainLoop(TileWalk):
                 ).guarded(leader),
             )
         matmul_vectors.init_barriers(kb, stmt, self.smem, leader)
+        matmul_residuals.init_barriers(kb, stmt, self.smem, leader)
         matmul_handoff.init_barriers(kb, stmt, self.smem, leader)
         kb.emit(mbarrier.fence_init().guarded(leader))
         if stmt.cluster_size > 1:
@@ -362,6 +363,7 @@ class _MainLoop(TileWalk):
         self.handoff: ConsumerHandoff | None = None
         first_store = len(stmt.operands)
         first_vector = first_store + len(stmt.stores)
+        first_residual = first_vector + len(stmt.vectors)
         if stmt.handoff is not None:
             # The epilogue warps store the output; the consumers write the handoff.
             self.handoff = ConsumerHandoff(kb, stmt, self.smem, lane, warp, self.consumer_index)
@@ -372,9 +374,23 @@ class _MainLoop(TileWalk):
             self.staging = Staging(
                 kb, stmt, store_maps, self.smem, self.tid, lane, warp, self.consumer_index
             )
+            if stmt.residuals:
+                residual_maps = matmul_vectors.tensor_map_addresses(kb, self.maps[first_residual:])
+                self.staging.residuals = matmul_residuals.ResidualLoads(
+                    kb,
+                    stmt,
+                    residual_maps,
+                    self.smem,
+                    self.consumer_index,
+                    self.staging.leader,
+                    self.staging.buffer_base,
+                    self.staging.offset,
+                )
         self.vectors: VectorLoads | None = None
         if stmt.vectors:
-            vector_maps = matmul_vectors.tensor_map_addresses(kb, self.maps[first_vector:])
+            vector_maps = matmul_vectors.tensor_map_addresses(
+                kb, self.maps[first_vector:first_residual]
+            )
             self.vectors = VectorLoads(
                 kb, stmt, vector_maps, self.smem, self.tid, self.consumer_index
             )
@@ -484,6 +500,10 @@ class _MainLoop(TileWalk):
         if self.vectors is not None:
             first_row = self.first_row(m0)
             self.vectors.issue(first_row, n0)
+        residuals = self.staging.residuals if self.staging is not None else None
+        if residuals is not None:
+            first_row = first_row or self.first_row(m0)
+            residuals.prefetch(batch, first_row, n0)
         self.k_loop(consume, piece)
         if after_main_loop is not None:
             after_main_loop()

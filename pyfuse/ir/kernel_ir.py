@@ -85,6 +85,7 @@ __all__ = [
     "VectorLoad",
     "VectorStore",
     "StageStore",
+    "StagedLoad",
     "Sync",
     "ThreadReduce",
     "Comment",
@@ -95,6 +96,7 @@ __all__ = [
     "TmaOperand",
     "TmaStore",
     "TmaVector",
+    "TmaResidual",
     "EpilogueHandoff",
     "StreamK",
     "MatmulMainLoop",
@@ -200,6 +202,19 @@ class StageStore(Stmt):
 
     store: int
     source: Buffer
+    width: int
+
+
+@record(eq=False)
+class StagedLoad(Stmt):
+    """Inside a :class:`MatmulMainLoop` epilogue: read the ``width`` adjacent columns of a
+    residual (an epilogue input the size of the output, ``stmt.residuals``) at the bound
+    ``row``/``col`` into ``target`` from the staging buffer of ``stmt.stores[store]``, where
+    the main loop has loaded the chunk's residual with TMA; the store's own pair at the
+    same place is written after, from a value that depends on this read."""
+
+    store: int
+    target: Buffer
     width: int
 
 
@@ -379,6 +394,27 @@ class TmaVector:
 
 
 @record(frozen=True)
+class TmaResidual:
+    """An epilogue input the size of the output (a residual), loaded by TMA a chunk at a
+    time into the staging buffer of ``stores[store]`` before the epilogue reads it there
+    (``StagedLoad``) and writes that store's output over it. Its map has the store's dims,
+    roles, box and swizzle; only ``strides`` (and the base) are the input's own."""
+
+    buffer_name: str
+    dtype: DType
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]  # elements; the innermost is 1
+    box: tuple[int, ...]
+    roles: tuple[str, ...]
+    swizzle_bytes: int
+    store: int  # the TMA store whose staging buffers hold this residual's chunks
+
+    @property
+    def box_bytes(self) -> int:
+        return 64 * self.swizzle_bytes
+
+
+@record(frozen=True)
 class EpilogueHandoff:
     """The tiles the consumers hand to the epilogue warps: per handoff tensor (one per MMA),
     the whole tile of it, in boxes of 64 rows (one consumer warpgroup's) by ``chunk_cols``
@@ -492,6 +528,8 @@ class MatmulMainLoop(Stmt):
     handoff_values: list[Buffer] = field(default_factory=list)
     # Stream-K (persistent, cooperative, no epilogue warps): see StreamK.
     stream_k: StreamK | None = None
+    # Residuals loaded by TMA into the stores' staging buffers (see TmaResidual).
+    residuals: list[TmaResidual] = field(default_factory=list)
 
     def children(self) -> Iterator[list[Stmt]]:
         yield self.epilogue

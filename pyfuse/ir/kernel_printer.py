@@ -14,6 +14,7 @@ from pyfuse.ir.kernel_ir import (
     Kernel,
     Let,
     MatmulMainLoop,
+    StagedLoad,
     StageStore,
     Stmt,
     Store,
@@ -62,6 +63,10 @@ def stmt_to_lines(stmt: Stmt, indent: str = "") -> list[str]:
         ]
     if isinstance(stmt, StageStore):
         return [f"{indent}stage[{stmt.store}] = {stmt.source.name}[0:+{stmt.width}]  # smem, TMA"]
+    if isinstance(stmt, StagedLoad):
+        return [
+            f"{indent}{stmt.target.name}[0:+{stmt.width}] = stage[{stmt.store}]  # smem, TMA-loaded"
+        ]
     if isinstance(stmt, Sync):
         return [f"{indent}sync"]
     if isinstance(stmt, ThreadReduce):
@@ -94,6 +99,13 @@ def stmt_to_lines(stmt: Stmt, indent: str = "") -> list[str]:
                 f"strides={list(store.strides)} box={list(store.box)} "
                 f"roles={list(store.roles)} swizzle={store.swizzle_bytes}B "
                 f"smem+{store.smem_offset} ({store.buffers} x {store.buffer_bytes} B per warpgroup)"
+            )
+        for residual in stmt.residuals:
+            lines.append(
+                f"{inner}tma residual {residual.buffer_name} into store [{residual.store}]'s "
+                f"staging: shape={list(residual.shape)} strides={list(residual.strides)} "
+                f"box={list(residual.box)} roles={list(residual.roles)} "
+                f"swizzle={residual.swizzle_bytes}B"
             )
         for vector in stmt.vectors:
             lines.append(

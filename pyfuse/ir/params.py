@@ -23,7 +23,9 @@ class MatmulParams:
     which run it while the consumers start their next tile (one MMA, one TMA-stored 16-bit
     output); ``stream_k`` splits the tiles of a persistent kernel's last, partly filled
     waves along K over all its CTAs (partial sums through a workspace; cooperative kernels
-    without epilogue warps)."""
+    without epilogue warps); ``tma_residuals`` (on where it applies) loads an epilogue
+    input the size of the output into the TMA-stored output's staging buffers with TMA,
+    ahead of the epilogue that reads it (``False``: a global load per pair of columns)."""
 
     tile_m: int | None = None
     tile_n: int | None = None
@@ -38,6 +40,7 @@ class MatmulParams:
     pingpong: bool | None = None
     epilogue_warps: bool | None = None
     stream_k: bool | None = None
+    tma_residuals: bool | None = None
 
     def __post_init__(self) -> None:
         for field in fields(self):

@@ -23,9 +23,10 @@ Guarantees: the kernel body is one :class:`MatmulMainLoop`:
   for a persistent schedule 1-D, the fewest CTAs (or clusters) that take every tile in as
   many waves as one per SM would (``matmul_tiles.persistent_ctas``), else ``(N tiles *
   swizzle, M tiles / swizzle, batch)``; the dynamic shared memory holds the barriers, every
-  stage, the output staging and the epilogue vectors. With a ``cluster_m x cluster_n``
-  cluster the grid is 1-D, ``cluster`` CTAs per cluster tile (persistent: as above) and
-  ``Kernel.cluster = (cluster_m * cluster_n, 1, 1)``.
+  stage, the output staging and the epilogue vectors; residuals the size of the output
+  (:mod:`matmul_residuals`) are loaded into the staging buffers, taking no more. With a
+  ``cluster_m x cluster_n`` cluster the grid is 1-D, ``cluster`` CTAs per cluster tile
+  (persistent: as above) and ``Kernel.cluster = (cluster_m * cluster_n, 1, 1)``.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from pyfuse.passes.matmul_operands import (
     operand_memory_roles,
     operand_swizzle_bytes,
 )
+from pyfuse.passes.matmul_residuals import EpilogueResiduals
 from pyfuse.passes.matmul_tiles import (
     cluster_tiles,
     consumer_warpgroups,
@@ -210,6 +212,22 @@ class _MatmulLowering(MatmulEpilogueLowering):
         self.unguarded = bool(stores) and all(
             self._buffer(out).name in self.staged for out in self.fusion.outputs
         )
+        staged_tvs = {self._buffer(out).name: out for out in self.fusion.outputs}
+        if (
+            self.unguarded
+            and handoff is None
+            and not params.stream_k
+            and params.tma_residuals is not False
+            and all(store.buffers == 2 for store in stores)
+        ):
+            self.residuals = EpilogueResiduals(
+                self.fusion,
+                self.mmas[0],
+                self.id_model,
+                sizes["batch"],
+                stores,
+                [staged_tvs[store.buffer_name] for store in stores],
+            )
         late_epilogue: list[k.Stmt] = []
         handoff_values: list[k.Buffer] = []
         if handoff_tv is not None:
@@ -250,6 +268,7 @@ class _MatmulLowering(MatmulEpilogueLowering):
             handoff=handoff,
             late_epilogue=late_epilogue,
             handoff_values=handoff_values,
+            residuals=self.residuals.residuals if self.residuals is not None else [],
         )
         m_tiles = -(-sizes["m"] // params.tile_m)
         n_tiles = -(-sizes["n"] // params.tile_n)

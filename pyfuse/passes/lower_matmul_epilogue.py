@@ -19,7 +19,8 @@ Guarantees:
   contiguous axis is the output's N axis (a residual) is one 2-element ``VectorLoad`` per
   pair (made by the pair's first copy, its second element read by the second copy), at a
   column clamped to ``N - 2`` when unguarded: half the loads and addresses, and no load
-  straddles the ragged edge;
+  straddles the ragged edge; where :mod:`matmul_residuals` hosts it in a store's staging
+  buffers, one ``StagedLoad`` per pair instead (however often the epilogue names it);
 - with a handoff tensor (:mod:`matmul_handoff`), the consumers' statements compute it and
   stage it (``StageStore`` 0), and the late statements compute the rest from
   ``handoff_value`` and stage the output the same way.
@@ -36,6 +37,7 @@ from pyfuse.ir.iterdomain import IdTransform, IterDomain, Merge, Split
 from pyfuse.ir.tensor import MemoryType, TensorView, Val
 from pyfuse.passes.lower import _Lowering
 from pyfuse.passes.matmul_handoff import split_epilogue
+from pyfuse.passes.matmul_residuals import EpilogueResiduals
 from pyfuse.passes.matmul_vectors import EpilogueVectors
 from pyfuse.passes.plan import KernelPlan
 from pyfuse.passes.skip_intermediates import view_offset
@@ -64,6 +66,8 @@ class MatmulEpilogueLowering(_Lowering):
         self.staged: dict[str, int] = {}
         self.unguarded = False  # set by lower(): see there
         self.vectors: EpilogueVectors | None = None  # set by lower(), before the epilogue
+        self.residuals: EpilogueResiduals | None = None  # likewise, where they may apply
+        self.staged_pairs: dict[int, k.Buffer] = {}  # the first copy's residual reads
         # With epilogue warps: the handoff tensors, and (while the late part is lowered)
         # the register pair each one's reads come from.
         self.handoff_values: dict[int, k.Buffer] = {}
@@ -238,11 +242,29 @@ class MatmulEpilogueLowering(_Lowering):
             pair = self.pair_loads[self.pair_loads_taken]
             self.pair_loads_taken += 1
             return k.Load(pair, k.const(1, self.index_dtype), tv.dtype)
+        zero = k.const(0, self.index_dtype)
+        store = None
+        if self.residuals is not None:
+            root = tv
+            while root.alias_of is not None:
+                root = root.alias_of
+            store = self.residuals.host(tv, self._buffer(root).name)
+        if store is not None:
+            # A residual in the store's staging buffer: one read per pair, however many
+            # times the epilogue names it (the store's write there depends on that read).
+            staged = self.staged_pairs.get(id(tv))
+            if staged is None:
+                name = f"T{tv.name}_pair{self.pair_loads_made}"
+                staged = k.Buffer(name, tv.dtype, MemoryType.LOCAL, 2)
+                self.pair_loads_made += 1
+                self.staged_pairs[id(tv)] = staged
+                self.pending += [k.Alloc(staged), k.StagedLoad(store, staged, 2)]
+            self.pair_loads.append(staged)
+            return k.Load(staged, zero, tv.dtype)
         ref_index = self._reference_indices({}, pair_load=True)
         consumer_index = self._logical_index(expr.output, ref_index)
         single = super()._read(expr, tv, consumer_index, by_position, compute_dtype)
         assert isinstance(single, k.Load)
-        zero = k.const(0, self.index_dtype)
         pair = k.Buffer(f"T{tv.name}_pair{self.pair_loads_made}", tv.dtype, MemoryType.LOCAL, 2)
         self.pair_loads_made += 1
         self.pair_loads.append(pair)
@@ -280,6 +302,7 @@ class MatmulEpilogueLowering(_Lowering):
         self.suffix_current = suffix
         if not suffix:
             self.pair_loads, self.pair_loads_taken = [], 0
+            self.staged_pairs = {}
         body: list[k.Stmt] = []
         results: dict[int, k.Buffer] = {}
         self.results_current = results

@@ -11,7 +11,8 @@ allocation domains (the matmul scheduler's view, or the lowering's).
 
 Guarantees:
 
-- :func:`staged_layout`: an output's memory as a TMA store sees it, ``(extent, stride,
+- :func:`staged_layout` (and :func:`tile_layout`, the same for any tensor, an input's view
+  included): an output's memory as a TMA store sees it, ``(extent, stride,
   role)`` per dim outermost first with one "m" dim, one contiguous "n" dim last and at most
   one "batch" dim whose extent is the problem's, or None when a TMA store cannot write it
   exactly (an alias or input, an axis the accumulator does not index, strides that do not
@@ -63,7 +64,16 @@ def staged_layout(
     fusion: Fusion, out: TensorView, mma: MmaOp, id_model: IdModel, batch: int
 ) -> Layout | None:
     """``out``'s memory as ``(extent, stride, role)`` dims for a TMA store, or None."""
-    if out.alias_of is not None or fusion.is_input(out) or out.dtype not in STAGED_DTYPES:
+    if out.alias_of is not None or fusion.is_input(out):
+        return None
+    return tile_layout(out, mma, id_model, batch)
+
+
+def tile_layout(tv: TensorView, mma: MmaOp, id_model: IdModel, batch: int) -> Layout | None:
+    """The memory of ``tv`` (an output, or a view of an input) as ``(extent, stride, role)``
+    dims that a tensor map of the accumulator's rows and columns walks, or None (see the
+    module: :func:`staged_layout`)."""
+    if tv.dtype not in STAGED_DTYPES:
         return None
     reference = mma.output
     roles = mma.roles()
@@ -75,11 +85,11 @@ def staged_layout(
                 return index, role
         return None
 
-    for axis in out.logical:
+    for axis in tv.logical:
         if axis.logical_extent > 1 and role_of(axis) is None:
             return None  # an axis the accumulator's row and column do not index
     dims: list[tuple[int, int, str, int]] = []  # extent, stride, role, reference position
-    for axis, stride in alias_strides(out):
+    for axis, stride in alias_strides(tv):
         if axis.logical_extent == 1:
             continue
         found = role_of(axis)
@@ -108,7 +118,7 @@ def staged_layout(
     batch_extent = next((e for e, _, r in layout if r == "batch"), 1)
     if batch_extent != batch:
         return None
-    itemsize = out.dtype.itemsize
+    itemsize = tv.dtype.itemsize
     if any(extent >= _MAX_TMA_EXTENT for extent, _, _ in layout):
         return None
     if any((stride * itemsize) % SM90.tma_alignment for _, stride, _ in layout[:-1]):

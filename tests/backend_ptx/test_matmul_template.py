@@ -181,9 +181,13 @@ class StoreEpilogue:
         self.accumulators = [accumulators[acc] for _, _, acc in stmt.mmas]
 
     def __call__(
-        self, bindings: dict[k.Var, Reg], element: int, staging: Mapping[int, Address]
+        self,
+        bindings: dict[k.Var, Reg],
+        element: int,
+        staging: Mapping[int, Address],
+        reads: Mapping[int, Address],
     ) -> None:
-        del staging  # the stand-in stages nothing
+        del staging, reads  # the stand-in stages and reads nothing
         if element % 2:
             return  # stored with element - 1
         kb, stmt = self.kb, self.stmt

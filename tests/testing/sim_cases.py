@@ -160,6 +160,25 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec], pf.MatmulParams | N
         [S((150, 64), bf16), S((136, 64), bf16), S((150, 138), bf16)],
         None,
     ),
+    # Residuals loaded by TMA into the output's staging buffers (matmul_residuals): in
+    # ping-pong tiles (two chunks a tile), three chunks a tile in a persistent kernel (a
+    # chunk's buffer alternates from tile to tile), and a residual that only the second
+    # output reads (it lands in that output's buffers).
+    "pingpong_tma_residual": (
+        lambda a, b, r: a @ b.T + r,
+        [S((200, 64), bf16), S((136, 64), bf16), S((200, 136), bf16)],
+        P(pingpong=True, tile_m=128, tile_n=64, stages=3),
+    ),
+    "persistent_tma_residual_three_chunks": (
+        lambda a, b, r: pf.gelu(a @ b.T + r, approximate="tanh"),
+        [S((200, 64), bf16), S((400, 64), bf16), S((200, 400), bf16)],
+        P(persistent=True, tile_m=128, tile_n=192, grid_swizzle=1),
+    ),
+    "tma_residual_of_the_second_output": (
+        lambda a, b, r: (a @ b.T, pf.relu(a @ b.T + r)),
+        [S((150, 64), f16), S((136, 64), f16), S((150, 136), f16)],
+        None,
+    ),
     "sliced_residual_odd_offset": (
         lambda a, b, r: a @ b.T + r[:, 1:137],
         [S((150, 64), bf16), S((136, 64), bf16), S((150, 138), bf16)],
