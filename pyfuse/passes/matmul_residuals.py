@@ -28,21 +28,8 @@ from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.id_model import IdModel
 from pyfuse.ir.tensor import TensorView
 from pyfuse.passes.matmul_epilogue import tile_layout
+from pyfuse.passes.scheduler_utils import upstream
 from pyfuse.passes.skip_intermediates import view_offset
-
-
-def _upstream(tv: TensorView) -> set[int]:
-    """Ids of every tensor ``tv`` is computed from, ``tv`` included."""
-    seen: set[int] = set()
-    stack = [tv]
-    while stack:
-        current = stack.pop()
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        if current.definition is not None:
-            stack.extend(current.definition.tensor_inputs)
-    return seen
 
 
 class EpilogueResiduals:
@@ -60,7 +47,7 @@ class EpilogueResiduals:
         """``staged[i]`` is the output ``stores[i]`` writes."""
         self.fusion, self.mma, self.id_model, self.batch = fusion, mma, id_model, batch
         self.stores = stores
-        self.upstream = [_upstream(out) for out in staged]
+        self.upstream = [upstream([out]) for out in staged]
         self.residuals: list[k.TmaResidual] = []
         self._hosts: dict[int, int | None] = {}
 
