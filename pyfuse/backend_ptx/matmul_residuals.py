@@ -8,9 +8,10 @@ turn). Each consumer warpgroup ``w`` has one mbarrier per buffer, ``residual ful
 after the vectors' barriers; its one arrival is the leader's ``arrive.expect_tx`` of every
 residual's box bytes. With ``T`` chunks a tile (row blocks times chunks a row):
 
-1. before a tile's main loop the leader waits ``cp.async.bulk.wait_group.read 0`` (every
-   store has read its buffer) and loads chunks 0 and 1 (both buffers); they land while the
-   main loop runs;
+1. once the tile's first K tile's wgmmas are issued, the leader waits
+   ``cp.async.bulk.wait_group.read 0`` (every store has read its buffer: the last tile's
+   were issued a main-loop start ago, and the wgmmas run meanwhile) and loads chunks 0 and
+   1 (both buffers); they land while the rest of the main loop runs;
 2. per chunk ``g``, every thread waits its buffer's barrier (a parity bit per buffer, kept
    in one register: the buffer of a chunk depends on the tile count when ``T`` is odd),
    reads its pairs at the addresses its stores use (``StagedLoad``), and writes its outputs
@@ -133,9 +134,9 @@ class ResidualLoads:
         self.kb.emit(arith.mad("u32", barrier, index, SM90.mbarrier_bytes, self.barrier0))
         return barrier
 
-    def _load(self, chunk: int, ahead: int) -> None:
-        """The leader's copies of the tile's chunk ``chunk`` into the current buffer
-        (``ahead`` 0) or the next (1)."""
+    def _load(self, chunk: int, ahead: int, issuer: Reg) -> None:
+        """The copies of the tile's chunk ``chunk`` into the current buffer (``ahead`` 0) or
+        the next (1), by the thread for which ``issuer`` holds (the leader)."""
         kb, stmt = self.kb, self.stmt
         assert self.batch is not None and self.first_row is not None and self.n0 is not None
         barrier = self._barrier(self._buffer_index(ahead))
@@ -144,7 +145,7 @@ class ResidualLoads:
         kb.emit(
             arith.add("u32", row0, self.first_row, block * SM90.wgmma_m),
             arith.add("u32", col0, self.n0, column * self.chunk_cols),
-            mbarrier.arrive_expect_tx(barrier, self.bytes).guarded(self.leader),
+            mbarrier.arrive_expect_tx(barrier, self.bytes).guarded(issuer),
         )
         starts = {"m": row0, "n": col0, "batch": self.batch}
         for residual, tensor_map in zip(stmt.residuals, self.maps, strict=True):
@@ -156,14 +157,15 @@ class ResidualLoads:
                 offset = target
             kb.emit(arith.add("u32", target, self.buffer_base[residual.store], offset))
             coords = [starts[role] for role in reversed(residual.roles)]
-            kb.emit(tma.load_tile(target, tensor_map, coords, barrier).guarded(self.leader))
+            kb.emit(tma.load_tile(target, tensor_map, coords, barrier).guarded(issuer))
 
-    def prefetch(self, batch: Reg, first_row: Reg, n0: Reg) -> None:
-        """Step 1: before the tile's main loop, its first two chunks."""
+    def prefetch(self, batch: Reg, first_row: Reg, n0: Reg, issuer: Reg) -> None:
+        """Step 1: in the tile's main loop, its first two chunks, by the thread for which
+        ``issuer`` holds (the leader, in the first K tile)."""
         self.batch, self.first_row, self.n0 = batch, first_row, n0
-        self.kb.emit(tma.wait_group(0, read=True).guarded(self.leader))
+        self.kb.emit(tma.wait_group(0, read=True).guarded(issuer))
         for chunk in range(min(BUFFERS, self.tile_chunks)):
-            self._load(chunk, ahead=chunk)
+            self._load(chunk, ahead=chunk, issuer=issuer)
 
     def wait(self) -> None:
         """Step 2: the current chunk's residuals have landed in its buffer."""
@@ -187,4 +189,4 @@ class ResidualLoads:
         if chunk + BUFFERS >= self.tile_chunks:
             return
         self.kb.emit(tma.wait_group(0, read=True).guarded(self.leader))
-        self._load(chunk + BUFFERS, ahead=0)
+        self._load(chunk + BUFFERS, ahead=0, issuer=self.leader)

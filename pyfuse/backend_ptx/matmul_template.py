@@ -481,6 +481,16 @@ class _MainLoop(TileWalk):
                     moved.append(descriptor)
                 descriptors.append(moved)
             self.issue_wgmmas(descriptors, accumulate)
+            if residuals is not None:
+                # The first K tile's wgmmas run while the leader waits for the last tile's
+                # stores to read the staging buffers (long done by now) and loads this
+                # tile's first residual chunks into them.
+                assert first_row is not None
+                first = self.pred()
+                kb.emit(
+                    arith.setp("eq", "u32", first, kt, first_k, bool_op="and", c=residuals.leader)
+                )
+                residuals.prefetch(batch, first_row, n0, first)
             if not stmt.pingpong:  # this K tile's wgmmas retire, its stage goes back now
                 kb.emit(wgmma.wait_group(0))
                 self.release(ring.stage, self.lane0)
@@ -503,7 +513,6 @@ class _MainLoop(TileWalk):
         residuals = self.staging.residuals if self.staging is not None else None
         if residuals is not None:
             first_row = first_row or self.first_row(m0)
-            residuals.prefetch(batch, first_row, n0)
         self.k_loop(consume, piece)
         if after_main_loop is not None:
             after_main_loop()
