@@ -23,9 +23,10 @@ class MatmulParams:
     which run it while the consumers start their next tile (one MMA, one TMA-stored 16-bit
     output); ``stream_k`` splits the tiles of a persistent kernel's last, partly filled
     waves along K over all its CTAs (partial sums through a workspace; cooperative kernels
-    without epilogue warps); ``tma_residuals`` (on where it applies) loads an epilogue
-    input the size of the output into the TMA-stored output's staging buffers with TMA,
-    ahead of the epilogue that reads it (``False``: a global load per pair of columns)."""
+    without epilogue warps); ``tma_residuals`` loads an epilogue input the size of the
+    output into the TMA-stored output's staging buffers with TMA, ahead of the epilogue that
+    reads it (by default in cooperative kernels, where it measured faster; ``True`` in
+    ping-pong ones too; ``False``: a global load per pair of columns)."""
 
     tile_m: int | None = None
     tile_n: int | None = None

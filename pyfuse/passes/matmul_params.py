@@ -38,6 +38,7 @@ from pyfuse.passes.matmul_operands import (
     contiguous_role,
     mma_extents,
     mma_ops,
+    operand_root,
 )
 from pyfuse.passes.matmul_tiles import (
     cluster_tiles,
@@ -144,7 +145,11 @@ def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo)
         grid_swizzle=_grid_swizzle(m_tiles, tile_m, tile_n, target),
         persistent=tiles > target.sm_count or bool(given.pingpong),
         splitk=1,
-        cluster_m=_cluster_m(m_tiles, tiles, k_tiles, tile_n, tile_k, given, target),
+        cluster_m=(
+            1
+            if _fused_epilogue(fusion, mmas)
+            else _cluster_m(m_tiles, tiles, k_tiles, tile_n, tile_k, given, target)
+        ),
         cluster_n=1,
         smem_epilogue=smem_epilogue,
         pingpong=False,
@@ -155,7 +160,7 @@ def choose_params(fusion: Fusion, user: MatmulParams | None, target: TargetInfo)
     if (params.grid_swizzle or 1) > m_tiles:
         # More M tiles walked together than there are would launch CTAs with no tile.
         params = dataclasses.replace(params, grid_swizzle=m_tiles)
-    params = _stream_k(params, given, shape, k_tiles, target)
+    params = _stream_k(params, given, shape, k_tiles, target, _reads_a_residual(fusion, mmas))
     _check_params(params, tile_n_limit=SM90.wgmma_n_max, k_tiles=k_tiles)
     _warn_unused(params)
     return params
@@ -208,13 +213,17 @@ def _stream_k(
     shape: dict[str, int],
     k_tiles: int,
     target: TargetInfo,
+    residual: bool,
 ) -> MatmulParams:
     """``params`` with stream-K where the user (or the autotuner) asked for it: a persistent
     kernel then; refused with a warning for ping-pong, the epilogue warps or a kernel the
     user made non-persistent. Left ``None``, the heuristic chooses it where it measured
-    faster (``_stream_k_pays``)."""
+    faster (``_stream_k_pays``), and not for an epilogue that reads a ``residual``: its
+    fixup reads it by global loads, where the whole-tile kernel loads it by TMA (at
+    4096x4096x14336 on the H100, 643 TFLOP/s with stream-K, 692 without; 659 without and
+    with global loads: docs/performance.md, "Residuals by TMA")."""
     if given.stream_k is None:
-        if _stream_k_pays(params, shape, k_tiles, target):
+        if not residual and _stream_k_pays(params, shape, k_tiles, target):
             return dataclasses.replace(params, stream_k=True)
         return params
     if not given.stream_k:
@@ -228,6 +237,28 @@ def _stream_k(
         stacklevel=3,
     )
     return dataclasses.replace(params, stream_k=False)
+
+
+def _fused_epilogue(fusion: Fusion, mmas: list[MmaOp]) -> bool:
+    """The epilogue has a second MMA or a costly op (a gelu, a silu). Such kernels take no
+    cluster by default: on the H100 (947fb62) linear+bias+gelu at 4096x14336x4096 and 8192^3
+    and the gate/up pair ran 1-3% faster without one, in five of the six kernels timed
+    (docs/performance.md, "Residuals by TMA"); plain GEMMs run faster with one
+    (``_cluster_m``), and lighter epilogues (a bias, a residual) were not timed without."""
+    if len(mmas) > 1:
+        return True
+    return any(
+        isinstance(expr, UnaryOp) and expr.op in _COSTLY_UNARY
+        for expr in epilogue_exprs(fusion, mmas)
+    )
+
+
+def _reads_a_residual(fusion: Fusion, mmas: list[MmaOp]) -> bool:
+    """The epilogue reads an input with as many elements as the output (a residual)."""
+    out = mmas[0].output
+    size = math.prod(a.logical_extent for a in out.logical if not a.is_reduction)
+    operands = {id(operand_root(fusion, t)) for m in mmas for t in (m.a, m.b)}
+    return any(id(tv) not in operands and tv.numel == size and tv.numel > 1 for tv in fusion.inputs)
 
 
 def _stream_k_pays(

@@ -18,7 +18,7 @@ PARAMS = {
     "default": None,
     "128x256": pf.MatmulParams(tile_m=128, tile_n=256),
     "256x128": pf.MatmulParams(tile_m=256, tile_n=128),
-    "pingpong": pf.MatmulParams(pingpong=True),
+    "pingpong": pf.MatmulParams(pingpong=True, tma_residuals=True),
     "persistent_192": pf.MatmulParams(persistent=True, tile_m=128, tile_n=192),
     "cluster2x1": pf.MatmulParams(persistent=True, cluster_m=2),
 }

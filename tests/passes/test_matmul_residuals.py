@@ -121,6 +121,16 @@ def test_other_residuals_stay_global_pair_loads(fn, specs, params) -> None:  # t
     assert not loop.residuals and not _staged_loads(loop)
 
 
+def test_ping_pong_kernels_read_residuals_by_global_loads_unless_asked() -> None:
+    specs = [S((512, 256), bf16), S((512, 256), bf16), S((512, 512), bf16)]
+    _, loop = matmul_kernel(lambda a, b, r: a @ b.T + r, specs, pf.MatmulParams(pingpong=True))
+    assert loop.pingpong and not loop.residuals
+    _, loop = matmul_kernel(
+        lambda a, b, r: a @ b.T + r, specs, pf.MatmulParams(pingpong=True, tma_residuals=True)
+    )
+    assert loop.pingpong and len(loop.residuals) == 1
+
+
 def test_epilogue_warps_and_stream_k_keep_global_residuals() -> None:
     specs = [S((256, 256), bf16), S((256, 256), bf16), S((256, 256), bf16)]
     for params in (

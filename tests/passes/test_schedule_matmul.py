@@ -452,6 +452,41 @@ def test_default_stream_k_for_long_k_and_a_ragged_last_wave(
     assert not stream_k or params.persistent
 
 
+def _epilogue_params(fn, specs, user=None) -> pf.MatmulParams:  # type: ignore[no-untyped-def]
+    from pyfuse.passes.matmul_params import choose_params
+    from pyfuse.passes.translate_patterns import translate_patterns
+
+    fusion = pf.fuse(fn).trace(*specs)
+    with fusion:
+        translate_patterns(fusion)
+    return choose_params(fusion, user, HOPPER)
+
+
+def test_costly_epilogues_take_no_cluster_and_residuals_no_stream_k() -> None:
+    S = pf.spec
+    x, w = S((4096, 4096), bf16), S((14336, 4096), bf16)
+    gelu = _epilogue_params(
+        lambda x, w, b: pf.gelu(pf.linear(x, w, b), approximate="tanh"), [x, w, S((14336,), bf16)]
+    )
+    gate_up = _epilogue_params(lambda x, w1, w3: pf.silu(x @ w1.T) * (x @ w3.T), [x, w, w])
+    assert gelu.cluster_m == gate_up.cluster_m == 1
+    assert _linear_params((4096, 14336, 4096), None).cluster_m == 2  # a plain GEMM keeps it
+    assert (
+        _epilogue_params(
+            lambda x, w1, w3: pf.silu(x @ w1.T) * (x @ w3.T),
+            [x, w, w],
+            pf.MatmulParams(cluster_m=2),
+        ).cluster_m
+        == 2
+    )  # the user's
+    # The down projection with its residual: stream-K's long K and ragged last wave, but
+    # its fixup would read the residual by global loads.
+    down = [S((4096, 14336), bf16), S((4096, 14336), bf16), S((4096,), bf16), S((4096, 4096), bf16)]
+    residual = _epilogue_params(lambda x, w, b, r: pf.linear(x, w, b) + r, down)
+    assert residual.stream_k is False
+    assert _linear_params((4096, 4096, 14336), None).stream_k is True
+
+
 def test_a_requested_cluster_the_heuristics_tile_cannot_split_is_dropped_with_a_warning() -> None:
     # N = 40: the heuristic's 40-column B tile does not split into two 16-row slices; the
     # kernel keeps its tensor cores without the cluster (it fell back to multiply+sum).

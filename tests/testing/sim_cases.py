@@ -167,7 +167,7 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec], pf.MatmulParams | N
     "pingpong_tma_residual": (
         lambda a, b, r: a @ b.T + r,
         [S((200, 64), bf16), S((136, 64), bf16), S((200, 136), bf16)],
-        P(pingpong=True, tile_m=128, tile_n=64, stages=3),
+        P(pingpong=True, tile_m=128, tile_n=64, stages=3, tma_residuals=True),
     ),
     "persistent_tma_residual_three_chunks": (
         lambda a, b, r: pf.gelu(a @ b.T + r, approximate="tanh"),
