@@ -40,7 +40,7 @@ from pyfuse.passes.matmul_handoff import split_epilogue
 from pyfuse.passes.matmul_residuals import EpilogueResiduals
 from pyfuse.passes.matmul_vectors import EpilogueVectors
 from pyfuse.passes.plan import KernelPlan
-from pyfuse.passes.skip_intermediates import view_offset
+from pyfuse.passes.skip_intermediates import alias_root, view_offset
 
 
 class MatmulEpilogueLowering(_Lowering):
@@ -224,10 +224,7 @@ class MatmulEpilogueLowering(_Lowering):
         vector."""
         if not (self.paired and self.aligned_inputs):
             return False
-        root = tv
-        while root.alias_of is not None:
-            root = root.alias_of
-        if not self.fusion.is_input(root) or tv.dtype.itemsize not in (2, 4):
+        if not self.fusion.is_input(alias_root(tv)) or tv.dtype.itemsize not in (2, 4):
             return False
         strides = self._strides(tv)
         even = all(stride % 2 == 0 for _, stride in strides[:-1]) and view_offset(tv) % 2 == 0
@@ -245,10 +242,7 @@ class MatmulEpilogueLowering(_Lowering):
         zero = k.const(0, self.index_dtype)
         store = None
         if self.residuals is not None:
-            root = tv
-            while root.alias_of is not None:
-                root = root.alias_of
-            store = self.residuals.host(tv, self._buffer(root).name)
+            store = self.residuals.host(tv, self._buffer(alias_root(tv)).name)
         if store is not None:
             # A residual in the store's staging buffer: one read per pair, however many
             # times the epilogue names it (the store's write there depends on that read).

@@ -29,7 +29,7 @@ from pyfuse.ir.id_model import IdModel
 from pyfuse.ir.tensor import TensorView
 from pyfuse.passes.matmul_epilogue import tile_layout
 from pyfuse.passes.scheduler_utils import upstream
-from pyfuse.passes.skip_intermediates import view_offset
+from pyfuse.passes.skip_intermediates import alias_root, view_offset
 
 
 class EpilogueResiduals:
@@ -59,10 +59,7 @@ class EpilogueResiduals:
         return self._hosts[id(tv)]
 
     def _plan(self, tv: TensorView, buffer_name: str) -> int | None:
-        root = tv
-        while root.alias_of is not None:
-            root = root.alias_of
-        if not self.fusion.is_input(root) or view_offset(tv):
+        if not self.fusion.is_input(alias_root(tv)) or view_offset(tv):
             return None
         layout = tile_layout(tv, self.mma, self.id_model, self.batch)
         if layout is None:

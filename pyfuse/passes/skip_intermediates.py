@@ -154,6 +154,14 @@ def alias_strides(tv: TensorView) -> list[tuple[IterDomain, int]]:
     return list(zip(axes, [stride for _, stride in producer_strides], strict=True))
 
 
+def alias_root(tv: TensorView) -> TensorView:
+    """The tensor whose memory ``tv`` views through its chain of aliases (``tv`` itself when
+    it is no alias)."""
+    while tv.alias_of is not None:
+        tv = tv.alias_of
+    return tv
+
+
 def view_offset(tv: TensorView) -> int:
     """How many elements into its input's memory an alias's element 0 lies (the slices on
     its chain moved it); 0 for any other tensor."""
