@@ -202,6 +202,31 @@ def case_vocab() -> list[Result]:
     return results
 
 
+def case_odd_rows() -> list[Result]:
+    """Rows no vector divides: a softmax of 4096x32001 (aligned windows over each row) and
+    logits / temperature over 8192x50257 (flat vectors across the rows of dense tensors),
+    bf16."""
+    import torch
+
+    x = torch.randn(4096, 32001, device="cuda", dtype=torch.bfloat16)
+    softmax = pf.fuse(lambda x: pf.softmax(x, -1), name="odd_softmax")
+
+    def softmax_eager(x: Any) -> Any:
+        return torch.softmax(x.float(), -1).to(torch.bfloat16)
+
+    results = [_memory_case("softmax 4096x32001 bf16", softmax, softmax_eager, (x,), 1e-2)]
+    logits = torch.randn(8192, 50257, device="cuda", dtype=torch.bfloat16)
+    scaled = pf.fuse(lambda x: x / 0.7, name="odd_scale")
+
+    def scale_eager(x: Any) -> Any:
+        return x / 0.7
+
+    results.append(
+        _memory_case("logits / 0.7 8192x50257 bf16", scaled, scale_eager, (logits,), 2e-2)
+    )
+    return results
+
+
 def case_rope() -> Result:
     """Rotary embedding through cat, as transformer code writes it: x * cos + rotate(x) * sin
     with rotate(x) = cat(-x2, x1) on 32x4096x128 bf16 (a cat is a kernel of its own today)."""
@@ -378,6 +403,21 @@ def case_splitk() -> list[Result]:
     return results
 
 
+def case_small_k() -> list[Result]:
+    """Large outputs over a short K, where the output store dominates (issue 18's bar shapes:
+    8192x8192x128 and 5328x8160x128 at >= 0.8x cuBLAS, and 2304x3632x64), the default
+    against the same cuBLAS call."""
+    import torch
+
+    results = []
+    for m, n, k in ((8192, 8192, 128), (5328, 8160, 128), (2304, 3632, 64)):
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / 8
+        title = f"gemm {m}x{n}x{k} bf16 a @ b.T,"
+        results += _a_bt_variants(title, "gemm_small_k", a, b, [("default", None)])
+    return results
+
+
 def _a_bt_variants(
     title: str, name: str, a: Any, b: Any, variants: list[tuple[str, pf.MatmulParams | None]]
 ) -> list[Result]:
@@ -530,11 +570,13 @@ CASES: dict[str, Callable[[], Result | list[Result]]] = {
     "rope": case_rope,
     "wide_rows": case_wide_rows,
     "vocab": case_vocab,
+    "odd_rows": case_odd_rows,
     "host_overhead": case_host_overhead,
     "cold_call": case_cold_call,
     "gemm": case_gemm_layouts,
     "gemm_cluster": case_gemm_cluster,
     "splitk": case_splitk,
+    "small_k": case_small_k,
     "linear_gelu": case_linear_gelu,
     "linear_gelu_decode": case_linear_gelu_decode,
     "gate_up": case_gate_up,

@@ -617,4 +617,39 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
         lambda x: (*x.max(1), x.min(0, keepdim=True).indices),
         [S((5, 7), pf.bool)],
     ),
+    # Odd-width rows read in aligned windows (iterdomain.Split's window): each row starts at
+    # a different place in its first vector, the first and last vectors are copied element
+    # by element; where tensors lay the rows out differently (a layer_norm's weight, a
+    # slice beside a contiguous output) the rows are read element by element
+    "window_log_softmax_odd_rows": (lambda x: pf.log_softmax(x, -1), [S((13, 1027), bf16)]),
+    "odd_layer_norm_beside_its_weight": (
+        lambda x, w, b: pf.layer_norm(x, w, b),
+        [S((6, 1001), bf16), S((1001,), bf16), S((1001,), bf16)],
+    ),
+    "odd_softmax_of_a_slice": (lambda x: pf.softmax(x[:, 1:], -1), [S((9, 522), f16)]),
+    "window_sum_over_merged_rows": (lambda x: pf.sum(x * x, -1), [S((3, 5, 333), f32)]),
+    "window_f32_out_of_bf16_rows": (
+        lambda x: pf.log_softmax(pf.cast(x, f32), -1),
+        [S((7, 999), bf16)],
+    ),
+    "window_streaming_row": (lambda x: pf.log_softmax(x, -1), [S((1, 50257), bf16)]),
+    "window_pointwise_rows_beside_their_statistics": (
+        lambda x, s: (x - s) * 2.0,
+        [S((9, 1001), bf16), S((9, 1), f32)],
+    ),
+    # f64 math expanded with div.rn.f64 beside a reduction: the division's subroutine spilled
+    # 76 B at 1024 threads (CPU fuzzer, seed 1473, case 2876); such rows take 512
+    "f64_erf_beside_a_variance": (
+        lambda x: (pf.erf(x), pf.silu(pf.var(x, None, keepdim=True))),
+        [S((5, 31, 128), pf.float64)],
+    ),
+    # Dense tensors of one shape: flat vectors cross the odd-width rows
+    "dense_flat_vectors_across_odd_rows": (
+        lambda x, y: pf.gelu(x * y + 1.0),
+        [S((8, 1027), bf16), S((8, 1027), bf16)],
+    ),
+    "dense_flat_vectors_past_a_size_one_axis": (
+        lambda x, y: x - y * 3.0,
+        [S((6, 1, 333), f32), S((6, 1, 333), f32)],
+    ),
 }

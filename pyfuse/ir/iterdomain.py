@@ -144,20 +144,33 @@ def ceil_div(a: int, b: int) -> int:
 
 class Split(IdTransform):
     """Split ``input`` by ``factor``: the inner output has extent ``factor`` (inner split) or the
-    outer one does (outer split). ``divisible`` says the split needs no predicate."""
+    outer one does (outer split). ``divisible`` says the split needs no predicate.
 
-    def __init__(self, input_id: IterDomain, factor: int, *, inner_split: bool = True) -> None:
+    A **window** split (inner only) walks aligned vectors over rows that start anywhere: the
+    outer axis counts ``ceil((extent + factor - 1) / factor)`` vectors, and element
+    ``outer * factor + inner`` is ``input`` index ``outer * factor + inner - shift``, where
+    ``shift`` is the row's start in memory modulo ``factor`` (the lowering derives it from the
+    row indices; passes/lower_windows.py). The first and last vectors of a row are partly
+    outside it, so its elements are guarded on both sides."""
+
+    def __init__(
+        self, input_id: IterDomain, factor: int, *, inner_split: bool = True, window: bool = False
+    ) -> None:
         if factor <= 0:
             raise ValueError(f"split factor must be positive, got {factor}")
+        if window and not inner_split:
+            raise ValueError("a window split is an inner split")
         self.factor = factor
         self.inner_split = inner_split
+        self.window = window
         iter_type = input_id.iter_type
         if input_id.is_broadcast:
             # A broadcast stays extent 1 however it is split: its loop has one trip.
             outer = IterDomain(1, iter_type)
             inner = IterDomain(1, iter_type)
         elif inner_split:
-            outer = IterDomain(ceil_div(input_id.extent, factor), iter_type)
+            span = input_id.extent + (factor - 1 if window else 0)
+            outer = IterDomain(ceil_div(span, factor), iter_type)
             inner = IterDomain(factor, iter_type)
         else:
             outer = IterDomain(factor, iter_type)
@@ -180,18 +193,21 @@ class Split(IdTransform):
 
     @property
     def divisible(self) -> bool:
-        return self.input.is_broadcast or self.input.extent % self.factor == 0
+        if self.input.is_broadcast:
+            return True  # a broadcast's one element, windowed or not
+        return not self.window and self.input.extent % self.factor == 0
 
     def same_kind(self, other: IdTransform) -> bool:
         return (
             isinstance(other, Split)
             and other.factor == self.factor
             and other.inner_split == self.inner_split
+            and other.window == self.window
         )
 
     def describe(self) -> str:
         kind = "inner" if self.inner_split else "outer"
-        ragged = "" if self.divisible else ", ragged"
+        ragged = ", aligned window" if self.window else "" if self.divisible else ", ragged"
         return (
             f"Split: {self.input} by {self.factor} ({kind}{ragged}) -> {self.outer}, {self.inner}"
         )

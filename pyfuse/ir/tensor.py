@@ -164,10 +164,13 @@ class TensorView(Val):
     def axis(self, axis: int) -> IterDomain:
         return self.loop[self._axis_index(axis)]
 
-    def split(self, axis: int, factor: int, *, inner_split: bool = True) -> TensorView:
-        """Split loop axis ``axis`` by ``factor`` into (outer, inner) in place."""
+    def split(
+        self, axis: int, factor: int, *, inner_split: bool = True, window: bool = False
+    ) -> TensorView:
+        """Split loop axis ``axis`` by ``factor`` into (outer, inner) in place (``window``: an
+        aligned-window split, see :class:`~pyfuse.ir.iterdomain.Split`)."""
         index = self._axis_index(axis)
-        split = Split(self.loop[index], factor, inner_split=inner_split)
+        split = Split(self.loop[index], factor, inner_split=inner_split, window=window)
         self.loop[index : index + 1] = [split.outer, split.inner]
         self.history.append(split)
         return self

@@ -65,6 +65,7 @@ from pyfuse.ir.records import record
 from pyfuse.ir.tensor import MemoryType, Scalar, TensorView, Val
 from pyfuse.passes.lower_indexing import IndexDerivation, indexes_registers
 from pyfuse.passes.lower_order import lowering_order
+from pyfuse.passes.lower_windows import windowed_copy
 from pyfuse.passes.plan import KernelPlan
 from pyfuse.passes.register_budget import check_register_arrays
 
@@ -146,6 +147,12 @@ class _Lowering(IndexDerivation):
         self.smem_bytes = 0
         self.ref_positions: dict[int, list[int | None]] = {}
         self.varies_along: dict[tuple[int, int], bool] = {}
+        self.window_anchors: dict[int, TensorView | None] = {}
+        self.window_candidates = [
+            tv
+            for tv in self.tensors
+            if self.fusion.is_input(tv) or tv.alias_of is not None or self.fusion.is_output(tv)
+        ]
 
     # -- setup --------------------------------------------------------------------------------
     def _launch_dims(self) -> dict[ParallelType, int]:
@@ -406,6 +413,12 @@ class _Lowering(IndexDerivation):
         memory = source if source_global else out
         if not self._varies_innermost(memory):
             return 1  # the vector's elements would repeat one value: load them one by one
+        for split in self._windows():
+            if self._varies_along(memory, split.input) and not self._window_aligned(memory, split):
+                # Rows that start elsewhere than the anchor's: element by element (the
+                # schedulers take windows only where every tensor lays the rows out alike:
+                # scheduler_utils.window_width).
+                return 1
         return inner.extent
 
     def _varies_innermost(self, tv: TensorView) -> bool:
@@ -437,30 +450,36 @@ class _Lowering(IndexDerivation):
         )
         statements: list[k.Stmt]
         needs_thread_reduce = False
+        windowed = False
         if width > 1:
             source = expr.tensor_inputs[0]
             source_buffer = self._buffer(source)
+            copy: k.VectorLoad | k.VectorStore
             if out_buffer.memory == MemoryType.GLOBAL:
-                statements = [
-                    k.VectorStore(
-                        out_buffer,
-                        self._global_offset(out, consumer_index),
-                        source_buffer,
-                        self._buffer_index(source, by_position),
-                        width,
-                    )
-                ]
+                memory = out
+                copy = k.VectorStore(
+                    out_buffer,
+                    self._global_offset(out, consumer_index),
+                    source_buffer,
+                    self._buffer_index(source, by_position),
+                    width,
+                )
             else:
+                memory = source
                 logical = self._producer_index(expr, source, consumer_index)
-                statements = [
-                    k.VectorLoad(
-                        out_buffer,
-                        self._buffer_index(out, by_position),
-                        source_buffer,
-                        self._global_offset(source, logical),
-                        width,
-                    )
-                ]
+                copy = k.VectorLoad(
+                    out_buffer,
+                    self._buffer_index(out, by_position),
+                    source_buffer,
+                    self._global_offset(source, logical),
+                    width,
+                )
+            statements = [copy]
+            for split in self._windows():
+                if self._varies_along(memory, split.input):
+                    column = ref_index[id(split.input)]
+                    statements = [windowed_copy(copy, column, split.input.extent)]
+                    windowed = True
         elif isinstance(expr, ReductionOp):
             index = self._buffer_index(out, by_position)
             current = k.Load(out_buffer, index, out.dtype)
@@ -484,7 +503,7 @@ class _Lowering(IndexDerivation):
                 index = self._buffer_index(out, by_position)
             statements = [k.Store(out_buffer, index, value)]
         if touches_global:
-            predicate = self._predicate(out, by_position)
+            predicate = self._predicate(out, by_position, windows=not windowed)
             if not k.is_true(predicate):
                 statements = [k.If(predicate, statements)]
         body.extend(statements)

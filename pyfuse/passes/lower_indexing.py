@@ -32,6 +32,8 @@ class IndexDerivation:
     specials: dict[ParallelType, k.Var]
     ref_positions: dict[int, list[int | None]]
     varies_along: dict[tuple[int, int], bool]
+    window_anchors: dict[int, TensorView | None]
+    window_candidates: list[TensorView]  # the kernel's global tensors, in a fixed order
 
     def _allocated_axes(self, tv: TensorView) -> list[IterDomain]:
         """Loop axes right of the inline position that give a tensor's buffer its size."""
@@ -71,7 +73,34 @@ class IndexDerivation:
         return positions
 
     def _reference_indices(self, by_position: dict[int, k.KExpr]) -> dict[int, k.KExpr]:
-        """Index of every axis of the reference (loop to logical), from its loop indices."""
+        """Index of every axis of the reference (loop to logical), from its loop indices. A
+        window split's input index is shifted back by its row's start modulo the vector
+        (:class:`~pyfuse.ir.iterdomain.Split`), which needs the row indices first: the walk
+        runs once unshifted, then again with each window's shift."""
+        windows = self._windows()
+        if not windows:
+            return self._walk_reference(by_position, {})
+        # The row's start needs the row's indices even where the tensor at hand does not vary
+        # along the row (a layer_norm's weight, read at the row's shifted columns): the
+        # reference's block and thread indices stand in for positions not given.
+        rows = dict(by_position)
+        columns = {id(axis) for split in windows for axis in _derived(split.input)}
+        for position, axis in enumerate(self.reference.loop):
+            if position in rows or id(axis) in columns or axis.extent == 1:
+                continue
+            if not axis.parallel_type.is_hardware_index:
+                raise ScheduleError(
+                    f"kernel {self.name}: a window's row start needs loop {axis} of "
+                    f"T{self.reference.name}, which is not open here"
+                )
+            rows[position] = self.specials[axis.parallel_type]
+        unshifted = self._walk_reference(rows, {})
+        shifts = {id(split): self._window_shift(split, unshifted) for split in windows}
+        return self._walk_reference(by_position, shifts)
+
+    def _walk_reference(
+        self, by_position: dict[int, k.KExpr], shifts: dict[int, k.KExpr]
+    ) -> dict[int, k.KExpr]:
         ref = self.reference
         index: dict[int, k.KExpr] = {}
         for position, axis in enumerate(ref.loop):
@@ -88,7 +117,12 @@ class IndexDerivation:
                 outer = index.get(id(transform.outer), zero)
                 inner = index.get(id(transform.inner), zero)
                 extent = k.const(transform.inner.extent, self.index_dtype)
-                index[id(transform.input)] = k.add(k.mul(outer, extent), inner)
+                joined = k.add(k.mul(outer, extent), inner)
+                shift = shifts.get(id(transform))
+                if shift is not None:
+                    # A difference, not add(x, -s): index bounds assume non-negative terms.
+                    joined = k.Binary("sub", joined, shift, self.index_dtype)
+                index[id(transform.input)] = joined
             elif isinstance(transform, Merge):
                 out = index.get(id(transform.output), zero)
                 extent = k.const(transform.inner.extent, self.index_dtype)
@@ -189,10 +223,14 @@ class IndexDerivation:
             index = k.add(k.mul(index, k.const(axis.extent, self.index_dtype)), loop_index)
         return index
 
-    def _predicate(self, tv: TensorView, by_position: dict[int, k.KExpr]) -> k.KExpr:
+    def _predicate(
+        self, tv: TensorView, by_position: dict[int, k.KExpr], windows: bool = True
+    ) -> k.KExpr:
         """True where the loop indices name an element inside ``tv``'s extents. Every tensor's
         logical axes map to the reference's, so the reference's ragged splits bound them all;
-        a hardware index larger than its loop is guarded too."""
+        a window split bounds its index on both sides (``windows=False`` leaves those out,
+        for a vector access that guards its elements itself: lower_windows.py); a hardware
+        index larger than its loop is guarded too."""
         ref_index = self._reference_indices(by_position)
         conditions: list[k.KExpr] = []
         for transform in tensor_transforms(self.reference):
@@ -201,7 +239,11 @@ class IndexDerivation:
                 and not transform.divisible
                 and self._varies_along(tv, transform.input)
             ):
+                if transform.window and not windows:
+                    continue
                 value = ref_index[id(transform.input)]
+                if transform.window:
+                    conditions.append(k.less_than(k.const(-1, self.index_dtype), value))
                 conditions.append(k.less_than(value, k.const(transform.input.extent)))
         positions = self._ref_positions(tv)
         for index, axis in enumerate(tv.loop):
@@ -220,6 +262,68 @@ class IndexDerivation:
                 special = self.specials[axis.parallel_type]
                 conditions.append(k.less_than(special, k.const(extent, self.index_dtype)))
         return k.all_of(conditions)
+
+    # -- aligned windows (see iterdomain.Split) -------------------------------------------------
+    def _windows(self) -> list[Split]:
+        """The reference's window splits."""
+        return [
+            step
+            for step in tensor_transforms(self.reference)
+            if isinstance(step, Split) and step.window
+        ]
+
+    def _window_memory_axis(self, tv: TensorView, split: Split) -> IterDomain | None:
+        """``tv``'s stride-1 memory axis when it is the window's input axis, else None."""
+        if tv.memory_type != MemoryType.GLOBAL and tv.alias_of is None:
+            return None
+        strides = self._strides(tv)
+        if not strides or strides[-1][1] != 1 or strides[-1][0].is_broadcast:
+            return None
+        axis = strides[-1][0]
+        if not self.id_model.mapped(axis, split.input, IdMappingMode.EXACT):
+            return None
+        return axis
+
+    def _window_anchor(self, split: Split) -> TensorView | None:
+        """The global tensor whose rows the window's vectors align to: the largest holding
+        the window's axis with stride 1 (a row of the reduced input, or of the output)."""
+        cached = self.window_anchors.get(id(split))
+        if cached is not None or id(split) in self.window_anchors:
+            return cached
+        candidates = [
+            tv for tv in self.window_candidates if self._window_memory_axis(tv, split) is not None
+        ]
+        anchor = max(candidates, key=lambda tv: tv.numel, default=None)
+        self.window_anchors[id(split)] = anchor
+        return anchor
+
+    def _window_shift(self, split: Split, index: dict[int, k.KExpr]) -> k.KExpr:
+        """Where the anchor's row starts, modulo the vector: its offset at column 0."""
+        anchor = self._window_anchor(split)
+        if anchor is None:
+            return k.const(0, self.index_dtype)
+        logical = self._logical_index(anchor, index)
+        column = self._window_memory_axis(anchor, split)
+        assert column is not None
+        logical[id(column)] = k.const(0, self.index_dtype)
+        return k.mod(self._global_offset(anchor, logical), k.const(split.factor, self.index_dtype))
+
+    def _window_aligned(self, tv: TensorView, split: Split) -> bool:
+        """``tv``'s rows start where the anchor's do, modulo the vector, for every row: the
+        same strides and view offset (else its vectors would not be aligned: it is read
+        element by element)."""
+        anchor = self._window_anchor(split)
+        if anchor is None:
+            return False
+        if tv is anchor:
+            return True
+        mine, theirs = self._strides(tv), self._strides(anchor)
+        if len(mine) != len(theirs) or (view_offset(tv) - view_offset(anchor)) % split.factor:
+            return False
+        return all(
+            a_stride == b_stride and self.id_model.mapped(a_axis, b_axis, IdMappingMode.EXACT)
+            for (a_axis, a_stride), (b_axis, b_stride) in zip(mine, theirs, strict=True)
+        )
 
     def _varies_along(self, tv: TensorView, ref_axis: IterDomain) -> bool:
         """``tv`` has an iterated logical axis mapped to a reference logical axis that
@@ -249,6 +353,17 @@ class IndexDerivation:
         )
         self.varies_along[key] = varies
         return varies
+
+
+def _derived(axis: IterDomain) -> list[IterDomain]:
+    """``axis`` and every axis its uses make, transitively."""
+    found, frontier = [], [axis]
+    while frontier:
+        current = frontier.pop()
+        found.append(current)
+        for use in current.uses:
+            frontier.extend(use.outputs)
+    return found
 
 
 def _unsplit(outer: tuple[k.KExpr, int], inner: tuple[k.KExpr, int]) -> tuple[k.KExpr, int] | None:

@@ -50,11 +50,13 @@ from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.tensor import TensorView
 from pyfuse.passes.scheduler_utils import (
     cache_inputs_and_outputs,
+    dense_flat_width,
     global_sources,
     replay_everywhere,
     uncovered_axis,
     varying_axes,
     vector_width,
+    window_width,
 )
 
 NAME = "pointwise"
@@ -87,18 +89,24 @@ class PointwiseParams:
     threads: int
     unroll: int
     break_point: int = 0  # 0: the flat schedule; b: rows = axes[:b], cols = axes[b:]
+    # 2-D over one odd-width column axis: vectors over aligned windows of each row
+    # (iterdomain.Split's ``window``, passes/lower_windows.py).
+    window: bool = False
 
     @property
     def two_dimensional(self) -> bool:
         return self.break_point > 0
 
     def as_dict(self) -> dict[str, object]:
-        return {
+        shown: dict[str, object] = {
             "vector_width": self.vector_width,
             "threads": self.threads,
             "unroll": self.unroll,
             "break_point": self.break_point,
         }
+        if self.window:
+            shown["window"] = True
+        return shown
 
 
 @record(frozen=True)
@@ -213,8 +221,21 @@ def choose_params(
     threads = THREADS
     point = choose_break_point(fusion, reference, vector, threads, target)
     if point is not None:
+        window = False
+        if vectorize and point.position == len(axes) - 1 and not point.outer_broadcast:
+            # Rows of one odd-width axis (a log_softmax's output beside its row statistics)
+            # take aligned windows. Not beside inputs broadcast along the rows (a bias[N]):
+            # those load once per thread before the row loop, where no row is known to shift
+            # their columns by.
+            widest = window_width(fusion, axes[-1], target)
+            if widest > vector:
+                vector, window = widest, True
         rows = rows_per_thread(point, vector, threads, target)
-        return PointwiseParams(vector, threads, rows, point.position)
+        return PointwiseParams(vector, threads, rows, point.position, window)
+    if vectorize and axes:
+        # Dense tensors of one shape: vectors may cross rows (an odd-width row divides no
+        # vector, but the whole tensor may).
+        vector = max(vector, dense_flat_width(fusion, reference, target))
     vectors = max(1, reference.numel // vector)
     # Unroll as far as FLAT_ELEMENTS_PER_THREAD allows while the unrolled blocks still number
     # FLAT_MIN_UNROLLED_BLOCKS_PER_SM per SM (see there): more loads in flight per thread.
@@ -271,7 +292,7 @@ def _schedule_2d(reference: TensorView, params: PointwiseParams) -> None:
     for _ in range(len(reference.loop) - 2):
         reference.merge(1)  # [rows, cols]
     if params.vector_width > 1:
-        reference.split(1, params.vector_width)
+        reference.split(1, params.vector_width, window=params.window)
     reference.split(1, params.threads)  # [rows, cols / (T * V), T, (V)]
     if params.unroll > 1:
         reference.split(0, params.unroll)  # [rows / R, R, cols / (T * V), T, (V)]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from pyfuse.ir import dtypes
 from pyfuse.ir.exprs import (
     BinaryOp,
     BinaryOpType,
@@ -52,6 +53,7 @@ from pyfuse.passes.scheduler_utils import (
     uncovered_axis,
     upstream,
     vector_width,
+    window_width,
 )
 
 NAME = "reduction"
@@ -79,15 +81,21 @@ class ReductionParams:
     vector_width: int
     serial: int  # elements per thread along the reduction (inner) or the column (outer)
     persistent: bool
+    # Vectors over aligned windows of rows that start anywhere (an odd-width row): the
+    # column's split is a window split (iterdomain.Split, passes/lower_windows.py).
+    window: bool = False
 
     def as_dict(self) -> dict[str, object]:
-        return {
+        shown: dict[str, object] = {
             "kind": self.kind,
             "threads": self.threads,
             "vector_width": self.vector_width,
             "serial": self.serial,
             "persistent": self.persistent,
         }
+        if self.window:
+            shown["window"] = True
+        return shown
 
 
 def _reductions(fusion: Fusion) -> list[ReductionOp]:
@@ -207,7 +215,10 @@ DIVIDING_ROW_BUDGET = 24
 
 def _divides(tensors: Iterable[TensorView]) -> bool:
     """Some float tensor of ``tensors`` is a division by a computed value or a reciprocal
-    (a div.rn or rcp.rn, whose slow path is a subroutine call)."""
+    (a div.rn or rcp.rn, whose slow path is a subroutine call), or an f64 division by
+    anything: div.rn.f64 calls its subroutine by a constant too (a variance's mean, sum / N,
+    in f64 spilled 76 B inside ``__cuda_sm20_div_rn_f64_full`` at 1024 threads: CPU fuzzer,
+    seed 1473)."""
     for tv in tensors:
         expr = tv.definition
         if not tv.dtype.is_floating:
@@ -217,7 +228,7 @@ def _divides(tensors: Iterable[TensorView]) -> bool:
         if (
             isinstance(expr, BinaryOp)
             and expr.op == BinaryOpType.DIV
-            and isinstance(expr.inputs[1], TensorView)
+            and (isinstance(expr.inputs[1], TensorView) or tv.dtype == dtypes.float64)
         ):
             return True
     return False
@@ -230,14 +241,35 @@ def _divides(tensors: Iterable[TensorView]) -> bool:
 _EXACT_DIVISIONS = (BinaryOpType.FMOD, BinaryOpType.REMAINDER, BinaryOpType.FLOOR_DIVIDE)
 
 
+# f64 math the emitter expands with div.rn.f64 (backend_ptx/emit_math64.py), whose slow
+# path is a subroutine: an f64 erf beside a sum at 1024 threads spilled 76 B inside
+# ``__cuda_sm20_div_rn_f64_full`` (CPU fuzzer, seed 1473), wherever the op sits in the row.
+_F64_DIVIDING_UNARY = frozenset(
+    {
+        UnaryOpType.LOG,
+        UnaryOpType.TANH,
+        UnaryOpType.SIGMOID,
+        UnaryOpType.SILU,
+        UnaryOpType.GELU,
+        UnaryOpType.GELU_TANH,
+        UnaryOpType.ERF,
+    }
+)
+
+
 def _divides_on_the_way_in(fusion: Fusion) -> bool:
     """A division (see :func:`_divides`) feeds some reduction, or a float fmod, remainder or
-    floor_divide sits anywhere in the row."""
+    floor_divide, an f64 pow or f64 math expanded with divisions sits anywhere in the row."""
     for expr in fusion.exprs():
         if (
             isinstance(expr, BinaryOp)
             and expr.op in _EXACT_DIVISIONS
             and expr.output.dtype.is_floating
+        ):
+            return True
+        if expr.output.dtype == dtypes.float64 and (
+            (isinstance(expr, UnaryOp) and expr.op in _F64_DIVIDING_UNARY)
+            or (isinstance(expr, BinaryOp) and expr.op == BinaryOpType.POW)
         ):
             return True
     return any(_divides(upstream([r.input]).values()) for r in _reductions(fusion))
@@ -409,25 +441,68 @@ def choose_params(
         if flags[-1] and vectorize:
             # A vector must stay inside one run of the innermost axis.
             vector = vector_width(fusion, innermost, innermost.logical_extent, target)
-        cap = target.max_threads_per_block
-        while True:
-            threads, serial = _inner_threads(fusion, target, cols, vector, persistent, held, cap)
-            if persistent or vector == 1:
-                break
-            if _streaming_words(fusion, vector) <= _streaming_budget(threads):
-                break
-            # The row's per-vector arrays do not fit: fewer threads first (each gets more
-            # registers, and keeps its 16-byte loads), down to STREAMING_MIN_THREADS; then
-            # narrower vectors.
-            if STREAMING_MIN_THREADS < threads <= cap:
-                cap = threads // 2
-            else:
-                vector //= 2
-                cap = target.max_threads_per_block
-        return ReductionParams("inner", threads, vector, serial, persistent)
+            widest = row_window_width(fusion, reference, flags, target)
+            if widest > vector:
+                params = _inner_params(fusion, target, cols, widest, True, persistent, held)
+                if params.window and not _window_over_budget(params):
+                    return params
+        return _inner_params(fusion, target, cols, vector, False, persistent, held)
     rows = _extent(reference, flags, False)
     threads = max(MIN_THREADS, min(256, _power_of_two_at_least(rows)))
     return ReductionParams("outer", threads, 1, cols, persistent)
+
+
+def _inner_params(
+    fusion: Fusion,
+    target: TargetInfo,
+    cols: int,
+    vector: int,
+    window: bool,
+    persistent: bool,
+    held: list[tuple[int, int]],
+) -> ReductionParams:
+    cap = target.max_threads_per_block
+    while True:
+        # A window holds up to one vector more than the row: its first starts before it.
+        span = cols + vector - 1 if window else cols
+        threads, serial = _inner_threads(fusion, target, span, vector, persistent, held, cap)
+        if persistent or vector == 1:
+            break
+        if _streaming_words(fusion, vector) <= _streaming_budget(threads):
+            break
+        # The row's per-vector arrays do not fit: fewer threads first (each gets more
+        # registers, and keeps its 16-byte loads), down to STREAMING_MIN_THREADS; then
+        # narrower vectors.
+        if STREAMING_MIN_THREADS < threads <= cap:
+            cap = threads // 2
+        else:
+            vector //= 2
+            cap = target.max_threads_per_block
+    return ReductionParams("inner", threads, vector, serial, persistent, window and vector > 1)
+
+
+# Elements a thread of a 1024-thread persistent row may hold in windows: the window's partial
+# vectors' code takes registers where there are 64 a thread, and rows of 40 in vectors of 8
+# spilled 8-24 B (bf16 softmax and log_softmax of 33001 and 40001; ptxas -v); 32 held.
+WINDOW_ELEMENTS_AT_1024 = 32
+
+
+def _window_over_budget(params: ReductionParams) -> bool:
+    return (
+        params.persistent
+        and params.threads > MAX_PERSISTENT_THREADS
+        and params.serial * params.vector_width > WINDOW_ELEMENTS_AT_1024
+    )
+
+
+def row_window_width(
+    fusion: Fusion, reference: TensorView, flags: list[bool], target: TargetInfo
+) -> int:
+    """The width of aligned windows over an inner reduction's rows (scheduler_utils.
+    window_width), or 1 where more than the innermost axis is reduced."""
+    if sum(flags) != 1 or not flags[-1]:
+        return 1
+    return window_width(fusion, reference.no_reductions[-1], target)
 
 
 def _streaming_words(fusion: Fusion, vector: int) -> int:
@@ -564,7 +639,7 @@ def schedule(
     if params.kind == "inner":
         column = first_reduced
         if params.vector_width > 1:
-            reference.split(column, params.vector_width)
+            reference.split(column, params.vector_width, window=params.window)
         reference.split(column, params.threads)  # [rows, S, T, (V)]
         if has_rows:
             reference.parallelize(0, ParallelType.BIDX)

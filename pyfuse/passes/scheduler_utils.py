@@ -72,6 +72,69 @@ def vector_width(
     return width
 
 
+# The shortest row read through aligned windows (iterdomain.Split's ``window``): each row's
+# first and last vectors are copied element by element, which pays only when they are a
+# small part of the row.
+MIN_WINDOW_VECTORS = 8
+
+
+def window_width(fusion: Fusion, innermost: IterDomain, target: TargetInfo) -> int:
+    """The vector width of aligned windows over rows of ``innermost`` (16 bytes of the
+    widest global tensor), or 1 where they do not apply: a broadcast axis, rows shorter than
+    MIN_WINDOW_VECTORS vectors, a global tensor holding the axis other than innermost and
+    contiguous, or two laying the rows out differently. The scheduler takes them where
+    :func:`vector_width` is narrower."""
+    if innermost.is_broadcast:
+        return 1
+    globals_ = [*global_sources(fusion), *fusion.outputs]
+    width = max(1, target.vector_bytes // max(tv.dtype.itemsize for tv in globals_))
+    if width == 1 or innermost.logical_extent < MIN_WINDOW_VECTORS * width:
+        return 1
+    id_model = IdModel(fusion)
+    if not all(holds_innermost(tv, innermost, id_model) for tv in globals_):
+        return 1
+    # Every tensor holding the rows must lay them out alike (the same strides, and views
+    # starting alike modulo the vector): a vector aligned in one is aligned in all. A
+    # layer_norm's weight (one row for every row) or a slice beside a contiguous output
+    # would be read element by element, and those plans spilled (1016 B in a bf16
+    # layer_norm of 24001 at 512 threads).
+    layouts = {
+        (tuple(stride for _, stride in alias_strides(tv)), view_offset(tv) % width)
+        for tv in globals_
+        if any(
+            not axis.is_broadcast and id_model.mapped(axis, innermost, IdMappingMode.PERMISSIVE)
+            for axis in tv.no_reductions
+        )
+    }
+    return width if len(layouts) == 1 else 1
+
+
+def dense_flat_width(fusion: Fusion, reference: TensorView, target: TargetInfo) -> int:
+    """Elements per vector of a flat schedule over ``reference`` whose vectors may cross rows:
+    16 bytes of the widest global tensor, halved until it divides the element count, where
+    every global tensor is the reference's shape stored densely row-major in its axis order
+    (consecutive flat indices are consecutive addresses: ``x * y`` of two [8192, 50257]
+    tensors), its view offset a multiple of the width; else 1."""
+    globals_ = [*global_sources(fusion), *fusion.outputs]
+    width = max(1, target.vector_bytes // max(tv.dtype.itemsize for tv in globals_))
+    while width > 1 and reference.numel % width:
+        width //= 2
+    if width == 1:
+        return 1
+    id_model = IdModel(fusion)
+    ref_axes = [axis for axis in reference.no_reductions if axis.extent != 1]
+    for tv in globals_:
+        memory = [(axis, stride) for axis, stride in alias_strides(tv) if axis.extent != 1]
+        if len(memory) != len(ref_axes) or view_offset(tv) % width:
+            return 1
+        expected = 1
+        for (axis, stride), ref_axis in zip(reversed(memory), reversed(ref_axes), strict=True):
+            if stride != expected or not id_model.mapped(axis, ref_axis, IdMappingMode.EXACT):
+                return 1
+            expected *= axis.extent
+    return width
+
+
 def varying_axes(tv: TensorView, reference_axes: list[IterDomain], id_model: IdModel) -> list[bool]:
     """For each of ``reference_axes``: whether ``tv`` varies along it, i.e. has a
     non-broadcast axis mapped to it (False where ``tv`` is broadcast there or lacks it)."""

@@ -64,7 +64,7 @@ def replay_like(target: TensorView, reference: TensorView, id_model: IdModel) ->
             if source is None:
                 continue
             index = target.loop.index(source)
-            target.split(index, step.factor, inner_split=step.inner_split)
+            target.split(index, step.factor, inner_split=step.inner_split, window=step.window)
             mapping[id(step.outer)] = target.loop[index]
             mapping[id(step.inner)] = target.loop[index + 1]
         elif isinstance(step, Merge):
