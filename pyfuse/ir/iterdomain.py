@@ -150,8 +150,8 @@ class Split(IdTransform):
     outer axis counts ``ceil((extent + factor - 1) / factor)`` vectors, and element
     ``outer * factor + inner`` is ``input`` index ``outer * factor + inner - shift``, where
     ``shift`` is the row's start in memory modulo ``factor`` (the lowering derives it from the
-    row indices; passes/lower_windows.py). The first and last vectors of a row are partly
-    outside it, so its elements are guarded on both sides."""
+    row indices: passes/lower_indexing.py). The first and last vectors of a row are partly
+    outside it, so its elements are guarded on both sides (passes/lower_windows.py)."""
 
     def __init__(
         self, input_id: IterDomain, factor: int, *, inner_split: bool = True, window: bool = False

@@ -12,10 +12,11 @@ a vocabulary of 50,257) in vectors aligned to memory, the row's first element at
 
 Expects a ``VectorLoad`` (global to local) or ``VectorStore`` (local to global) whose global
 index is the element at window column ``column`` (which may be negative, or past the row),
-aligned to the vector wherever the vector lies inside the row: the lowering vectorizes only
-tensors whose rows start where the anchor's do (``IndexDerivation._window_aligned``; a
-layer_norm's weight is read element by element). Guarantees no global access outside the
-row's elements ``[0, extent)``.
+aligned to the vector wherever the vector lies inside the row: the schedulers take windows
+only where every tensor holding the row lays it out alike (``scheduler_utils.window_width``),
+and the lowering reads any other tensor element by element
+(``IndexDerivation._window_aligned``). Guarantees no global access outside the row's
+elements ``[0, extent)``.
 """
 
 from __future__ import annotations

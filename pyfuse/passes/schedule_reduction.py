@@ -216,9 +216,8 @@ DIVIDING_ROW_BUDGET = 24
 def _divides(tensors: Iterable[TensorView]) -> bool:
     """Some float tensor of ``tensors`` is a division by a computed value or a reciprocal
     (a div.rn or rcp.rn, whose slow path is a subroutine call), or an f64 division by
-    anything: div.rn.f64 calls its subroutine by a constant too (a variance's mean, sum / N,
-    in f64 spilled 76 B inside ``__cuda_sm20_div_rn_f64_full`` at 1024 threads: CPU fuzzer,
-    seed 1473)."""
+    anything: div.rn.f64 calls its subroutine whatever the divisor (see
+    _F64_DIVIDING_UNARY for what that subroutine spilled)."""
     for tv in tensors:
         expr = tv.definition
         if not tv.dtype.is_floating:
