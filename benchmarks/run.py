@@ -430,7 +430,9 @@ def _a_bt_variants(
 
     for label, params in variants:
         fused = pf.fuse(a_bt, name=name, matmul=params)
-        results.append(_matmul_case(f"{title} {label}", fused, a_bt, (a, b), flops, "cublas"))
+        results.append(
+            _matmul_case(f"{title} {label}", fused, a_bt, (a, b), flops, anchor_name="cublas")
+        )
     return results
 
 
