@@ -66,7 +66,7 @@ from pyfuse.backend_ptx.matmul_vectors import check_vectors
 from pyfuse.backend_ptx.tensor_maps import MatmulLaunch
 from pyfuse.ir import dtypes
 from pyfuse.ir.hopper import SM90
-from pyfuse.ir.kernel_ir import Kernel, MatmulMainLoop, TmaOperand
+from pyfuse.ir.kernel_ir import Kernel, MatmulMainLoop, TmaOperand, TmaResidual, TmaStore
 from pyfuse.ir.records import record
 from pyfuse.ir.target import HOPPER, TargetInfo
 from pyfuse.ir.target import register_split as target_register_split
@@ -464,16 +464,7 @@ def tensor_map_plans(kernel: Kernel) -> list[tma_host.TensorMapPlan]:
                 l2_promotion=tma_host.L2Promotion.B256,
             )
         )
-    for store in stmt.stores:
-        plans.append(
-            tma_host.plan_tiled(
-                STORE_TYPES[store.dtype],
-                store.shape,
-                store.strides,
-                store.box,
-                swizzle=SWIZZLES[store.swizzle_bytes],
-            )
-        )
+    plans += [_staged_plan(store) for store in stmt.stores]
     for vector in stmt.vectors:
         # A rank-2 map of one row: the driver refuses rank-1 maps (cuTensorMapEncodeTiled
         # gave CUDA_ERROR_INVALID_VALUE for every one on the H200, 2026-12-05), and the row's
@@ -488,19 +479,21 @@ def tensor_map_plans(kernel: Kernel) -> list[tma_host.TensorMapPlan]:
                 (1, vector.span),
             )
         )
-    for residual in stmt.residuals:
-        # The store's box and swizzle over the input's memory: a chunk lands where the
-        # store's output for it is written.
-        plans.append(
-            tma_host.plan_tiled(
-                STORE_TYPES[residual.dtype],
-                residual.shape,
-                residual.strides,
-                residual.box,
-                swizzle=SWIZZLES[residual.swizzle_bytes],
-            )
-        )
+    # A residual has its store's box and swizzle over the input's memory: a chunk lands where
+    # the store's output for it is written.
+    plans += [_staged_plan(residual) for residual in stmt.residuals]
     return plans
+
+
+def _staged_plan(staged: TmaStore | TmaResidual) -> tma_host.TensorMapPlan:
+    """The map of a staging buffer's chunk: a store's box of 64 rows, swizzled by its row."""
+    return tma_host.plan_tiled(
+        STORE_TYPES[staged.dtype],
+        staged.shape,
+        staged.strides,
+        staged.box,
+        swizzle=SWIZZLES[staged.swizzle_bytes],
+    )
 
 
 def matmul_launch(kernel: Kernel) -> MatmulLaunch:
