@@ -653,3 +653,27 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
         [S((6, 1, 333), f32), S((6, 1, 333), f32)],
     ),
 }
+
+
+def _reread_layer_norm_of_a_residual(
+    x: pf.Tensor, r: pf.Tensor, w: pf.Tensor, b: pf.Tensor
+) -> tuple[pf.Tensor, pf.Tensor]:
+    h = x + r
+    return pf.layer_norm(h, w, b), h
+
+
+# Cases only the GPU runs: their shapes are what makes the plan (rows past the registers over
+# two rows per SM of the device: reread_rows.py), too large for the CPU interpreter. Their
+# CPU coverage runs the same plans on a target of one SM (tests/passes/test_reread_rows.py).
+GPU_ONLY_CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
+    "reread_log_softmax_vocab": (lambda x: pf.log_softmax(x, -1), [S((300, 50257), bf16)]),
+    "reread_softmax_and_its_input_scaled": (
+        lambda x: (pf.softmax(x, -1), x * 2.0),
+        [S((270, 65536), f32)],
+    ),
+    "reread_layer_norm_of_a_residual": (
+        _reread_layer_norm_of_a_residual,
+        [S((264, 40000), bf16), S((264, 40000), bf16), S((40000,), bf16), S((40000,), bf16)],
+    ),
+    "reread_f64_softmax": (lambda x: pf.softmax(x, -1), [S((264, 30001), pf.float64)]),
+}

@@ -87,7 +87,7 @@ REDUCTION_COMBINE = {
 # A loop this short that indexes registers is unrolled; a longer one is a schedule bug.
 MAX_UNROLL = 256
 # Elements one thread may keep of one tensor in registers: the reduction scheduler's budget
-# for a persistent row (schedule_reduction.MAX_PERSISTENT_PER_THREAD); more spills (61
+# for a persistent row (row_registers.MAX_PERSISTENT_PER_THREAD); more spills (61
 # f32 of an outer softmax's column, kept for two loop nests, spilled 8 bytes).
 MAX_REGISTER_ELEMENTS = 48
 

@@ -26,7 +26,7 @@ def check_register_arrays(kernel: k.Kernel, params: Mapping[str, object]) -> Non
     if params.get("kind") == "outer":
         _check_column_arrays(kernel)
     elif params.get("kind") == "inner" and not params.get("persistent"):
-        _check_streaming_arrays(kernel)
+        _check_streaming_arrays(kernel, bool(params.get("reread")))
     elif params.get("vector_width") not in (None, 1):
         _check_wide_vector_arrays(kernel)
 
@@ -109,8 +109,28 @@ def _words(buffer: k.Buffer, packed: bool) -> int:
     return buffer.size * -(-buffer.dtype.itemsize // 4)
 
 
-def _check_streaming_arrays(kernel: k.Kernel) -> None:
-    arrays = [b for b in kernel.buffers.values() if b.memory == MemoryType.LOCAL and b.size > 1]
+def _check_streaming_arrays(kernel: k.Kernel, per_nest: bool = False) -> None:
+    """``per_nest``: the row's loop nests hold arrays of their own (passes/reread_rows.py),
+    dead once the nest ends, so each nest's arrays, with those allocated outside every
+    loop, are counted apart; otherwise all arrays count together."""
+    for arrays in _array_groups(kernel, per_nest):
+        _check_arrays(kernel, arrays)
+
+
+def _array_groups(kernel: k.Kernel, per_nest: bool) -> list[list[k.Buffer]]:
+    local = [b for b in kernel.buffers.values() if b.memory == MemoryType.LOCAL and b.size > 1]
+    if not per_nest:
+        return [local]
+    nests: list[set[str]] = []
+    for stmt in kernel.body:
+        if isinstance(stmt, k.For):
+            nests.append({s.buffer.name for s in k.walk([stmt]) if isinstance(s, k.Alloc)})
+    nested = set().union(*nests)
+    outside = [b for b in local if b.name not in nested]
+    return [outside + [b for b in local if b.name in names] for names in nests] or [outside]
+
+
+def _check_arrays(kernel: k.Kernel, arrays: list[k.Buffer]) -> None:
     predicates = sum(b.size for b in arrays if b.dtype.is_bool)
     if predicates > MAX_STREAMING_PREDICATES:
         raise ScheduleError(

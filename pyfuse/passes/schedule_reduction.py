@@ -14,14 +14,18 @@ largest tensor that feeds a reduction). Guarantees, on success:
   layer_norm read the row twice) keeps that tensor in registers: the inline pass stops
   it before the reduction loops, in blocks of at most ``MAX_PERSISTENT_THREADS``, and this
   scheduler declines when the row would take more than ``MAX_PERSISTENT_PER_THREAD``
-  elements per thread;
+  elements per thread, unless the row exceeds it over at least ``REREAD_MIN_ROWS_PER_SM``
+  rows per SM: then each reduction and output streams the row in a loop nest of its own,
+  reading it again (``params.reread``, :mod:`reread_rows`);
 - **outer** reductions (reduced axes outermost) give each thread one output column
   and a serial loop down the column (coalesced across threads);
 - ``params`` records the kind, the threads, the vector width and the per-thread
-  persistent elements.
+  persistent elements. Register counts come from :mod:`row_registers`.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from pyfuse.ir.exprs import (
     BroadcastOp,
@@ -39,20 +43,30 @@ from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.tensor import TensorView
 from pyfuse.passes.broadcast_first import broadcast_first
 from pyfuse.passes.broadcast_first import candidates as broadcast_candidates
-from pyfuse.passes.dividing_rows import DIVIDING_ROW_BUDGET, divides_on_the_way_in
-from pyfuse.passes.register_budget import STREAMING_ARRAY_WORDS_AT_1024
+from pyfuse.passes.dividing_rows import divides_on_the_way_in
+from pyfuse.passes.reread_rows import reason_not_split, split_nests
+from pyfuse.passes.row_registers import (
+    MAX_PERSISTENT_PER_THREAD,
+    held_counts,
+    kept_and_read,
+    most_held,
+    reductions,
+    register_words,
+    row_budget,
+    staged_budget,
+    staged_wide,
+    streaming_budget,
+    streaming_words,
+)
 from pyfuse.passes.scheduler_utils import (
     cache_inputs_and_outputs,
     replay_everywhere,
     uncovered_axis,
-    upstream,
     vector_width,
     window_width,
 )
 
 NAME = "reduction"
-# Register budget of a persistent row: elements one thread keeps per persistent tensor.
-MAX_PERSISTENT_PER_THREAD = 48  # 56 bf16 elements of an rms_norm row spilled (ptxas -v)
 MAX_THREADS = SM90.max_threads_per_block
 # Threads of a persistent row's block: at 1024 threads ptxas has 64 registers per thread
 # (65536 per SM / 1024), and rows of 8 to 32 elements per tensor spilled there when a row
@@ -78,6 +92,9 @@ class ReductionParams:
     # Vectors over aligned windows of rows that start anywhere (an odd-width row): the
     # column's split is a window split (iterdomain.Split, passes/lower_windows.py).
     window: bool = False
+    # A normalization whose row does not fit the registers: one streaming loop nest per
+    # reduction and output, each reading the row again (passes/reread_rows.py).
+    reread: bool = False
 
     def as_dict(self) -> dict[str, object]:
         shown: dict[str, object] = {
@@ -89,22 +106,20 @@ class ReductionParams:
         }
         if self.window:
             shown["window"] = True
+        if self.reread:
+            shown["reread"] = True
         return shown
-
-
-def _reductions(fusion: Fusion) -> list[ReductionOp]:
-    return [e for e in fusion.exprs() if isinstance(e, ReductionOp)]
 
 
 def reference_tensor(fusion: Fusion) -> TensorView:
     """The input of the largest reduction: a full tensor of the iteration space."""
-    return max((r.input for r in _reductions(fusion)), key=lambda tv: tv.numel)
+    return max((r.input for r in reductions(fusion)), key=lambda tv: tv.numel)
 
 
 def _reduced_flags(fusion: Fusion, reference: TensorView, id_model: IdModel) -> list[bool] | None:
     """Which axes of the reference every reduction reduces (None if reductions disagree)."""
     flags: list[bool] | None = None
-    for reduction in _reductions(fusion):
+    for reduction in reductions(fusion):
         mine = []
         for ref_axis in reference.no_reductions:
             reduced = any(
@@ -139,101 +154,15 @@ def _is_persistent(fusion: Fusion, held: list[tuple[int, int]]) -> bool:
     """Some reduction's result is broadcast back to a row that also holds a tensor from
     before the reduction (softmax's ``x - max``); a result broadcast only onto other inputs
     (``sum(x) + y``) holds nothing, and its row streams through the serial loop. ``held``
-    is :func:`_held` of the fusion's rows."""
+    is :func:`held_counts` of the fusion's rows."""
     return any(
         kept and broadcast_back(fusion, reduction)
-        for reduction, (kept, _) in zip(_reductions(fusion), held, strict=True)
+        for reduction, (kept, _) in zip(reductions(fusion), held, strict=True)
     )
 
 
-def _held(rows: list[tuple[list[TensorView], int]]) -> list[tuple[int, int]]:
-    """Per reduction: how many tensors a row keeps across it (computed or read before it and
-    read after it) and how many inputs it reads to compute the reduction's input, from
-    :func:`_kept_and_read`."""
-    return [(len(kept), read) for kept, read in rows]
-
-
-def _register_words(rows: list[tuple[list[TensorView], int]]) -> int:
-    """Registers one element of a kept tensor takes (``rows`` from :func:`_kept_and_read`):
-    2 when any tensor a row keeps across a reduction is 64-bit (int64 after a bool or
-    integer op), else 1 (16-bit values are kept in f32 registers). An int64 row kept at 32
-    per thread in vectors of 2 spilled 20 bytes at 128 registers (CPU fuzzer, seed 379)."""
-    return 2 if any(tv.dtype.itemsize == 8 for kept, _ in rows for tv in kept) else 1
-
-
-# Registers a thread of a 1024-thread row (64 registers) may spend on 64-bit tensors staged
-# across its serial loop; a block of half the threads, twice that. One int64 tensor of 29
-# per thread, stored as an output and summed, spilled 56 bytes at 1024 threads; two of 16
-# per thread (an output and the tensor it was computed from) filled all 64 (CPU fuzzer,
-# seeds 419 and 379).
-STAGED_WIDE_WORDS_AT_1024 = 40
-
-
-def _staged_wide(fusion: Fusion) -> int:
-    """How many 64-bit tensors a row may stage in registers across its serial loop: those
-    computed on the way into a reduction whose row also leaves by another path (an output
-    stored on the way, a value read off the reduction's input), where loop nests of their
-    own keep the row's elements (counted for every 64-bit tensor of that input cone)."""
-    most = 0
-    for reduction in _reductions(fusion):
-        cone = upstream([reduction.input])
-        computed = [tv for tv in cone.values() if tv.definition is not None]
-        exits = any(
-            fusion.is_output(tv)
-            or any(
-                use is not reduction and id(use.output) not in cone
-                for use in fusion.uses_in_fusion(tv)
-            )
-            for tv in computed
-        )
-        if exits:
-            most = max(most, sum(1 for tv in computed if tv.dtype.itemsize == 8))
-    return most
-
-
-def _staged_budget(threads: int) -> int:
-    return STAGED_WIDE_WORDS_AT_1024 * SM90.max_threads_per_block // threads
-
-
-def _row_budget(pressure: int, vector: int, words: int, dividing: bool) -> int:
-    """:func:`persistent_budget`, and at most DIVIDING_ROW_BUDGET for a dividing row
-    (:func:`~pyfuse.passes.dividing_rows.divides_on_the_way_in`)."""
-    budget = persistent_budget(pressure, vector, words)
-    if dividing:
-        return min(budget, DIVIDING_ROW_BUDGET // words)
-    return budget
-
-
-def _kept_and_read(fusion: Fusion) -> list[tuple[list[TensorView], int]]:
-    held: list[tuple[list[TensorView], int]] = []
-    for reduction in _reductions(fusion):
-        before = upstream([reduction.input])
-        after: set[int] = {id(reduction.output)}
-        kept: dict[int, TensorView] = {}
-        for expr in fusion.exprs():
-            inputs = expr.tensor_inputs
-            if any(id(tv) in after for tv in inputs):
-                after.update(id(out) for out in expr.outputs)
-                kept.update((id(tv), tv) for tv in inputs if id(tv) in before)
-        read = sum(1 for tv in fusion.inputs if id(tv) in before)
-        held.append((list(kept.values()), read))
-    return held
-
-
-def row_pressure(fusion: Fusion) -> int:
-    """The most tensors a row holds around one reduction: kept across it (softmax keeps one
-    across each of its reductions) or read from memory to compute its input (a layer_norm of
-    a residual reads two rows)."""
-    return _pressure(_held(_kept_and_read(fusion)))
-
-
-def _pressure(held: list[tuple[int, int]]) -> int:
-    return max((max(kept, read) for kept, read in held), default=0)
-
-
 def decline_reason(fusion: Fusion, target: TargetInfo) -> str | None:
-    reductions = _reductions(fusion)
-    if not reductions:
+    if not reductions(fusion):
         return "no reduction"
     for expr in fusion.exprs():
         if isinstance(expr, MatmulOp | LinearOp | MmaOp):
@@ -264,23 +193,24 @@ def _over_budget(
 ) -> str | None:
     """Why ``params`` would keep more of a row in registers than a thread holds without
     spilling, or None."""
-    row_tensors = _kept_and_read(fusion)
-    pressure = _pressure(_held(row_tensors))
-    budget = _row_budget(
+    row_tensors = kept_and_read(fusion)
+    pressure = most_held(held_counts(row_tensors))
+    budget = row_budget(
         pressure,
         params.vector_width,
-        _register_words(row_tensors),
+        register_words(row_tensors),
         divides_on_the_way_in(fusion),
     )
-    staged = _staged_wide(fusion)
+    # (A row read again by each loop nest stages nothing across them: reread_rows.py.)
+    staged = 0 if params.reread else staged_wide(fusion)
     staged_words = 2 * staged * params.serial * params.vector_width
-    if params.kind == "inner" and staged and staged_words > _staged_budget(params.threads):
+    if params.kind == "inner" and staged and staged_words > staged_budget(params.threads):
         return (
             f"a row of {_extent(reference, flags, True)} elements stages {staged} 64-bit "
             f"tensors in {staged_words} registers per thread (at most "
-            f"{_staged_budget(params.threads)} at {params.threads} threads)"
+            f"{staged_budget(params.threads)} at {params.threads} threads)"
         )
-    if params.persistent and params.serial * params.vector_width > budget:
+    if _persistent_over(params, budget):
         return (
             f"a row of {_extent(reference, flags, True)} elements needs "
             f"{params.serial * params.vector_width} registers per thread per persistent "
@@ -289,18 +219,19 @@ def _over_budget(
     return None
 
 
-def persistent_budget(pressure: int, vector: int, words: int = 1) -> int:
-    """Elements per thread of each persistent tensor of a row holding ``pressure`` tensors
-    (:func:`row_pressure`) read in vectors of ``vector``: MAX_PERSISTENT_PER_THREAD for one
-    tensor; for more, 32 elements when vectorized and 40 words shared among the tensors when
-    not (measured with ptxas -v on the CPU fuzzer's finds, seed 223: an unvectorized
-    layer_norm of a max of two inputs took about 5 registers per element and spilled past
-    128 at 22, a min over 22528 elements beside a subtraction spilled at 44 in vectors of 4;
-    a 16384-wide layer_norm of a residual holds 32 in vectors of 8 without spills). Elements
-    of ``words`` registers each (:func:`_register_words`) get that share of the budget."""
-    if pressure <= 1:
-        return MAX_PERSISTENT_PER_THREAD // words
-    return (32 if vector > 1 else 40 // pressure) // words
+def _persistent_over(params: ReductionParams, budget: int) -> bool:
+    return params.persistent and params.serial * params.vector_width > budget
+
+
+def _budget_of(fusion: Fusion, params: ReductionParams) -> int:
+    """The elements a thread may keep of each persistent tensor of ``fusion``'s rows."""
+    row_tensors = kept_and_read(fusion)
+    return row_budget(
+        most_held(held_counts(row_tensors)),
+        params.vector_width,
+        register_words(row_tensors),
+        divides_on_the_way_in(fusion),
+    )
 
 
 def _output_axis_on_a_broadcast(
@@ -352,24 +283,57 @@ def choose_params(
     target: TargetInfo,
     vectorize: bool = True,
 ) -> ReductionParams:
-    held = _held(_kept_and_read(fusion))
+    held = held_counts(kept_and_read(fusion))
     persistent = _is_persistent(fusion, held)
     cols = _extent(reference, flags, True)
     if _is_inner(reference, flags):
-        innermost = reference.no_reductions[-1]
-        vector = 1
-        if flags[-1] and vectorize:
-            # A vector must stay inside one run of the innermost axis.
-            vector = vector_width(fusion, innermost, innermost.logical_extent, target)
-            widest = row_window_width(fusion, reference, flags, target)
-            if widest > vector:
-                params = _inner_params(fusion, target, cols, widest, True, persistent, held)
-                if params.window and not _window_over_budget(params):
-                    return params
-        return _inner_params(fusion, target, cols, vector, False, persistent, held)
+        params = _inner_choice(fusion, reference, flags, target, vectorize, persistent, held)
+        if (
+            params.persistent
+            and _persistent_over(params, _budget_of(fusion, params))
+            and _extent(reference, flags, False) >= REREAD_MIN_ROWS_PER_SM * target.sm_count
+            and reason_not_split(fusion) is None
+        ):
+            # Past the registers, each loop nest reads the row again instead.
+            streaming = _inner_choice(
+                fusion, reference, flags, target, vectorize, False, held, reread=True
+            )
+            return replace(streaming, reread=True)
+        return params
     rows = _extent(reference, flags, False)
     threads = max(MIN_THREADS, min(256, _power_of_two_at_least(rows)))
     return ReductionParams("outer", threads, 1, cols, persistent)
+
+
+# Rows a normalization too wide for registers needs per SM before one block per row reads
+# it again in each loop nest (reread_rows.py): fewer rows leave SMs idle, and the kernels
+# of segment_recompute.py spread each reduction over many blocks instead (split_reductions.py
+# splits below the same count).
+REREAD_MIN_ROWS_PER_SM = 2
+
+
+def _inner_choice(
+    fusion: Fusion,
+    reference: TensorView,
+    flags: list[bool],
+    target: TargetInfo,
+    vectorize: bool,
+    persistent: bool,
+    held: list[tuple[int, int]],
+    reread: bool = False,
+) -> ReductionParams:
+    cols = _extent(reference, flags, True)
+    innermost = reference.no_reductions[-1]
+    vector = 1
+    if flags[-1] and vectorize:
+        # A vector must stay inside one run of the innermost axis.
+        vector = vector_width(fusion, innermost, innermost.logical_extent, target)
+        widest = row_window_width(fusion, reference, flags, target)
+        if widest > vector:
+            params = _inner_params(fusion, target, cols, widest, True, persistent, held, reread)
+            if params.window and not _window_over_budget(params):
+                return params
+    return _inner_params(fusion, target, cols, vector, False, persistent, held, reread)
 
 
 def _inner_params(
@@ -380,15 +344,18 @@ def _inner_params(
     window: bool,
     persistent: bool,
     held: list[tuple[int, int]],
+    reread: bool = False,
 ) -> ReductionParams:
     cap = target.max_threads_per_block
     while True:
         # A window holds up to one vector more than the row: its first starts before it.
         span = cols + vector - 1 if window else cols
-        threads, serial = _inner_threads(fusion, target, span, vector, persistent, held, cap)
+        threads, serial = _inner_threads(
+            fusion, target, span, vector, persistent, held, cap, reread
+        )
         if persistent or vector == 1:
             break
-        if _streaming_words(fusion, vector) <= _streaming_budget(threads):
+        if streaming_words(fusion, vector, reread) <= streaming_budget(threads):
             break
         # The row's per-vector arrays do not fit: fewer threads first (each gets more
         # registers, and keeps its 16-byte loads), down to STREAMING_MIN_THREADS; then
@@ -425,31 +392,9 @@ def row_window_width(
     return window_width(fusion, reference.no_reductions[-1], target)
 
 
-def _streaming_words(fusion: Fusion, vector: int) -> int:
-    """Registers a streaming row's per-vector register arrays take: one array of ``vector``
-    elements per tensor of the reductions' input cones, counted as the lowering's budget
-    counts them (register_budget.py: 16-bit inputs, vector-loaded, two to a register)."""
-    cone: dict[int, TensorView] = {}
-    for reduction in _reductions(fusion):
-        cone.update(upstream([reduction.input]))
-    words = 0
-    for tv in cone.values():
-        if tv.dtype.is_bool:
-            continue
-        if tv.definition is None and tv.dtype.itemsize == 2:
-            words += -(-vector // 2)
-        else:
-            words += vector * -(-tv.dtype.itemsize // 4)
-    return words
-
-
 # The fewest threads a streaming row is narrowed to before its vectors are: a 512-thread
 # block still makes a whole SM's threads with four blocks.
 STREAMING_MIN_THREADS = 256
-
-
-def _streaming_budget(threads: int) -> int:
-    return STREAMING_ARRAY_WORDS_AT_1024 * SM90.max_threads_per_block // threads
 
 
 def _inner_threads(
@@ -460,11 +405,12 @@ def _inner_threads(
     persistent: bool,
     held: list[tuple[int, int]],
     cap: int,
+    reread: bool = False,
 ) -> tuple[int, int]:
     """Threads and serial vectors per thread of an inner reduction's row of ``cols``, at
     most ``cap`` threads before the staging of 64-bit tensors asks for more."""
-    pressure = _pressure(held)
-    words = _register_words(_kept_and_read(fusion))
+    pressure = most_held(held)
+    words = register_words(kept_and_read(fusion))
     vectors = -(-cols // vector)
     # Aim for about 4 vectors per thread, 32 to 1024 threads (whole warps).
     threads = _power_of_two_at_least(max(1, vectors // 4))
@@ -482,14 +428,14 @@ def _inner_threads(
     threads = max(MIN_THREADS, min(most, threads))
     if persistent:
         # More threads where the row's tensors would not fit the budget per thread.
-        budget = _row_budget(pressure, vector, words, dividing)
+        budget = row_budget(pressure, vector, words, dividing)
         while threads < most and -(-vectors // threads) * vector > budget:
             threads *= 2
-    staged = _staged_wide(fusion)
+    staged = 0 if reread else staged_wide(fusion)
     while (
         staged
         and threads < target.max_threads_per_block
-        and 2 * staged * -(-vectors // threads) * vector > _staged_budget(threads)
+        and 2 * staged * -(-vectors // threads) * vector > staged_budget(threads)
     ):
         threads *= 2
     serial = -(-vectors // threads)
@@ -507,7 +453,7 @@ def prepare(fusion: Fusion, target: TargetInfo) -> None:
     the block's largest size reads its 1-D inputs at the row's rank (broadcast_first.py).
     Narrower rows keep their plans (and the golden PTX) as they are."""
     broadcasts = broadcast_candidates(fusion)
-    if not broadcasts or not _reductions(fusion):
+    if not broadcasts or not reductions(fusion):
         return  # nothing to move: the row's plan is not needed
     reference = reference_tensor(fusion)
     flags = _reduced_flags(fusion, reference, IdModel(fusion))
@@ -516,6 +462,11 @@ def prepare(fusion: Fusion, target: TargetInfo) -> None:
     params = choose_params(fusion, reference, flags, target)
     wide = params.serial * params.vector_width > WIDE_ROW_ELEMENTS
     if params.persistent and params.threads >= target.max_threads_per_block and wide:
+        broadcast_first(fusion, broadcasts)
+    elif params.reread:
+        # Each loop nest streams the row, but a 1-D input's cast, computed before its
+        # broadcast, would fill an array of the whole row (a layer_norm's weight of 33000
+        # kept 136 elements a thread): broadcast it first, so it is cast per vector.
         broadcast_first(fusion, broadcasts)
 
 
@@ -540,7 +491,10 @@ def schedule(
         over = _over_budget(fusion, reference, flags, params)
         if over is not None:
             raise ValueError(f"reduction scheduler without vectors: {over}")
-    cache_inputs_and_outputs(fusion)
+    if params.reread:
+        split_nests(fusion)
+    else:
+        cache_inputs_and_outputs(fusion)
     # The reference must be a computed tensor: an input read by a reduction now has a cache.
     reference = reference_tensor(fusion)
 
