@@ -186,7 +186,9 @@ def case_wide_rows() -> list[Result]:
 
 def case_vocab() -> list[Result]:
     """log_softmax over a vocabulary, bf16: rows past the persistent budget (1024 threads x
-    48), recomputed from the input by one kernel per reduction and one for the output."""
+    48). 4096 and 8192 rows: one kernel, one block per row reading it again for the max, the
+    sum and the output (passes/reread_rows.py); 16 rows: one kernel per reduction and one for
+    the output (segment_recompute.py), the reductions spread over many blocks."""
     import torch
 
     results = []

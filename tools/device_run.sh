@@ -12,6 +12,8 @@
 #                                                limit of BENCH_LIMIT seconds, default 560)
 #   bash tools/device_run.sh shapes SECONDS [ARG ...]
 #                                                benchmarks/gemm_shapes.py ARGs for SECONDS
+#   bash tools/device_run.sh rows [SECONDS]      benchmarks/reread_rows.py: each row plan of
+#                                                wide normalizations (default 300 s)
 #
 # Several steps in one call: bash tools/device_run.sh tests 400 && bash tools/device_run.sh ...
 set -u
@@ -63,6 +65,12 @@ case "$step" in
       >"$out/gemm_shapes.log" 2>&1
     echo "gemm_shapes: exit $?"
     grep -E "geomean|Error|error" "$out/gemm_shapes.log" | tail -30
+    ;;
+  rows)
+    timeout "${1:-300}" python3 benchmarks/reread_rows.py --json "$out/reread_rows.json" \
+      >"$out/reread_rows.log" 2>&1
+    echo "reread_rows: exit $?"
+    tail -45 "$out/reread_rows.log"
     ;;
   *)
     echo "unknown step $step" >&2
