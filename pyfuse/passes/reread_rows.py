@@ -44,12 +44,15 @@ from pyfuse.ir.exprs import (
     LoadStoreKind,
     LoadStoreOp,
     ReductionOp,
+    SliceOp,
+    SqueezeOp,
     TernaryOp,
     UnaryOp,
 )
 from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.tensor import MemoryType, TensorView, Val, new_axes_like
 from pyfuse.passes.scheduler_utils import global_sources
+from pyfuse.passes.skip_intermediates import view_source
 
 # Exprs whose output is a function of its inputs' elements at the same (or a broadcast)
 # index: a clone with fresh output axes computes the same tensor.
@@ -123,10 +126,18 @@ def reason_not_split(fusion: Fusion) -> str | None:
     for expr in fusion.exprs():
         if isinstance(expr, ReductionOp) or _clonable(expr):
             continue
-        if expr.output.alias_of is not None:
+        if expr.output.alias_of is not None or _views_an_input(expr, fusion):
             continue  # a view read in place: a global source of every nest
         return f"T{expr.output.name} ({expr.op_name}) cannot be computed again by another nest"
     return None
+
+
+def _views_an_input(expr: Expr, fusion: Fusion) -> bool:
+    """A slice or squeeze of an input, which skip_intermediates aliases before the kernel is
+    scheduled, keeping the input's memory order (a row contiguous in the input stays so).
+    A transpose is not taken: its rows may run across memory, where one block per row would
+    read them a strided element at a time (column reductions read them coalesced)."""
+    return isinstance(expr, SliceOp | SqueezeOp) and fusion.is_input(view_source(expr.output))
 
 
 def _clone_expr(expr: Expr, inputs: list[Val]) -> TensorView:

@@ -67,6 +67,19 @@ CASES: dict[str, tuple[Callable[..., Any], list[pf.Spec], float]] = {
         1e-4,
     ),
     "f64_softmax": (lambda x: pf.softmax(x, -1), [pf.spec((2, 30001), f64)], 1e-9),
+    # A slice of the input is read in place by every nest (an alias of the input).
+    "softmax_of_a_slice": (lambda x: pf.softmax(x[:, 1:], -1), [pf.spec((3, 50002), bf16)], 2e-2),
+    "returns_its_row_statistics": (
+        lambda x: (pf.log_softmax(x, -1), x.amax(-1), x.exp().sum(-1, keepdim=True)),
+        [pf.spec((3, 50001), f32)],
+        1e-4,
+    ),
+    "per_row_scale_input": (
+        lambda x, s: pf.softmax(x * s, -1) + s,
+        [pf.spec((3, 50001), bf16), pf.spec((3, 1), f32)],
+        2e-2,
+    ),
+    "rows_of_a_3d_tensor": (lambda x: pf.log_softmax(x, -1), [pf.spec((2, 2, 50001), bf16)], 2e-2),
 }
 
 
@@ -132,6 +145,13 @@ def test_rows_that_fit_stay_persistent() -> None:
     fusion = pf.fuse(lambda x: pf.softmax(x, -1)).trace(pf.spec((4, 4096), f32))
     (stages,) = pipeline.run(fusion, ONE_SM).kernels
     assert stages.plan.params["persistent"] and not stages.plan.params.get("reread")
+
+
+def test_a_transposed_row_is_not_read_a_strided_element_at_a_time() -> None:
+    """Rows of x.T run across memory: a block per row would read one element per row of x.
+    The transpose is no view every nest can read in place, so other plans take it."""
+    fusion = pf.fuse(lambda x: pf.log_softmax(x.T, -1)).trace(pf.spec((50001, 3), f32))
+    assert "permute" in (reason_not_split(fusion) or "")
 
 
 def test_an_expr_that_cannot_be_cloned_is_named() -> None:
