@@ -44,6 +44,8 @@ CASES = (
     ("layer_norm", 2048, 25000),
     ("rms_norm", 2048, 49152),
     ("layer_norm", 16384, 4096),
+    # Rows of a slice, which start unlike the output's rows: read one element an access.
+    ("softmax_of_a_slice", 4096, 32001),
 )
 
 
@@ -79,6 +81,8 @@ def _functions(name: str, cols: int) -> tuple[Callable[..., Any], Callable[..., 
         return (lambda x: pf.log_softmax(x, -1)), (lambda x: torch.log_softmax(x, -1)), 1
     if name == "softmax":
         return (lambda x: pf.softmax(x, -1)), (lambda x: torch.softmax(x, -1)), 1
+    if name == "softmax_of_a_slice":
+        return (lambda x: pf.softmax(x[:, 1:], -1)), (lambda x: torch.softmax(x[:, 1:], -1)), 1
     if name == "layer_norm":
         return (
             (lambda x, w, b: pf.layer_norm(x, w, b)),
@@ -108,7 +112,8 @@ def _measure(plan: str, name: str, rows: int, cols: int) -> dict[str, Any]:
 
     generator = torch.Generator(device="cuda").manual_seed(rows + cols)
     fused_fn, eager, count = _functions(name, cols)
-    shapes = [(rows, cols)] + [(cols,)] * (count - 1)
+    width = cols + 1 if name == "softmax_of_a_slice" else cols
+    shapes = [(rows, width)] + [(cols,)] * (count - 1)
     args = [
         torch.randn(shape, device="cuda", dtype=torch.bfloat16, generator=generator)
         for shape in shapes

@@ -5,7 +5,8 @@ Expects a lowered :class:`~pyfuse.ir.kernel_ir.Kernel` and its plan's params. Gu
 :class:`~pyfuse.errors.ScheduleError` naming the kernel where an outer reduction keeps more
 than ``MAX_COLUMN_ARRAY_ELEMENTS`` elements per thread, where a streaming (not persistent)
 inner reduction's arrays hold more than ``MAX_STREAMING_PREDICATES`` bools or more than
-``STREAMING_ARRAY_WORDS_AT_1024`` registers' worth (scaled by the block), or where a
+``STREAMING_ARRAY_WORDS_AT_1024`` registers' worth (scaled by the block; a row read again
+per loop nest, ``params["reread"]``, counts each outermost loop's arrays apart), or where a
 vectorized kernel's arrays, 64-bit ones among them, take more than ``WIDE_ARRAY_SHARE`` of a
 thread's registers; nothing otherwise.
 """
@@ -118,16 +119,30 @@ def _check_streaming_arrays(kernel: k.Kernel, per_nest: bool = False) -> None:
 
 
 def _array_groups(kernel: k.Kernel, per_nest: bool) -> list[list[k.Buffer]]:
+    """The register arrays counted together: all of them, or (``per_nest``) those of each
+    outermost loop with those allocated outside every loop."""
     local = [b for b in kernel.buffers.values() if b.memory == MemoryType.LOCAL and b.size > 1]
     if not per_nest:
         return [local]
-    nests: list[set[str]] = []
-    for stmt in kernel.body:
-        if isinstance(stmt, k.For):
-            nests.append({s.buffer.name for s in k.walk([stmt]) if isinstance(s, k.Alloc)})
+    nests = [
+        {s.buffer.name for s in k.walk([loop]) if isinstance(s, k.Alloc)}
+        for loop in _outermost_loops(kernel.body)
+    ]
     nested = set().union(*nests)
     outside = [b for b in local if b.name not in nested]
     return [outside + [b for b in local if b.name in names] for names in nests] or [outside]
+
+
+def _outermost_loops(body: list[k.Stmt]) -> list[k.For]:
+    """The loops of ``body`` that no other loop holds (through ifs)."""
+    loops: list[k.For] = []
+    for stmt in body:
+        if isinstance(stmt, k.For):
+            loops.append(stmt)
+        else:
+            for child in stmt.children():
+                loops.extend(_outermost_loops(child))
+    return loops
 
 
 def _check_arrays(kernel: k.Kernel, arrays: list[k.Buffer]) -> None:

@@ -70,19 +70,20 @@ def _clonable(expr: Expr) -> bool:
 
 
 def _roots(fusion: Fusion) -> list[Expr]:
-    """The exprs that close a loop nest of their own: every fusion output's definition
-    (first, so that an output keeps the original tensors and its readers take clones), then
-    every reduction."""
+    """The exprs that close a loop nest of their own: every fusion output's definition in
+    topological order (first, so that an output keeps the original tensors and its readers
+    take clones; a producer before its consumers, so that no nest claims another output's
+    expr), then every reduction."""
     exprs = fusion.exprs()
+    order = {id(expr): index for index, expr in enumerate(exprs)}
     reductions = [e for e in exprs if isinstance(e, ReductionOp)]
-    outputs: list[Expr] = []
+    outputs: dict[int, Expr] = {}
     for tv in fusion.outputs:
         definition = tv.definition
-        if _is_source(tv, fusion) or definition is None or definition in reductions:
+        if _is_source(tv, fusion) or definition is None or isinstance(definition, ReductionOp):
             continue
-        if all(definition is not e for e in outputs):
-            outputs.append(definition)
-    return outputs + reductions
+        outputs[id(definition)] = definition
+    return sorted(outputs.values(), key=lambda e: order[id(e)]) + reductions
 
 
 def _cone(root: Expr, fusion: Fusion) -> list[TensorView]:
@@ -96,34 +97,46 @@ def _cone(root: Expr, fusion: Fusion) -> list[TensorView]:
             continue
         found[id(tv)] = tv
         definition = tv.definition
-        computed = not _is_source(tv, fusion) and definition is not None
-        if computed and not isinstance(definition, ReductionOp):
-            assert definition is not None
+        if not _is_source(tv, fusion) and not isinstance(definition, ReductionOp):
+            assert definition is not None  # not a source
             frontier.extend(definition.tensor_inputs)
     return list(found.values())
 
 
+def _per_row(fusion: Fusion) -> set[int]:
+    """Ids of the tensors holding one value per row: reduction results and what is computed
+    from them alone (their broadcasts, ``rsqrt(var + eps)``). Sources and constants count as
+    rows (an overcount where a source is per-row, as a ``[rows, 1]`` scale is)."""
+    found: set[int] = set()
+    for expr in fusion.exprs():
+        inputs = expr.tensor_inputs
+        if isinstance(expr, ReductionOp) or (inputs and all(id(tv) in found for tv in inputs)):
+            found.update(id(out) for out in expr.outputs)
+    return found
+
+
 def nest_cones(fusion: Fusion) -> list[list[TensorView]]:
     """Per loop nest of the split kernel, the tensors it holds in arrays along the row
-    (:func:`_cone` and a root output, less the values of one element per row: reduction
-    results and their broadcasts)."""
+    (:func:`_cone` and a root output, less the values of one element per row)."""
+    per_row = _per_row(fusion)
     cones = []
     for root in _roots(fusion):
         cone = _cone(root, fusion)
         if not isinstance(root, ReductionOp):
             cone.append(root.output)
-        cones.append([tv for tv in cone if not _one_per_row(tv)])
+        cones.append([tv for tv in cone if id(tv) not in per_row])
     return cones
 
 
-def _one_per_row(tv: TensorView) -> bool:
-    axes = tv.no_reductions
-    return isinstance(tv.definition, ReductionOp) or (bool(axes) and axes[-1].is_broadcast)
-
-
 def reason_not_split(fusion: Fusion) -> str | None:
-    """Why :func:`split_nests` cannot take ``fusion``, or None."""
+    """Why :func:`split_nests` cannot take ``fusion``, or None: an expr it does not clone, or
+    a tensor computed along the row before a broadcast that ``prepare`` (broadcast_first)
+    cannot move ahead of it (a mask from ``arange``): replayed on the row's loops it would be
+    computed for the whole row into one thread's array."""
+    per_row = _per_row(fusion)
     for expr in fusion.exprs():
+        if isinstance(expr, BroadcastOp) and not _broadcast_streams(expr, fusion, per_row):
+            return f"T{expr.tensor_inputs[0].name} is computed along the row before its broadcast"
         if isinstance(expr, ReductionOp) or _clonable(expr):
             continue
         if expr.output.alias_of is not None or _views_an_input(expr, fusion):
@@ -132,15 +145,40 @@ def reason_not_split(fusion: Fusion) -> str | None:
     return None
 
 
+def _broadcast_streams(broadcast: BroadcastOp, fusion: Fusion, per_row: set[int]) -> bool:
+    """The broadcast's input is a source, one value per row, or a chain of single-use unary
+    ops and casts of an input (which broadcast_first moves after the broadcast)."""
+    (tv,) = broadcast.tensor_inputs
+    if id(tv) in per_row:
+        return True
+    while not _is_source(tv, fusion):
+        definition = tv.definition
+        chain = isinstance(definition, UnaryOp | CastOp) and not fusion.is_output(tv)
+        if not chain or len(fusion.uses_in_fusion(tv)) != 1:
+            return False
+        assert definition is not None
+        (tv,) = definition.tensor_inputs
+    return fusion.is_input(tv) or tv.alias_of is not None
+
+
 def _views_an_input(expr: Expr, fusion: Fusion) -> bool:
-    """A slice or squeeze of an input, which skip_intermediates aliases before the kernel is
-    scheduled, keeping the input's memory order (a row contiguous in the input stays so).
-    A transpose is not taken: its rows may run across memory, where one block per row would
-    read them a strided element at a time (column reductions read them coalesced)."""
-    return isinstance(expr, SliceOp | SqueezeOp) and fusion.is_input(view_source(expr.output))
+    """A slice or squeeze of an input, and no output, which skip_intermediates aliases before
+    the kernel is scheduled, keeping the input's memory order (a row contiguous in the input
+    stays so). A transpose is not taken: its rows may run across memory, where one block per
+    row would read them a strided element at a time (column reductions read them coalesced)."""
+    return (
+        isinstance(expr, SliceOp | SqueezeOp)
+        and fusion.is_input(view_source(expr.output))
+        and not fusion.is_output(expr.output)
+    )
 
 
 def _clone_expr(expr: Expr, inputs: list[Val]) -> TensorView:
+    """A copy of ``expr`` (same op and attributes) reading ``inputs`` into a fresh tensor."""
+    if not _clonable(expr):
+        # A view skip_intermediates did not alias (a fallback plan without aliases): the
+        # plan fails here and the next one runs.
+        raise ValueError(f"T{expr.output.name} ({expr.op_name}) cannot be computed again")
     out = expr.output
     twin = TensorView(new_axes_like(out.logical), out.dtype)
     clone = copy.copy(expr)
@@ -157,6 +195,11 @@ def split_nests(fusion: Fusion) -> None:
     reason = reason_not_split(fusion)
     if reason is not None:
         raise ValueError(f"cannot read the row again in each loop nest: {reason}")
+    with fusion:  # clones take names of the fusion's
+        _split(fusion)
+
+
+def _split(fusion: Fusion) -> None:
     exprs = fusion.exprs()
     owner: dict[int, int] = {}  # id(expr) -> the nest computing it
     clones: dict[tuple[int, int], TensorView] = {}
@@ -165,11 +208,11 @@ def split_nests(fusion: Fusion) -> None:
         """``tv`` as nest ``nest`` computes it: the original where no other nest claimed
         it first, else a clone (reading this nest's versions of its inputs)."""
         definition = tv.definition
-        if _is_source(tv, fusion) or definition is None or isinstance(definition, ReductionOp):
+        if _is_source(tv, fusion) or isinstance(definition, ReductionOp):
             return tv
-        claimed = owner.setdefault(id(definition), nest)
-        if claimed == nest:
-            _take_inputs(definition, nest)
+        assert definition is not None  # not a source
+        if owner.setdefault(id(definition), nest) == nest:
+            take_inputs(definition, nest)
             return tv
         key = (id(tv), nest)
         if key not in clones:
@@ -183,7 +226,8 @@ def split_nests(fusion: Fusion) -> None:
             clones[key] = twin
         return clones[key]
 
-    def _take_inputs(expr: Expr, nest: int) -> None:
+    def take_inputs(expr: Expr, nest: int) -> None:
+        """Make ``expr`` (of nest ``nest``) read that nest's version of each input."""
         for value in list(expr.inputs):
             if isinstance(value, TensorView):
                 mine = version(value, nest)
@@ -191,8 +235,10 @@ def split_nests(fusion: Fusion) -> None:
                     expr.replace_input(value, mine)
 
     for nest, root in enumerate(_roots(fusion)):
-        owner[id(root)] = nest
-        _take_inputs(root, nest)
+        # (_roots' order keeps every root unclaimed until its own turn.)
+        claimed = owner.setdefault(id(root), nest)
+        assert claimed == nest, f"T{root.output.name} claimed by two nests"
+        take_inputs(root, nest)
     live = {id(expr) for expr in fusion.exprs()}
     for expr in exprs:
         if id(expr) not in live:

@@ -20,6 +20,7 @@ from pyfuse.passes.scheduler_utils import upstream
 
 
 def reductions(fusion: Fusion) -> list[ReductionOp]:
+    """The fusion's sum/max/min reductions, in topological order."""
     return [e for e in fusion.exprs() if isinstance(e, ReductionOp)]
 
 

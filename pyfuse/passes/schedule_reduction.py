@@ -59,6 +59,7 @@ from pyfuse.passes.row_registers import (
     streaming_words,
 )
 from pyfuse.passes.scheduler_utils import (
+    ROWS_PER_SM_TO_FILL,
     cache_inputs_and_outputs,
     replay_everywhere,
     uncovered_axis,
@@ -220,6 +221,7 @@ def _over_budget(
 
 
 def _persistent_over(params: ReductionParams, budget: int) -> bool:
+    """A persistent row keeps more elements a thread than ``budget``."""
     return params.persistent and params.serial * params.vector_width > budget
 
 
@@ -283,6 +285,9 @@ def choose_params(
     target: TargetInfo,
     vectorize: bool = True,
 ) -> ReductionParams:
+    """The schedule of ``fusion`` whose reductions reduce ``flags`` of ``reference``: inner
+    rows (persistent where a tensor is read across a reduction; read again per loop nest where
+    such a row exceeds the registers over enough rows) or outer columns."""
     held = held_counts(kept_and_read(fusion))
     persistent = _is_persistent(fusion, held)
     cols = _extent(reference, flags, True)
@@ -309,7 +314,7 @@ def choose_params(
 # it again in each loop nest (reread_rows.py): fewer rows leave SMs idle, and the kernels
 # of segment_recompute.py spread each reduction over many blocks instead (split_reductions.py
 # splits below the same count).
-REREAD_MIN_ROWS_PER_SM = 2
+REREAD_MIN_ROWS_PER_SM = ROWS_PER_SM_TO_FILL
 
 
 def _inner_choice(
@@ -450,7 +455,8 @@ WIDE_ROW_ELEMENTS = 24
 
 def prepare(fusion: Fusion, target: TargetInfo) -> None:
     """Before skip_intermediates: a persistent row of more than WIDE_ROW_ELEMENTS a thread at
-    the block's largest size reads its 1-D inputs at the row's rank (broadcast_first.py).
+    the block's largest size reads its 1-D inputs at the row's rank (broadcast_first.py), and
+    a row read again (reread_rows.py) does so through every chain of unary ops and casts.
     Narrower rows keep their plans (and the golden PTX) as they are."""
     broadcasts = broadcast_candidates(fusion)
     if not broadcasts or not reductions(fusion):
@@ -466,8 +472,10 @@ def prepare(fusion: Fusion, target: TargetInfo) -> None:
     elif params.reread:
         # Each loop nest streams the row, but a 1-D input's cast, computed before its
         # broadcast, would fill an array of the whole row (a layer_norm's weight of 33000
-        # kept 136 elements a thread): broadcast it first, so it is cast per vector.
-        broadcast_first(fusion, broadcasts)
+        # kept 136 elements a thread): broadcast it first, so it is cast per vector; a
+        # chain of such ops moves one op a round (reread_rows.reason_not_split counts on it).
+        while broadcast_first(fusion):
+            pass
 
 
 def schedule(

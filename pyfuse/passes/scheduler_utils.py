@@ -145,6 +145,12 @@ def varying_axes(tv: TensorView, reference_axes: list[IterDomain], id_model: IdM
     ]
 
 
+# Rows (blocks of one row each) per SM below which a row-per-block plan leaves the GPU
+# mostly idle: split_reductions.py splits fewer rows' reductions across blocks, and the
+# reduction scheduler reads rows again (reread_rows.py) only from this many.
+ROWS_PER_SM_TO_FILL = 2
+
+
 def global_sources(fusion: Fusion) -> list[TensorView]:
     """Tensors read from global memory: the inputs and the aliases that view them in place."""
     return [tv for tv in fusion.tensors() if fusion.is_input(tv) or tv.alias_of is not None]

@@ -25,6 +25,7 @@ from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.naming import source_location
 from pyfuse.ir.target import TargetInfo
 from pyfuse.passes.schedule_reduction import broadcast_back
+from pyfuse.passes.scheduler_utils import ROWS_PER_SM_TO_FILL
 
 MIN_SPLIT_EXTENT = 8192
 MAX_PARTS = 1024
@@ -35,7 +36,7 @@ def _parts(reduced: int, kept: int, inner: bool, target: TargetInfo) -> int:
     """Parts per row: the largest divisor of the reduced extent that gives the first pass
     about two waves of work (blocks for an inner reduction, threads for an outer one, where
     each thread walks a column) and leaves at least ``MIN_PART`` elements per part."""
-    work = 2 * target.sm_count * (1 if inner else 128)
+    work = ROWS_PER_SM_TO_FILL * target.sm_count * (1 if inner else 128)
     wanted = min(MAX_PARTS, max(1, work // max(kept, 1)), reduced // MIN_PART)
     for parts in range(wanted, 1, -1):
         if reduced % parts == 0:
@@ -66,7 +67,7 @@ def split_long_reductions(fusion: Fusion, target: TargetInfo) -> int:
             if flag:
                 reduced *= extent
         kept = source.numel // max(reduced, 1)
-        if reduced < MIN_SPLIT_EXTENT or kept >= 2 * target.sm_count:
+        if reduced < MIN_SPLIT_EXTENT or kept >= ROWS_PER_SM_TO_FILL * target.sm_count:
             continue
         parts = _parts(reduced, kept, trailing, target)
         if parts == 1:

@@ -210,3 +210,51 @@ def test_fuzzer_programs_read_again_run_right(index: int, monkeypatch: pytest.Mo
     outcome = run_program(generate(STRESS_SEED, index), index)
     assert outcome.cls == "ok", outcome
     assert any(took), "the program no longer takes the plan: pick others"
+
+
+def test_an_output_read_by_a_later_output_is_computed_by_each() -> None:
+    """``y`` is an output and ``y * 2`` another: each output's nest computes its own, the
+    producer's nest keeping the original, whatever order the outputs are listed in."""
+
+    def fn(x: Any) -> tuple[Any, Any, Any]:
+        y = x.float().exp()
+        return pf.softmax(x, -1), y * 2, y
+
+    fusion = pf.fuse(fn).trace(pf.spec((3, WIDE), bf16))
+    fusion.outputs.reverse()  # y before y * 2 no more
+    split_nests(fusion)
+    names = [tv.name for tv in fusion.tensors()]
+    assert len(names) == len(set(names))  # clones are named by the fusion
+    computed = [t for t in fusion.tensors() if t.definition is not None]
+    for tv in computed:
+        if not isinstance(tv.definition, ReductionOp) and tv.shape[-1] == WIDE:
+            assert len(fusion.uses_in_fusion(tv)) <= 1, f"T{tv.name}"
+    check_fusion(fn, [pf.spec((3, WIDE), bf16)], rtol=2e-2, atol=2e-2, target=ONE_SM)
+
+
+def test_a_computed_row_before_its_broadcast_is_not_read_again() -> None:
+    """A mask from arange, computed along the row before its broadcast, would be computed
+    whole into one thread's array in every nest: another plan takes it, right."""
+
+    def fn(x: Any) -> Any:
+        return pf.softmax(pf.where(pf.arange(50001) < 40000, x.float(), -1e30), -1)
+
+    fusion = pf.fuse(fn).trace(pf.spec((2, 50001), bf16))
+    assert "before its broadcast" in (reason_not_split(fusion) or "")
+    check_fusion(fn, [pf.spec((2, 50001), bf16)], rtol=2e-2, atol=2e-2, target=ONE_SM)
+
+
+def test_rows_with_a_trailing_size_one_axis_count_their_arrays() -> None:
+    fusion = pf.fuse(lambda x: pf.log_softmax(x, 1)).trace(pf.spec((4, 50001, 1), f32))
+    assert all(cone for cone in nest_cones(fusion))
+
+
+def test_loop_nests_inside_an_if_are_budgeted_apart() -> None:
+    buffers = {name: _buffer(name, 30) for name in ("a", "b")}
+    nests: list[k.Stmt] = [
+        k.For(k.Var("i", pf.int32), k.Const(4, pf.int32), [k.Alloc(buffers["a"])]),
+        k.For(k.Var("j", pf.int32), k.Const(4, pf.int32), [k.Alloc(buffers["b"])]),
+    ]
+    body: list[k.Stmt] = [k.If(k.Const(True, pf.bool), nests, [])]
+    kernel = k.Kernel("guarded", [], buffers, body, grid=(1, 1, 1), block=(1024, 1, 1))
+    check_register_arrays(kernel, {"kind": "inner", "persistent": False, "reread": True})
