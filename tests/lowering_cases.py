@@ -644,6 +644,12 @@ CASES: dict[str, tuple[Callable[..., object], list[pf.Spec]]] = {
         [S((5, 31, 128), pf.float64)],
     ),
     # Dense tensors of one shape: flat vectors cross the odd-width rows
+    # Rows of a reshaped input (logits.view(-1, V)): its rows lie as the output's do, its
+    # anchor is the view the kernel indexes, not the 3-D input
+    "window_rows_of_a_reshaped_input": (
+        lambda x: pf.log_softmax(pf.reshape(x, (6, 1027)), -1),
+        [S((2, 3, 1027), bf16)],
+    ),
     "dense_flat_vectors_across_odd_rows": (
         lambda x, y: pf.gelu(x * y + 1.0),
         [S((8, 1027), bf16), S((8, 1027), bf16)],

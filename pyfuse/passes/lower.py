@@ -148,10 +148,17 @@ class _Lowering(IndexDerivation):
         self.ref_positions: dict[int, list[int | None]] = {}
         self.varies_along: dict[tuple[int, int], bool] = {}
         self.window_anchors: dict[int, TensorView | None] = {}
+        # The global tensors the kernel indexes: an input read only through views (the
+        # logits of ``reshape(logits, [B * T, V])``) is indexed as its aliases, not itself.
         self.window_candidates = [
             tv
             for tv in self.tensors
-            if self.fusion.is_input(tv) or tv.alias_of is not None or self.fusion.is_output(tv)
+            if tv.alias_of is not None
+            or self.fusion.is_output(tv)
+            or (
+                self.fusion.is_input(tv)
+                and any(use.output.alias_of is None for use in self.fusion.uses_in_fusion(tv))
+            )
         ]
 
     # -- setup --------------------------------------------------------------------------------

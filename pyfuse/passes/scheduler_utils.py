@@ -99,7 +99,7 @@ def window_width(fusion: Fusion, innermost: IterDomain, target: TargetInfo) -> i
     # would be read element by element, and those plans spilled (1016 B in a bf16
     # layer_norm of 24001 at 512 threads).
     layouts = {
-        (tuple(stride for _, stride in alias_strides(tv)), view_offset(tv) % width)
+        (_row_strides(tv), view_offset(tv) % width)
         for tv in globals_
         if any(
             not axis.is_broadcast and id_model.mapped(axis, innermost, IdMappingMode.PERMISSIVE)
@@ -107,6 +107,25 @@ def window_width(fusion: Fusion, innermost: IterDomain, target: TargetInfo) -> i
         )
     }
     return width if len(layouts) == 1 else 1
+
+
+def _row_strides(tv: TensorView) -> tuple[int, ...]:
+    """The strides of ``tv``'s memory axes, outermost first, with outer axes merged where one
+    steps over the next whole (``[8, 64, V]`` lays its rows out as ``[512, V]`` does: a
+    reshape of the logits beside its output). The innermost axis is never merged: a weight
+    ``[V]`` starts every row at 0, rows of ``[512, V]`` at ``r * V``."""
+    memory = [(axis.logical_extent, stride) for axis, stride in alias_strides(tv)]
+    memory = [(extent, stride) for extent, stride in memory if extent != 1]
+    if not memory:
+        return ()
+    *outer, innermost = memory
+    merged: list[tuple[int, int]] = []  # innermost first
+    for extent, stride in reversed(outer):
+        if merged and stride == merged[-1][0] * merged[-1][1]:
+            merged[-1] = (merged[-1][0] * extent, merged[-1][1])
+        else:
+            merged.append((extent, stride))
+    return (*(stride for _, stride in reversed(merged)), innermost[1])
 
 
 def dense_flat_width(fusion: Fusion, reference: TensorView, target: TargetInfo) -> int:

@@ -203,3 +203,15 @@ def test_flat_vectors_stay_out_of_tensors_not_dense_in_order(
 ) -> None:
     (kernel,) = _kernels(fn, *specs)
     assert kernel.params["vector_width"] == 1, kernel.params
+
+
+def test_reshaped_logits_take_windows() -> None:
+    """``log_softmax(logits.view(-1, V))``: the 3-D input lays its rows out as the 2-D
+    output does (outer axes that step over each other whole merge), and the window's anchor
+    is the view the kernel indexes. It read one element per access before."""
+    (kernel,) = _kernels(
+        lambda x: pf.log_softmax(pf.reshape(x, (512, 50257)), -1),
+        pf.spec((8, 64, 50257), pf.bfloat16),
+    )
+    assert kernel.params.get("window") is True and kernel.params["vector_width"] == 8
+    assert "fallback" not in kernel.params

@@ -80,6 +80,11 @@ CASES: dict[str, tuple[Callable[..., Any], list[pf.Spec], float]] = {
         2e-2,
     ),
     "rows_of_a_3d_tensor": (lambda x: pf.log_softmax(x, -1), [pf.spec((2, 2, 50001), bf16)], 2e-2),
+    "log_softmax_of_reshaped_logits": (
+        lambda x: pf.log_softmax(pf.reshape(x, (4, 50001)), -1),
+        [pf.spec((2, 2, 50001), bf16)],
+        2e-2,
+    ),
 }
 
 
