@@ -74,6 +74,7 @@ def staged_wide(fusion: Fusion) -> int:
 
 
 def staged_budget(threads: int) -> int:
+    """Registers a thread of ``threads`` may spend on staged 64-bit tensors."""
     return STAGED_WIDE_WORDS_AT_1024 * SM90.max_threads_per_block // threads
 
 
@@ -87,6 +88,8 @@ def row_budget(pressure: int, vector: int, words: int, dividing: bool) -> int:
 
 
 def kept_and_read(fusion: Fusion) -> list[tuple[list[TensorView], int]]:
+    """Per reduction: the tensors computed or read before it that an expr after it reads
+    (what a persistent row keeps across it), and how many fusion inputs its input reads."""
     held: list[tuple[list[TensorView], int]] = []
     for reduction in reductions(fusion):
         before = upstream([reduction.input])
@@ -110,6 +113,7 @@ def row_pressure(fusion: Fusion) -> int:
 
 
 def most_held(held: list[tuple[int, int]]) -> int:
+    """The most tensors a row holds around one reduction (``held`` from held_counts)."""
     return max((max(kept, read) for kept, read in held), default=0)
 
 
@@ -153,4 +157,5 @@ def _array_words(tensors: list[TensorView], vector: int) -> int:
 
 
 def streaming_budget(threads: int) -> int:
+    """Registers a streaming row's thread of ``threads`` may spend on per-vector arrays."""
     return STREAMING_ARRAY_WORDS_AT_1024 * SM90.max_threads_per_block // threads

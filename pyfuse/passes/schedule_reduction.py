@@ -25,8 +25,6 @@ largest tensor that feeds a reduction). Guarantees, on success:
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from pyfuse.ir.exprs import (
     BroadcastOp,
     LinearOp,
@@ -194,14 +192,8 @@ def _over_budget(
 ) -> str | None:
     """Why ``params`` would keep more of a row in registers than a thread holds without
     spilling, or None."""
-    row_tensors = kept_and_read(fusion)
-    pressure = most_held(held_counts(row_tensors))
-    budget = row_budget(
-        pressure,
-        params.vector_width,
-        register_words(row_tensors),
-        divides_on_the_way_in(fusion),
-    )
+    pressure = most_held(held_counts(kept_and_read(fusion)))
+    budget = _budget_of(fusion, params)
     # (A row read again by each loop nest stages nothing across them: reread_rows.py.)
     staged = 0 if params.reread else staged_wide(fusion)
     staged_words = 2 * staged * params.serial * params.vector_width
@@ -300,10 +292,7 @@ def choose_params(
             and reason_not_split(fusion) is None
         ):
             # Past the registers, each loop nest reads the row again instead.
-            streaming = _inner_choice(
-                fusion, reference, flags, target, vectorize, False, held, reread=True
-            )
-            return replace(streaming, reread=True)
+            return _inner_choice(fusion, reference, flags, target, vectorize, False, held, True)
         return params
     rows = _extent(reference, flags, False)
     threads = max(MIN_THREADS, min(256, _power_of_two_at_least(rows)))
@@ -327,6 +316,8 @@ def _inner_choice(
     held: list[tuple[int, int]],
     reread: bool = False,
 ) -> ReductionParams:
+    """An inner row's params: aligned windows where they are wider than the plain vectors
+    and fit, else plain vectors (``reread``: a streaming row read again per loop nest)."""
     cols = _extent(reference, flags, True)
     innermost = reference.no_reductions[-1]
     vector = 1
@@ -370,7 +361,9 @@ def _inner_params(
         else:
             vector //= 2
             cap = target.max_threads_per_block
-    return ReductionParams("inner", threads, vector, serial, persistent, window and vector > 1)
+    return ReductionParams(
+        "inner", threads, vector, serial, persistent, window and vector > 1, reread
+    )
 
 
 # Elements a thread of a 1024-thread persistent row may hold in windows: the window's partial

@@ -5,12 +5,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pyfuse.ir.caching import cache_after, cache_before
+from pyfuse.ir.exprs import ReshapeOp
 from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.id_model import IdMappingMode, IdModel
 from pyfuse.ir.iterdomain import IterDomain
 from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.tensor import TensorView
-from pyfuse.passes.skip_intermediates import alias_strides, is_view_op, view_offset, view_source
+from pyfuse.passes.skip_intermediates import (
+    alias_strides,
+    is_view_op,
+    view_allocation,
+    view_offset,
+    view_source,
+)
 
 
 def upstream(tensors: Sequence[TensorView]) -> dict[int, TensorView]:
@@ -86,7 +93,7 @@ def window_width(fusion: Fusion, innermost: IterDomain, target: TargetInfo) -> i
     :func:`vector_width` is narrower."""
     if innermost.is_broadcast:
         return 1
-    globals_ = [*global_sources(fusion), *fusion.outputs]
+    globals_ = [*_indexed_sources(fusion), *fusion.outputs]
     width = max(1, target.vector_bytes // max(tv.dtype.itemsize for tv in globals_))
     if width == 1 or innermost.logical_extent < MIN_WINDOW_VECTORS * width:
         return 1
@@ -99,7 +106,7 @@ def window_width(fusion: Fusion, innermost: IterDomain, target: TargetInfo) -> i
     # would be read element by element, and those plans spilled (1016 B in a bf16
     # layer_norm of 24001 at 512 threads).
     layouts = {
-        (_row_strides(tv), view_offset(tv) % width)
+        (tuple(stride for _, stride in alias_strides(tv)), view_offset(tv) % width)
         for tv in globals_
         if any(
             not axis.is_broadcast and id_model.mapped(axis, innermost, IdMappingMode.PERMISSIVE)
@@ -109,23 +116,24 @@ def window_width(fusion: Fusion, innermost: IterDomain, target: TargetInfo) -> i
     return width if len(layouts) == 1 else 1
 
 
-def _row_strides(tv: TensorView) -> tuple[int, ...]:
-    """The strides of ``tv``'s memory axes, outermost first, with outer axes merged where one
-    steps over the next whole (``[8, 64, V]`` lays its rows out as ``[512, V]`` does: a
-    reshape of the logits beside its output). The innermost axis is never merged: a weight
-    ``[V]`` starts every row at 0, rows of ``[512, V]`` at ``r * V``."""
-    memory = [(axis.logical_extent, stride) for axis, stride in alias_strides(tv)]
-    memory = [(extent, stride) for extent, stride in memory if extent != 1]
-    if not memory:
-        return ()
-    *outer, innermost = memory
-    merged: list[tuple[int, int]] = []  # innermost first
-    for extent, stride in reversed(outer):
-        if merged and stride == merged[-1][0] * merged[-1][1]:
-            merged[-1] = (merged[-1][0] * extent, merged[-1][1])
+def _indexed_sources(fusion: Fusion) -> list[TensorView]:
+    """The global sources a kernel indexes: an input read only through reshapes of its
+    row-major memory (``logits.view(-1, V)``) is indexed as those views, which
+    skip_intermediates makes aliases with row-major strides of their own (the lowering's
+    window anchor is chosen among the same tensors)."""
+    found: list[TensorView] = []
+    for tv in global_sources(fusion):
+        uses = fusion.uses_in_fusion(tv)
+        views = [
+            use.output
+            for use in uses
+            if isinstance(use, ReshapeOp) and view_allocation(use, tv) is not None
+        ]
+        if fusion.is_input(tv) and uses and len(views) == len(uses):
+            found.extend(views)
         else:
-            merged.append((extent, stride))
-    return (*(stride for _, stride in reversed(merged)), innermost[1])
+            found.append(tv)
+    return found
 
 
 def dense_flat_width(fusion: Fusion, reference: TensorView, target: TargetInfo) -> int:

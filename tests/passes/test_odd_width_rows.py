@@ -206,9 +206,9 @@ def test_flat_vectors_stay_out_of_tensors_not_dense_in_order(
 
 
 def test_reshaped_logits_take_windows() -> None:
-    """``log_softmax(logits.view(-1, V))``: the 3-D input lays its rows out as the 2-D
-    output does (outer axes that step over each other whole merge), and the window's anchor
-    is the view the kernel indexes. It read one element per access before."""
+    """``log_softmax(logits.view(-1, V))``: the 3-D input is read only through the view,
+    whose rows lie as the output's do, and the window's anchor is that view (the tensor the
+    kernel indexes), not the input. It read one element per access before."""
     (kernel,) = _kernels(
         lambda x: pf.log_softmax(pf.reshape(x, (512, 50257)), -1),
         pf.spec((8, 64, 50257), pf.bfloat16),
