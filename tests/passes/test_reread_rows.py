@@ -189,7 +189,8 @@ def test_each_loop_nests_arrays_are_budgeted_apart() -> None:
 
 # Fuzzer programs (pyfuse.testing.generate, seed 3002) whose normalizations read the row
 # again when every persistent row is past its budget on a target of one SM: the stress run
-# that checked this plan on 4,000 programs (202 took it, all right) keeps these in CI.
+# that checked this plan on 4,000 programs (tools/stress_reread.py; 202 took it, all right)
+# keeps these in CI.
 STRESS_SEED = 3002
 STRESS_CASES = [11, 25, 26, 33, 85, 115, 126, 170, 179, 187, 224, 229, 230, 238, 240, 281]
 
