@@ -142,9 +142,11 @@ def main() -> int:
         return 0
     from common import commit
 
+    print(f"commit {commit()}", flush=True)
     env = dict(os.environ, PYFUSE_DISABLE_CACHE="1")
     lines: list[dict[str, Any]] = []
-    for plan in PLANS:
+    anchors: dict[str, dict[str, Any]] = {}
+    for plan in PLANS:  # each plan's lines as it ends (the default's first: the anchors)
         done = subprocess.run(
             [sys.executable, __file__, "--plan", plan],
             capture_output=True,
@@ -152,28 +154,32 @@ def main() -> int:
             env=env,
             check=False,
         )
-        lines += [json.loads(t) for t in done.stdout.splitlines() if t.startswith("{")]
+        mine = [json.loads(t) for t in done.stdout.splitlines() if t.startswith("{")]
+        if plan == "default":
+            anchors = {line["case"]: line for line in mine}
+        for line in mine:
+            print(_describe(line, anchors.get(line["case"], {})), flush=True)
         if done.returncode:
-            print(f"plan {plan}: exit {done.returncode}\n{done.stderr[-2000:]}")
-    anchors = {line["case"]: line for line in lines if line["plan"] == "default"}
-    print(f"commit {commit()}")
-    for line in lines:
-        base = anchors.get(line["case"], {})
-        ratios = "".join(
-            f"  {label} {base[key] / line['ms']:.2f}x"
-            for label, key in (("eager/", "eager_ms"), ("compile/", "compile_ms"))
-            if key in base
-        )
-        kernels = len(line["kernels"])
-        print(
-            f"{line['case']:34s} {line['plan']:17s} {line['ms'] * 1e3:8.1f} us "
-            f"{line['bytes'] / line['ms'] / 1e9:5.2f} TB/s {kernels} kernel(s){ratios}"
-            f"  err {line['error']:.2g}{'  WRONG' if line['error'] > WRONG_ABOVE else ''}"
-        )
+            print(f"plan {plan}: exit {done.returncode}\n{done.stderr[-2000:]}", flush=True)
+        lines += mine
     if "--json" in sys.argv:
         with open(sys.argv[sys.argv.index("--json") + 1], "w") as handle:
             json.dump({"commit": commit(), "lines": lines}, handle, indent=1)
     return 0
+
+
+def _describe(line: dict[str, Any], base: dict[str, Any]) -> str:
+    ratios = "".join(
+        f"  {label} {base[key] / line['ms']:.2f}x"
+        for label, key in (("eager/", "eager_ms"), ("compile/", "compile_ms"))
+        if key in base
+    )
+    wrong = "  WRONG" if line["error"] > WRONG_ABOVE else ""
+    return (
+        f"{line['case']:34s} {line['plan']:17s} {line['ms'] * 1e3:8.1f} us "
+        f"{line['bytes'] / line['ms'] / 1e9:5.2f} TB/s {len(line['kernels'])} kernel(s)"
+        f"{ratios}  err {line['error']:.2g}{wrong}"
+    )
 
 
 if __name__ == "__main__":

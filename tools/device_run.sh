@@ -13,7 +13,7 @@
 #   bash tools/device_run.sh shapes SECONDS [ARG ...]
 #                                                benchmarks/gemm_shapes.py ARGs for SECONDS
 #   bash tools/device_run.sh rows [SECONDS]      benchmarks/reread_rows.py: each row plan of
-#                                                wide normalizations (default 300 s)
+#                                                wide normalizations (default 420 s)
 #
 # Several steps in one call: bash tools/device_run.sh tests 400 && bash tools/device_run.sh ...
 set -u
@@ -67,7 +67,7 @@ case "$step" in
     grep -E "geomean|Error|error" "$out/gemm_shapes.log" | tail -30
     ;;
   rows)
-    timeout "${1:-300}" python3 benchmarks/reread_rows.py --json "$out/reread_rows.json" \
+    timeout "${1:-420}" python3 benchmarks/reread_rows.py --json "$out/reread_rows.json" \
       >"$out/reread_rows.log" 2>&1
     echo "reread_rows: exit $?"
     tail -45 "$out/reread_rows.log"

@@ -5,6 +5,8 @@ after it. Where the row fits, the reduction scheduler keeps it in registers acro
 reduction (a persistent row). Past that budget (a vocabulary of 50,257 or 128,256 columns)
 it used to be cut into one kernel per reduction plus one for the outputs, each reading the
 row from DRAM again (:mod:`segment_recompute`): a log_softmax read its input three times.
+Where rows are many enough to fill the GPU one block per row (``schedule_reduction.
+REREAD_MIN_ROWS_PER_SM``), the scheduler takes this plan instead.
 
 Here the kernel stays one block per row and runs one streaming loop nest over the row per
 *root*: each reduction, and each output. A nest reads the row from global memory again;
@@ -24,8 +26,12 @@ Expects the math IR of a kernel the reduction scheduler takes as an inner normal
 
 so no row-sized tensor is read by two loop nests, and the inline pass gives each nest its
 own streaming loop. :func:`nest_cones` lists what each nest's arrays hold (for register
-budgets); :func:`reason_not_split` says why a fusion cannot be split so (an expr this pass
-does not clone), or None.
+budgets); :func:`reason_not_split` says why a fusion cannot be split so, or None: an expr
+this pass does not clone (a transpose of the input among them: its rows run across
+memory), or a tensor computed along the row before its broadcast (an ``arange`` mask),
+which a nest would compute whole into one thread's array. Where a view that was expected
+to become an alias did not (a fallback plan without aliases), :func:`split_nests` raises
+ValueError and the next plan runs.
 """
 
 from __future__ import annotations
