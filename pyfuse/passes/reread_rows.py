@@ -59,7 +59,7 @@ from pyfuse.ir.exprs import (
 from pyfuse.ir.fusion import Fusion
 from pyfuse.ir.tensor import MemoryType, TensorView, Val, new_axes_like
 from pyfuse.passes.scheduler_utils import global_sources
-from pyfuse.passes.skip_intermediates import view_allocation, view_source
+from pyfuse.passes.skip_intermediates import reads_in_place
 
 # Exprs whose output is a function of its inputs' elements at the same (or a broadcast)
 # index: a clone with fresh output axes computes the same tensor.
@@ -170,16 +170,16 @@ def _broadcast_streams(broadcast: BroadcastOp, fusion: Fusion, per_row: set[int]
 
 def _views_an_input(expr: Expr, fusion: Fusion) -> bool:
     """A view of an input, and no output, that skip_intermediates aliases before the kernel
-    is scheduled, keeping the input's memory order (a row contiguous in the input stays so):
-    slices and squeezes, and a reshape of a row-major input (``logits.view(-1, vocab)``). A
-    transpose is not taken: its rows may run across memory, where one block per row would
-    read them a strided element at a time (column reductions read them coalesced)."""
-    if fusion.is_output(expr.output):
+    is scheduled (its ``reads_in_place``), keeping the input's memory order (a row contiguous
+    in the input stays so): slices and squeezes, and a reshape right after a row-major input
+    (``logits.view(-1, vocab)``). A transpose is not taken: its rows may run across memory,
+    where one block per row would read them a strided element at a time (column reductions
+    read them coalesced)."""
+    if fusion.is_output(expr.output) or not isinstance(expr, SliceOp | SqueezeOp | ReshapeOp):
         return False
-    if isinstance(expr, ReshapeOp):
-        (source,) = expr.tensor_inputs
-        return fusion.is_input(source) and view_allocation(expr, source) is not None
-    return isinstance(expr, SliceOp | SqueezeOp) and fusion.is_input(view_source(expr.output))
+    if isinstance(expr, ReshapeOp) and not fusion.is_input(expr.tensor_inputs[0]):
+        return False  # a reshape of a view: rows laid out as that view's, not row-major
+    return reads_in_place(fusion, expr)
 
 
 def _clone_expr(expr: Expr, inputs: list[Val]) -> TensorView:

@@ -46,8 +46,7 @@ from pyfuse.passes.plan import KernelPlan
 from pyfuse.passes.scheduler_utils import upstream
 from pyfuse.passes.skip_intermediates import (
     alias_strides,
-    is_view_op,
-    view_allocation,
+    reads_in_place,
     view_offset,
     view_source,
 )
@@ -62,15 +61,6 @@ Index = dict[int, k.KExpr]  # logical axis id -> index
 def cat_op(fusion: Fusion) -> CatOp | None:
     """The fusion's first CatOp, or None."""
     return next((e for e in fusion.exprs() if isinstance(e, CatOp)), None)
-
-
-def reads_in_place(fusion: Fusion, expr: Expr) -> bool:
-    """A view of an input that an alias reads in place."""
-    return (
-        is_view_op(expr)
-        and fusion.is_input(view_source(expr.output))
-        and view_allocation(expr, expr.tensor_inputs[0]) is not None
-    )
 
 
 def _is_elementwise(expr: Expr) -> bool:

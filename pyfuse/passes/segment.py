@@ -32,7 +32,6 @@ from pyfuse.ir.id_model import IdMappingMode, IdModel
 from pyfuse.ir.iterdomain import IterDomain, IterType
 from pyfuse.ir.target import TargetInfo
 from pyfuse.ir.tensor import MemoryType, TensorView, new_axes_like
-from pyfuse.passes import schedule_cat
 from pyfuse.passes.plan import KernelPlan, SegmentedFusion, has_mma
 from pyfuse.passes.schedulers import SCHEDULERS
 from pyfuse.passes.segment_recompute import cost_bytes, recompute_groups
@@ -40,6 +39,7 @@ from pyfuse.passes.skip_intermediates import (
     is_metadata_op,
     is_view_op,
     metadata_source,
+    reads_in_place,
     view_source,
 )
 
@@ -470,7 +470,7 @@ def _pieces(fusion: Fusion, group: list[Expr]) -> list[list[Expr]]:
 def _read_in_place(fusion: Fusion, view: Expr) -> bool:
     """A view of an input that an alias can read in place and that is no output (a cat's
     kernel takes such views with it)."""
-    return schedule_cat.reads_in_place(fusion, view) and not fusion.is_output(view.output)
+    return reads_in_place(fusion, view) and not fusion.is_output(view.output)
 
 
 def _feeds_only(use: Expr, mma: Expr, chain: list[Expr]) -> bool:

@@ -128,6 +128,16 @@ def view_source(tv: TensorView) -> TensorView:
     return tv
 
 
+def reads_in_place(fusion: Fusion, expr: Expr) -> bool:
+    """A view of an input that an alias reads in place (what :func:`skip_intermediates`
+    will make of it)."""
+    return (
+        is_view_op(expr)
+        and fusion.is_input(view_source(expr.output))
+        and view_allocation(expr, expr.tensor_inputs[0]) is not None
+    )
+
+
 def alias_strides(tv: TensorView) -> list[tuple[IterDomain, int]]:
     """(axis, element stride) of each memory axis of ``tv``, outermost first. An alias has
     its producer's strides on the axes its allocation maps them to (a reshaped view has its
